@@ -1,0 +1,53 @@
+# streamplatform: `make demo` and `make test` do all set-up themselves (see README.md).
+# Every target is idempotent: stamps (.venv/.installed, .jvm/*/.fetched) make re-runs cheap,
+# and they are redone when pyproject.toml or platform/jvm/pom.xml change.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+MVN := mvn -q -B -Dstyle.color=never -s platform/jvm/settings.xml -f platform/jvm/pom.xml
+JVM_STAMPS := .jvm/spark/.fetched .jvm/kafka/.fetched
+
+.PHONY: setup demo test bench lint clean tools
+
+setup: $(VENV)/.installed $(JVM_STAMPS)
+
+tools:
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+	  || { echo "streamplatform needs Python 3.11+ as '$(PYTHON)' (set PYTHON=...)."; exit 1; }
+	@command -v java >/dev/null || { echo "streamplatform needs Java 17+ ('java' not found)."; exit 1; }
+	@command -v mvn >/dev/null || { echo "streamplatform needs Maven ('mvn' not found)."; exit 1; }
+
+$(VENV)/.installed: pyproject.toml | tools
+	@echo "==> Python virtualenv in $(VENV) with streamplatform (editable) and dev tools"
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -m pip install --quiet --upgrade pip
+	@$(BIN)/python -m pip install --quiet --editable '.[dev]'
+	@# platform/ holds the library but must never shadow the standard library's `platform`.
+	@cd /tmp && $(CURDIR)/$(BIN)/python -c 'import platform, sys; \
+	  assert platform.__file__.startswith(sys.base_prefix), platform.__file__'
+	@touch $@
+
+.jvm/%/.fetched: platform/jvm/pom.xml platform/jvm/settings.xml | tools
+	@echo "==> JVM jars for $* via Maven into .jvm/$*/"
+	@rm -rf .jvm/$*
+	@$(MVN) -P $* dependency:copy-dependencies
+	@touch $@
+
+demo: setup
+	@$(BIN)/streamplatform demo
+
+test: setup
+	@$(BIN)/pytest
+
+bench: setup
+	@for script in bench/*_bench.py; do echo "==> $$script"; $(BIN)/python $$script || exit 1; done
+
+lint: setup
+	@$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/mypy
+
+clean:
+	@-test -x $(BIN)/streamplatform && $(BIN)/streamplatform broker stop
+	rm -rf $(VENV) .jvm .data .pytest_cache .hypothesis .ruff_cache .mypy_cache \
+	  platform/*.egg-info spark-warehouse metastore_db derby.log

@@ -1,0 +1,105 @@
+"""The ``streamplatform`` console script.
+
+streamplatform broker start [--fresh] | stop | status
+streamplatform topics create NAME [--partitions N] | list   (against --bootstrap-servers
+                                                             or the local broker)
+streamplatform demo [--records N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from streamplatform.kafka import local_broker
+
+
+def _bootstrap(args: argparse.Namespace) -> str:
+    if args.bootstrap_servers:
+        return str(args.bootstrap_servers)
+    state = local_broker.running_broker()
+    if state is None:
+        raise SystemExit(
+            "No broker: pass --bootstrap-servers or start one with `streamplatform broker start`."
+        )
+    return state.bootstrap_servers
+
+
+def _broker(args: argparse.Namespace) -> int:
+    if args.action == "start":
+        state = local_broker.running_broker()
+        if state is not None:
+            print(f"Already running: pid {state.pid}, bootstrap.servers={state.bootstrap_servers}")
+            return 0
+        broker = local_broker.LocalBroker(fresh=args.fresh)
+        servers = broker.start()
+        print(f"Started: pid {broker.state.pid if broker.state else '?'}, "
+              f"bootstrap.servers={servers}, data in {broker.directory}")  # fmt: skip
+        return 0
+    if args.action == "stop":
+        stopped = local_broker.stop_broker()
+        print("Stopped." if stopped else "No broker was running.")
+        return 0
+    state = local_broker.running_broker()
+    if state is None:
+        print("Not running.")
+        return 3  # like `service status`: non-zero when stopped
+    print(f"Running: pid {state.pid}, bootstrap.servers={state.bootstrap_servers}, "
+          f"data in {state.data_dir}")  # fmt: skip
+    return 0
+
+
+def _topics(args: argparse.Namespace) -> int:
+    from streamplatform.kafka import TopicSpec, create_topics, describe_topics
+
+    settings = {"bootstrap.servers": _bootstrap(args)}
+    if args.action == "create":
+        created = create_topics(settings, [TopicSpec(args.name, args.partitions)])
+        print(f"Created {args.name}." if created else f"{args.name} already exists.")
+        return 0
+    for name, partitions in sorted(describe_topics(settings).items()):
+        print(f"{name}\t{partitions}")
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from streamplatform import demo
+
+    demo.run(count=args.records, bootstrap_servers=args.bootstrap_servers)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="streamplatform", description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    broker = commands.add_parser("broker", help="the local single-node Kafka broker (KRaft)")
+    broker.add_argument("action", choices=["start", "stop", "status"])
+    broker.add_argument("--fresh", action="store_true", help="wipe the broker's data first")
+    broker.set_defaults(run=_broker)
+
+    topics = commands.add_parser("topics", help="create or list topics")
+    topics.add_argument("action", choices=["create", "list"])
+    topics.add_argument("name", nargs="?")
+    topics.add_argument("--partitions", type=int, default=1)
+    topics.add_argument("--bootstrap-servers")
+    topics.set_defaults(run=_topics)
+
+    demo = commands.add_parser("demo", help="Kafka -> Spark -> Delta on embedded defaults")
+    demo.add_argument("--records", type=int, default=5_000)
+    demo.add_argument("--bootstrap-servers", help="use this broker instead of a local one")
+    demo.set_defaults(run=_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    if args.command == "topics" and args.action == "create" and not args.name:
+        build_parser().error("topics create needs a topic NAME")
+    return int(args.run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

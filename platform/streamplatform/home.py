@@ -1,0 +1,52 @@
+"""Where the project's generated folders live: the JVM jars (.jvm/) and local data (.data/).
+
+Everything local is resolved from one *home* directory so that the library, the CLI, the
+tests and Dagster agree without configuration:
+
+1. ``STREAMPLATFORM_HOME`` when set;
+2. otherwise the source checkout this package was installed from (editable install), recognised
+   by ``platform/jvm/pom.xml``;
+3. otherwise the current working directory.
+
+``STREAMPLATFORM_DATA`` moves only the data folder (tests use it to stay out of ``.data/``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+_CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+def project_home() -> Path:
+    """The folder that holds ``.jvm/`` and ``.data/``."""
+    configured = os.environ.get("STREAMPLATFORM_HOME")
+    if configured:
+        return Path(configured).resolve()
+    if (_CHECKOUT / "platform" / "jvm" / "pom.xml").is_file():
+        return _CHECKOUT
+    return Path.cwd()
+
+
+def jvm_dir(classpath: str) -> Path:
+    """One of the Maven-fetched classpaths: ``spark`` or ``kafka`` (see platform/jvm/pom.xml)."""
+    return project_home() / ".jvm" / classpath
+
+
+def data_dir() -> Path:
+    """Local data: Delta tables, broker logs, Dagster's instance, state stores."""
+    configured = os.environ.get("STREAMPLATFORM_DATA")
+    return Path(configured).resolve() if configured else project_home() / ".data"
+
+
+def jars_in(classpath: str) -> list[Path]:
+    """The jars of a classpath, or an error that says how to fetch them."""
+    folder = jvm_dir(classpath)
+    jars = sorted(folder.glob("*.jar"))
+    if not jars:
+        raise FileNotFoundError(
+            f"No JVM jars in {folder}: run `make setup` in {project_home()} to fetch them "
+            "with Maven (platform/jvm/pom.xml)."
+        )
+    return jars

@@ -1,0 +1,25 @@
+"""Kafka helpers: confluent-kafka clients from one settings dict, and a local KRaft broker."""
+
+from streamplatform.kafka.clients import (
+    TopicSpec,
+    admin_client,
+    connection_settings,
+    consumer,
+    create_topics,
+    describe_topics,
+    end_offsets,
+    producer,
+)
+from streamplatform.kafka.local_broker import LocalBroker
+
+__all__ = [
+    "LocalBroker",
+    "TopicSpec",
+    "admin_client",
+    "connection_settings",
+    "consumer",
+    "create_topics",
+    "describe_topics",
+    "end_offsets",
+    "producer",
+]

@@ -1,0 +1,130 @@
+"""Thin helpers over confluent-kafka: admin, producer and consumer from one settings dict.
+
+Settings are Kafka Streams-style (``bootstrap.servers``, ``security.protocol``, ``sasl.*``,
+``ssl.*``, ...). Only the connection settings librdkafka shares with the Java client are passed
+on; streams settings (``application.id``, ``processing.guarantee``, ...) stay behind, so one
+dict can configure the whole job.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+_librdkafka_log = logging.getLogger("streamplatform.librdkafka")
+
+# Connection settings passed through to every client.
+_CONNECTION_KEYS = ("bootstrap.servers", "client.id", "security.protocol")
+_CONNECTION_PREFIXES = ("sasl.", "ssl.")
+
+
+def connection_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The connection part of a settings dict, as librdkafka expects it."""
+    if not settings.get("bootstrap.servers"):
+        raise ValueError("bootstrap.servers is not set: give the Kafka broker address(es).")
+    return {
+        key: value
+        for key, value in settings.items()
+        if key in _CONNECTION_KEYS or key.startswith(_CONNECTION_PREFIXES)
+    }
+
+
+def _client_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    # librdkafka's own log lines go through Python logging instead of raw stderr.
+    return connection_settings(settings) | {"logger": _librdkafka_log}
+
+
+def admin_client(settings: Mapping[str, Any]) -> AdminClient:
+    return AdminClient(_client_settings(settings))
+
+
+def producer(settings: Mapping[str, Any], **overrides: Any) -> Producer:
+    """A producer; ``overrides`` use librdkafka names (``transactional.id``, ``linger.ms``...)."""
+    return Producer(_client_settings(settings) | overrides)
+
+
+def consumer(settings: Mapping[str, Any], group_id: str, **overrides: Any) -> Consumer:
+    """A consumer that commits only when told to (``enable.auto.commit`` off by default)."""
+    base = {"group.id": group_id, "enable.auto.commit": False, "auto.offset.reset": "earliest"}
+    return Consumer(_client_settings(settings) | base | overrides)
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int = 1
+    replication_factor: int = 1
+    config: Mapping[str, str] | None = None
+
+
+def create_topics(
+    settings: Mapping[str, Any], topics: Iterable[TopicSpec], timeout_s: float = 30.0
+) -> list[str]:
+    """Create topics and wait for the broker to confirm; existing topics are left alone.
+
+    Returns the names that were created. Any other failure raises, naming the topic.
+    """
+    specs = list(topics)
+    if not specs:
+        return []
+    new_topics = [
+        NewTopic(t.name, t.partitions, t.replication_factor, config=dict(t.config or {}))
+        for t in specs
+    ]
+    admin = admin_client(settings)  # must outlive the futures: its destruction cancels them
+    futures = admin.create_topics(new_topics, operation_timeout=timeout_s)
+    created = []
+    for name, future in futures.items():
+        try:
+            future.result(timeout=timeout_s)
+            created.append(name)
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.name() != "TOPIC_ALREADY_EXISTS":
+                raise RuntimeError(f"Could not create topic {name!r}: {error.str()}") from exc
+    return created
+
+
+def describe_topics(
+    settings: Mapping[str, Any], names: Iterable[str] | None = None, timeout_s: float = 10.0
+) -> dict[str, int]:
+    """Partition counts of the named topics (all non-internal topics when ``names`` is None).
+
+    A named topic that does not exist is an error naming it.
+    """
+    metadata = admin_client(settings).list_topics(timeout=timeout_s)
+    topics = {
+        name: len(meta.partitions)
+        for name, meta in metadata.topics.items()
+        if meta.error is None and not name.startswith("__")
+    }
+    if names is None:
+        return topics
+    wanted = list(names)
+    missing = [name for name in wanted if name not in topics]
+    if missing:
+        raise LookupError(
+            f"Topic(s) {', '.join(missing)} do not exist on {settings['bootstrap.servers']}."
+        )
+    return {name: topics[name] for name in wanted}
+
+
+def end_offsets(
+    settings: Mapping[str, Any], topic: str, timeout_s: float = 10.0
+) -> dict[int, tuple[int, int]]:
+    """``{partition: (low, high)}`` watermarks of a topic; ``high`` is the next offset to write."""
+    partitions = describe_topics(settings, [topic], timeout_s)[topic]
+    probe = consumer(settings, group_id="streamplatform-watermarks")
+    try:
+        return {
+            p: probe.get_watermark_offsets(KafkaTopicPartition(topic, p), timeout=timeout_s)
+            for p in range(partitions)
+        }
+    finally:
+        probe.close()

@@ -1,0 +1,331 @@
+"""A single-node Apache Kafka broker (KRaft, broker+controller in one JVM) for local runs and tests.
+
+The broker runs from the jars Maven fetched into ``.jvm/kafka/``, listens on free 127.0.0.1
+ports, and keeps everything (config, logs, the broker's own output, a state file) in one data
+directory. It runs in a process group of its own, so stopping it stops everything it started.
+
+Leaks are prevented in two ways: ``stop()`` signals the whole group and kills it if it does not
+exit in time, and ``start()`` first stops any broker an earlier, killed process left running on
+the same data directory (found through the state file ``broker.json`` and checked against the
+process's command line, so an unrelated process that reused the pid is never touched).
+
+    with LocalBroker() as broker:
+        settings = {"bootstrap.servers": broker.bootstrap_servers}
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import TracebackType
+
+from streamplatform.home import data_dir, jars_in
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "broker.json"
+_MARKER = "-Dstreamplatform.broker.dir="
+
+_LOG4J2 = """\
+rootLogger.level = info
+rootLogger.appenderRef.stdout.ref = stdout
+appender.stdout.type = Console
+appender.stdout.name = stdout
+appender.stdout.layout.type = PatternLayout
+appender.stdout.layout.pattern = [%d] %p %m (%c)%n
+logger.kafka.name = kafka
+logger.kafka.level = warn
+logger.apache.name = org.apache.kafka
+logger.apache.level = warn
+logger.server.name = kafka.server.KafkaRaftServer
+logger.server.level = info
+"""
+
+
+@dataclass(frozen=True)
+class BrokerState:
+    """What ``broker.json`` records about a running broker."""
+
+    pid: int
+    bootstrap_servers: str
+    controller_port: int
+    data_dir: str
+
+
+def default_data_dir() -> Path:
+    return data_dir() / "broker"
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _cluster_id() -> str:
+    """A Kafka Uuid string: URL-safe base64 of 16 random bytes, without padding.
+
+    Like Kafka's ``Uuid.randomUuid()``, never one starting with "-": the storage tool's argument
+    parser would take it for an option.
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
+def _java() -> str:
+    java_home = os.environ.get("JAVA_HOME")
+    java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
+    if not java or not Path(java).exists():
+        raise FileNotFoundError("No `java` found: install Java 17+ or set JAVA_HOME.")
+    return java
+
+
+def _is_our_broker(pid: int, directory: Path) -> bool:
+    """True when ``pid`` is alive and is the broker JVM of ``directory``."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return f"{_MARKER}{directory}".encode() in cmdline
+
+
+def read_state(directory: Path | None = None) -> BrokerState | None:
+    """The broker recorded in ``directory``, or None when none is recorded."""
+    path = (directory or default_data_dir()) / STATE_FILE
+    try:
+        return BrokerState(**json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def running_broker(directory: Path | None = None) -> BrokerState | None:
+    """The broker recorded in ``directory`` if it is still running."""
+    directory = (directory or default_data_dir()).resolve()
+    state = read_state(directory)
+    if state is not None and _is_our_broker(state.pid, directory):
+        return state
+    return None
+
+
+def _wait_gone(pid: int, directory: Path, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not _is_our_broker(pid, directory):
+            return True
+        time.sleep(0.1)
+    return not _is_our_broker(pid, directory)
+
+
+def stop_broker(directory: Path | None = None, timeout_s: float = 20.0) -> bool:
+    """Stop the broker recorded in ``directory`` (SIGTERM to its group, SIGKILL after timeout).
+
+    Returns True when a running broker was stopped, False when none was running.
+    """
+    directory = (directory or default_data_dir()).resolve()
+    state = running_broker(directory)
+    if state is None:
+        (directory / STATE_FILE).unlink(missing_ok=True)
+        return False
+    _signal_group(state.pid, signal.SIGTERM)
+    if not _wait_gone(state.pid, directory, timeout_s):
+        log.warning("Broker pid %s did not stop in %.0f s; killing its group", state.pid, timeout_s)
+        _signal_group(state.pid, signal.SIGKILL)
+        _wait_gone(state.pid, directory, 5.0)
+    (directory / STATE_FILE).unlink(missing_ok=True)
+    return True
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, sig)  # the broker leads its own group (start_new_session)
+
+
+class LocalBroker:
+    """A KRaft broker in ``directory`` (default ``.data/broker``).
+
+    ``fresh=True`` wipes the directory before starting (tests); ``fresh=False`` keeps topics
+    and data across restarts, like a real broker (the CLI's ``broker start``).
+    """
+
+    def __init__(
+        self,
+        directory: Path | None = None,
+        *,
+        fresh: bool = True,
+        heap_mb: int = 512,
+        ready_timeout_s: float = 90.0,
+    ) -> None:
+        self.directory = (directory or default_data_dir()).resolve()
+        self.fresh = fresh
+        self.heap_mb = heap_mb
+        self.ready_timeout_s = ready_timeout_s
+        self.state: BrokerState | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        if self.state is None:
+            raise RuntimeError("The local broker is not running: call start() first.")
+        return self.state.bootstrap_servers
+
+    @property
+    def log_file(self) -> Path:
+        return self.directory / "broker.out"
+
+    def start(self) -> str:
+        """Start the broker and wait until it serves metadata; returns ``bootstrap.servers``."""
+        classpath = f"{jars_in('kafka')[0].parent}/*"
+        if stop_broker(self.directory):
+            log.warning("Stopped a stale broker left running in %s", self.directory)
+        if self.fresh and self.directory.exists():
+            shutil.rmtree(self.directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+
+        port, controller_port = _free_port(), _free_port()
+        config = self._write_config(port, controller_port)
+        if not (self.directory / "logs" / "meta.properties").exists():
+            self._format_storage(classpath, config)
+
+        java_options = [
+            f"-Xmx{self.heap_mb}m",
+            "-Xms128m",
+            "-XX:+UseG1GC",
+            "-XX:+ExitOnOutOfMemoryError",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={self.directory / 'log4j2.properties'}",
+            f"{_MARKER}{self.directory}",
+        ]
+        with self.log_file.open("ab") as out:
+            self._process = subprocess.Popen(
+                [_java(), *java_options, "-cp", classpath, "kafka.Kafka", str(config)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        self.state = BrokerState(
+            pid=self._process.pid,
+            bootstrap_servers=f"127.0.0.1:{port}",
+            controller_port=controller_port,
+            data_dir=str(self.directory),
+        )
+        (self.directory / STATE_FILE).write_text(json.dumps(asdict(self.state)))
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self.state.bootstrap_servers
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        """Stop the broker and its whole process group; safe to call twice."""
+        stop_broker(self.directory, timeout_s)
+        if self._process is not None:
+            try:
+                self._process.wait(timeout=5)  # reap our child so it leaves no zombie
+            except subprocess.TimeoutExpired:
+                _signal_group(self._process.pid, signal.SIGKILL)
+                self._process.wait(timeout=5)
+            self._process = None
+        self.state = None
+
+    def __enter__(self) -> LocalBroker:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _write_config(self, port: int, controller_port: int) -> Path:
+        logs = self.directory / "logs"
+        settings = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+            "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": str(logs),
+            "num.partitions": "1",
+            # One node: every internal topic has one replica.
+            "offsets.topic.replication.factor": "1",
+            "offsets.topic.num.partitions": "4",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "transaction.state.log.num.partitions": "4",
+            "share.coordinator.state.topic.replication.factor": "1",
+            "share.coordinator.state.topic.min.isr": "1",
+            "group.initial.rebalance.delay.ms": "0",
+            # Topics are created on purpose; a typo in a topic name is an error, not a new topic.
+            "auto.create.topics.enable": "false",
+            "log.flush.interval.messages": "100000",
+        }
+        path = self.directory / "server.properties"
+        path.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
+        (self.directory / "log4j2.properties").write_text(_LOG4J2)
+        return path
+
+    def _format_storage(self, classpath: str, config: Path) -> None:
+        result = subprocess.run(
+            [_java(), "-Xmx256m", "-cp", classpath, "kafka.tools.StorageTool", "format",
+             f"--cluster-id={_cluster_id()}", f"--config={config}"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )  # fmt: skip
+        if result.returncode != 0:
+            raise RuntimeError(
+                f"Formatting Kafka storage in {self.directory} failed:\n"
+                f"{result.stdout}{result.stderr}"
+            )
+
+    def _wait_ready(self) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        assert self._process is not None and self.state is not None
+        admin = AdminClient(
+            {"bootstrap.servers": self.state.bootstrap_servers, "log_level": 0, "logger": log}
+        )
+        deadline = time.monotonic() + self.ready_timeout_s
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise RuntimeError(
+                    f"The Kafka broker exited with code {self._process.returncode} during "
+                    f"start-up; its output is in {self.log_file}:\n{self._log_tail()}"
+                )
+            try:
+                if admin.list_topics(timeout=1.0).brokers:
+                    return
+            except Exception:  # not listening yet
+                pass
+            time.sleep(0.2)
+        raise TimeoutError(
+            f"The Kafka broker did not serve metadata within {self.ready_timeout_s:.0f} s; "
+            f"its output is in {self.log_file}:\n{self._log_tail()}"
+        )
+
+    def _log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no output)"

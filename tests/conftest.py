@@ -1,0 +1,26 @@
+"""Shared fixtures: one Kafka broker and one SparkSession per test run."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+pytest_plugins = ["streamplatform.kafka.pytest_fixtures"]
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """The run's SparkSession (local[2], Delta, Kafka connector), stopped at the end."""
+    from streamplatform.spark import spark_session
+
+    session = spark_session(master="local[2]", app_name="streamplatform-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def topic_name(request: pytest.FixtureRequest) -> str:
+    """A topic name of its own for each test, so tests sharing the broker never collide."""
+    return f"{request.node.name[:40]}-{uuid.uuid4().hex[:8]}".replace("[", "-").replace("]", "")

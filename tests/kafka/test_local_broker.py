@@ -1,0 +1,137 @@
+"""The local KRaft broker: serves metadata, stops its whole process group, never leaks."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from streamplatform.kafka import LocalBroker, TopicSpec, create_topics, describe_topics
+from streamplatform.kafka.local_broker import _cluster_id, read_state, running_broker
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0); it is dead for our purposes.
+    return "State:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+
+
+def _group_members(pgid: int) -> list[int]:
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":  # fields: state, ppid, pgrp, ...
+            members.append(int(stat.parent.name))
+    return members
+
+
+def test_broker_serves_metadata_and_creates_topics(kafka_settings, topic_name):
+    assert create_topics(kafka_settings, [TopicSpec(topic_name, partitions=3)]) == [topic_name]
+    assert describe_topics(kafka_settings, [topic_name]) == {topic_name: 3}
+    # Creating it again is not an error and creates nothing.
+    assert create_topics(kafka_settings, [TopicSpec(topic_name, partitions=3)]) == []
+
+
+def test_missing_topic_is_an_error_naming_it(kafka_settings):
+    with pytest.raises(LookupError, match="no-such-topic"):
+        describe_topics(kafka_settings, ["no-such-topic"])
+
+
+def test_broker_listens_on_loopback_only(kafka_broker):
+    host, _ = kafka_broker.bootstrap_servers.split(":")
+    assert host == "127.0.0.1"
+    config = (kafka_broker.directory / "server.properties").read_text()
+    assert "0.0.0.0" not in config
+
+
+def test_stop_ends_the_whole_process_group_and_a_stale_broker_is_stopped(tmp_path):
+    directory = tmp_path / "broker"
+    first = LocalBroker(directory)
+    first.start()
+    first_pid = first.state.pid
+    assert _group_members(first_pid), "the broker runs in a process group of its own"
+
+    # The owner "dies" without stopping its broker; the next start on that directory finds it.
+    second = LocalBroker(directory)
+    second.start()
+    second_pid = second.state.pid
+    try:
+        assert not _alive(first_pid)
+        assert _group_members(first_pid) == []
+        assert running_broker(directory).pid == second_pid
+    finally:
+        second.stop()
+    assert not _alive(second_pid)
+    assert _group_members(second_pid) == []
+    assert running_broker(directory) is None
+    assert read_state(directory) is None
+
+
+def test_fixture_stops_the_broker_even_when_a_test_fails(tmp_path):
+    """Run a failing test that uses the fixture in a child pytest; no broker may survive it."""
+    pid_file = tmp_path / "pid"
+    test_file = tmp_path / "test_fails.py"
+    test_file.write_text(
+        textwrap.dedent(f"""
+        pytest_plugins = ["streamplatform.kafka.pytest_fixtures"]
+
+        def test_uses_broker_then_fails(kafka_broker):
+            open({str(pid_file)!r}, "w").write(str(kafka_broker.state.pid))
+            assert False, "deliberate failure"
+        """)
+    )
+    env = os.environ | {"STREAMPLATFORM_DATA": str(tmp_path / "data")}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test_file)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=180,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "deliberate failure" in result.stdout
+    pid = int(pid_file.read_text())
+    assert not _alive(pid)
+    assert _group_members(pid) == []
+
+
+def test_cli_start_status_stop(tmp_path):
+    env = os.environ | {"STREAMPLATFORM_DATA": str(tmp_path)}
+    cli = [sys.executable, "-m", "streamplatform.cli"]
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*cli, *args], capture_output=True, text=True, env=env, timeout=180)
+
+    assert run("broker", "status").returncode == 3
+    started = run("broker", "start")
+    try:
+        assert started.returncode == 0, started.stderr
+        assert "bootstrap.servers=127.0.0.1:" in started.stdout
+        status = run("broker", "status")
+        assert status.returncode == 0 and "Running: pid" in status.stdout
+        assert "Already running" in run("broker", "start").stdout
+        assert run("topics", "create", "cli-topic", "--partitions", "2").returncode == 0
+        assert "cli-topic\t2" in run("topics", "list").stdout
+        pid = read_state(tmp_path / "broker").pid
+    finally:
+        stopped = run("broker", "stop")
+    assert "Stopped." in stopped.stdout
+    assert run("broker", "status").returncode == 3
+    assert not _alive(pid)
+
+
+def test_cluster_ids_never_look_like_an_option():
+    ids = {_cluster_id() for _ in range(2000)}
+    assert len(ids) == 2000
+    assert all(len(i) == 22 and not i.startswith("-") for i in ids)
