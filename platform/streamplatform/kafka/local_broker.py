@@ -29,6 +29,7 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from streamplatform.home import data_dir, jars_in
 
@@ -303,9 +304,9 @@ class LocalBroker:
         from confluent_kafka.admin import AdminClient
 
         assert self._process is not None and self.state is not None
-        admin = AdminClient(
-            {"bootstrap.servers": self.state.bootstrap_servers, "log_level": 0, "logger": log}
-        )
+        # Silent: "connection refused" is the expected answer until the broker listens.
+        quiet: dict[str, Any] = {"log_level": 0, "logger": log}
+        admin = AdminClient({"bootstrap.servers": self.state.bootstrap_servers} | quiet)
         deadline = time.monotonic() + self.ready_timeout_s
         while time.monotonic() < deadline:
             if self._process.poll() is not None:

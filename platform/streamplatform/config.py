@@ -1,0 +1,293 @@
+"""StreamsConfig: Kafka Streams' dotted setting names, validated once, frozen.
+
+Every setting is declared once below (name, parser, default, doc, aliases); validation, defaults,
+alias resolution and the reference in ``docs/configuration.md`` (``python -m
+streamplatform.config``) all come from that one table. An unknown or ill-typed setting is an
+error at start that names it; all problems are reported together.
+
+Kafka client settings pass through untouched: ``client.id``, ``security.protocol``, ``sasl.*``,
+``ssl.*`` and the ``producer.``/``consumer.``/``admin.`` prefixes, as in Kafka Streams.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+BUILTIN_HANDLERS = ("log_and_fail", "log_and_continue")
+GUARANTEES = ("at_least_once", "exactly_once_v2")
+MAX_CLIENT_TAGS = 5
+MAX_TAG_KEY_LENGTH = 20
+MAX_TAG_VALUE_LENGTH = 30
+
+CLIENT_TAG_PREFIX = "client.tag."
+_CLIENT_TAG_ALIAS = "instance.tag."
+_PASSTHROUGH_KEYS = ("client.id", "security.protocol")
+_CLIENT_PREFIXES = ("producer", "consumer", "admin")
+_PASSTHROUGH_PREFIXES = ("sasl.", "ssl.", *(f"{client}." for client in _CLIENT_PREFIXES))
+
+
+class ConfigError(ValueError):
+    """One or more settings are wrong; the message names each of them."""
+
+
+def _string(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("expected a non-empty string")
+    return value
+
+
+def _optional_string(value: Any) -> str | None:
+    return None if value is None else _string(value)
+
+
+def _int(minimum: int) -> Callable[[Any], int]:
+    def parse(value: Any) -> int:
+        if isinstance(value, bool):
+            raise ValueError("expected an integer, not a boolean")
+        try:
+            number = int(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"expected an integer >= {minimum}") from None
+        if isinstance(value, float) and value != number:
+            raise ValueError(f"expected an integer >= {minimum}")
+        if number < minimum:
+            raise ValueError(f"expected an integer >= {minimum}")
+        return number
+
+    return parse
+
+
+def _optional_limit(value: Any) -> int | None:
+    """A limit where None or -1 mean "unlimited"."""
+    if value is None or value == -1 or value == "-1":
+        return None
+    return _int(1)(value)
+
+
+def _choice(*options: str) -> Callable[[Any], str]:
+    def parse(value: Any) -> str:
+        if value not in options:
+            raise ValueError(f"expected one of {', '.join(options)}")
+        return str(value)
+
+    return parse
+
+
+def _string_list(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        items = [item.strip() for item in value.split(",") if item.strip()]
+    elif isinstance(value, list | tuple):
+        items = [_string(item).strip() for item in value]
+    else:
+        raise ValueError("expected a comma-separated string or a list of strings")
+    return tuple(items)
+
+
+def load_object(path: str) -> Any:
+    """Import ``package.module.Name`` or ``package.module:Name``."""
+    module_name, _, attribute = path.replace(":", ".").rpartition(".")
+    if not module_name:
+        raise ValueError(f"{path!r} is not an import path (package.module.Name)")
+    try:
+        return getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"cannot import {path!r}: {exc}") from None
+
+
+def _handler(value: Any) -> str:
+    name = _string(value)
+    if name not in BUILTIN_HANDLERS:
+        load_object(name)  # fail at start, not at the first bad record
+    return name
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    parse: Callable[[Any], Any]
+    default: Any
+    doc: str
+    type_doc: str
+    aliases: tuple[str, ...] = ()
+    required: bool = False
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("application.id", _string, None, "Identifies the application: prefixes internal "
+            "topics, names the state directory and the Delta tables' transaction ids.",
+            "string", required=True),
+    Setting("bootstrap.servers", _optional_string, None, "Kafka brokers, host:port,... Needed "
+            "to run on Kafka; the TopologyTestDriver does without.", "string"),
+    Setting("processing.guarantee", _choice(*GUARANTEES), "at_least_once",
+            "exactly_once_v2: READ_COMMITTED stores, prepared and settled transactions, "
+            "idempotent Delta sinks. at_least_once: READ_UNCOMMITTED stores committed in the task.",
+            " | ".join(GUARANTEES)),
+    Setting("state.dir", _string, None, "Root of the local state stores; a task's stores live "
+            "in <state.dir>/<application.id>/<task id>/. Default: .data/state.", "path"),
+    Setting("commit.interval.ms", _int(0), None, "How often a task commits its stores and "
+            "offsets. Default 30000, or 100 under exactly_once_v2 (as in Kafka Streams).", "ms"),
+    Setting("num.standby.replicas", _int(0), 0, "Warm copies of each stateful task kept on "
+            "other instances (KIP-708 placement).", "int >= 0"),
+    Setting("rack.aware.assignment.tags", _string_list, (), "Client tag keys to spread standbys "
+            "over, in precedence order (KIP-708).", "list",
+            aliases=("standby.task.assignment.awareness",)),
+    Setting("default.deserialization.exception.handler", _handler, "log_and_fail",
+            "What to do with a record that cannot be deserialized.", "handler"),
+    Setting("processing.exception.handler", _handler, "log_and_fail",
+            "What to do when a processor raises (KIP-1033).", "handler"),
+    Setting("default.production.exception.handler", _handler, "log_and_fail",
+            "What to do when an output record cannot be serialized or written.", "handler"),
+    Setting("errors.dead.letter.queue.topic.name", _optional_string, None, "When set, the "
+            "built-in handlers send one DLQ record per error to this topic (KIP-1034). The topic "
+            "is never created for you.", "string", aliases=("errors.deadletterqueue.topic.name",)),
+    Setting("statestore.uncommitted.max.records", _optional_limit, None, "Commit early when a "
+            "task's stores hold more uncommitted entries than this (KIP-892). -1: no limit.",
+            "int or -1"),
+    Setting("statestore.uncommitted.max.bytes", _optional_limit, 64 * 1024 * 1024,
+            "Commit early when a task's stores hold more uncommitted bytes than this (KIP-892). "
+            "-1: no limit.", "bytes or -1"),
+    Setting("platform.delta.root", _string, None, "Root of the runtime's Delta tables (offset "
+            "and commit logs, changelogs, snapshots, DLQ mirror). Default: .data/delta.", "path"),
+    Setting("platform.spark.master", _string, None, "Spark master for the job. Default: "
+            "$SPARK_MASTER or local[*].", "string"),
+    Setting("platform.max.records.per.batch", _int(1), 100_000, "Upper bound on the records a "
+            "micro-batch reads per task.", "int >= 1"),
+)  # fmt: skip
+
+_BY_NAME = {setting.name: setting for setting in SETTINGS}
+_ALIASES = {alias: setting.name for setting in SETTINGS for alias in setting.aliases}
+
+
+def _tag(key: str, value: Any, errors: list[str]) -> tuple[str, str] | None:
+    tag = key[len(CLIENT_TAG_PREFIX) :]
+    if not tag:
+        errors.append(f"{key}: a client tag needs a key after {CLIENT_TAG_PREFIX!r}")
+    elif len(tag) > MAX_TAG_KEY_LENGTH:
+        errors.append(f"{key}: tag keys are at most {MAX_TAG_KEY_LENGTH} characters")
+    elif not isinstance(value, str) or not value:
+        errors.append(f"{key}: expected a non-empty string value")
+    elif len(value) > MAX_TAG_VALUE_LENGTH:
+        errors.append(f"{key}: tag values are at most {MAX_TAG_VALUE_LENGTH} characters")
+    else:
+        return tag, value
+    return None
+
+
+class StreamsConfig(Mapping[str, Any]):
+    """Validated, frozen settings. ``config["commit.interval.ms"]`` gives the typed value."""
+
+    def __init__(self, settings: Mapping[str, Any] | None = None, **overrides: Any) -> None:
+        given = dict(settings or {}) | overrides
+        errors: list[str] = []
+        values: dict[str, Any] = {}
+        tags: dict[str, str] = {}
+        passthrough: dict[str, Any] = {}
+        seen: set[str] = set()
+        for raw_key, value in given.items():
+            key = _ALIASES.get(raw_key, raw_key)
+            if key.startswith(_CLIENT_TAG_ALIAS):
+                key = CLIENT_TAG_PREFIX + key[len(_CLIENT_TAG_ALIAS) :]
+            if key in seen:
+                errors.append(f"{raw_key}: given twice (directly and through an alias)")
+                continue
+            seen.add(key)
+            if key in _BY_NAME:
+                try:
+                    values[key] = _BY_NAME[key].parse(value)
+                except ValueError as exc:
+                    errors.append(f"{raw_key}={value!r}: {exc}")
+            elif key.startswith(CLIENT_TAG_PREFIX):
+                tag = _tag(raw_key if raw_key == key else key, value, errors)
+                if tag is not None:
+                    tags[tag[0]] = tag[1]
+            elif key in _PASSTHROUGH_KEYS or key.startswith(_PASSTHROUGH_PREFIXES):
+                passthrough[key] = value
+            else:
+                errors.append(_unknown(raw_key))
+        for setting in SETTINGS:
+            if setting.required and setting.name not in values:
+                errors.append(f"{setting.name}: required, not set")
+            values.setdefault(setting.name, setting.default)
+        if len(tags) > MAX_CLIENT_TAGS:
+            errors.append(f"client.tag.*: at most {MAX_CLIENT_TAGS} tags, got {len(tags)}")
+        if errors:
+            raise ConfigError("Invalid streamplatform settings:\n  " + "\n  ".join(errors))
+        if values["commit.interval.ms"] is None:
+            eos = values["processing.guarantee"] == "exactly_once_v2"
+            values["commit.interval.ms"] = 100 if eos else 30_000
+        self._values = values
+        self.client_tags: Mapping[str, str] = dict(tags)
+        self.client_settings: Mapping[str, Any] = dict(passthrough)
+
+    def __getitem__(self, name: str) -> Any:
+        return self._values[_ALIASES.get(name, name)]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        given = {k: v for k, v in self._values.items() if v != _BY_NAME[k].default}
+        return f"StreamsConfig({given!r})"
+
+    @property
+    def exactly_once(self) -> bool:
+        return bool(self["processing.guarantee"] == "exactly_once_v2")
+
+    def kafka_settings(self, client: str | None = None) -> dict[str, Any]:
+        """Settings for a confluent-kafka client: ``bootstrap.servers``, the shared pass-through
+        settings, and for ``client`` = "producer" | "consumer" | "admin" its prefixed ones."""
+        if not self["bootstrap.servers"]:
+            raise ConfigError("bootstrap.servers: required to run against Kafka, not set")
+        settings = {"bootstrap.servers": self["bootstrap.servers"]}
+        for key, value in self.client_settings.items():
+            prefix, _, rest = key.partition(".")
+            if prefix not in _CLIENT_PREFIXES:
+                settings[key] = value
+            elif prefix == client:
+                settings[rest] = value
+        return settings
+
+
+def _unknown(key: str) -> str:
+    known = [*_BY_NAME, *_ALIASES]
+    close = difflib.get_close_matches(key, known, n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return f"{key}: unknown setting{hint}"
+
+
+def reference_markdown() -> str:
+    """The configuration reference, generated from :data:`SETTINGS`."""
+    lines = [
+        "# Configuration reference",
+        "",
+        "Generated by `python -m streamplatform.config` from `platform/streamplatform/config.py`.",
+        "",
+        "| setting | type | default | aliases | meaning |",
+        "|---|---|---|---|---|",
+    ]
+    for s in SETTINGS:
+        default = "required" if s.required else ("" if s.default is None else repr(s.default))
+        aliases = ", ".join(f"`{a}`" for a in s.aliases)
+        lines.append(f"| `{s.name}` | {s.type_doc} | {default} | {aliases} | {s.doc} |")
+    lines += [
+        f"| `client.tag.<key>` | string | | `instance.tag.<key>` | This instance's tags for "
+        f"rack-aware standby placement: at most {MAX_CLIENT_TAGS} tags, keys at most "
+        f"{MAX_TAG_KEY_LENGTH} and values at most {MAX_TAG_VALUE_LENGTH} characters. |",
+        "",
+        "Handlers: `log_and_fail`, `log_and_continue`, or an import path `package.module.Class`.",
+        "Kafka client settings pass through: `client.id`, `security.protocol`, `sasl.*`, "
+        "`ssl.*`, and `producer.*` / `consumer.*` / `admin.*` for one client only.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(reference_markdown(), end="")

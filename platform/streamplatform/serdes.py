@@ -1,0 +1,140 @@
+"""Serdes: how keys and values become bytes and back.
+
+As in Kafka, ``None`` (a null key, a tombstone) passes through both ways untouched. A failure
+raises :class:`SerializationError`, which carries the raw bytes so an exception handler can put
+them in the dead letter queue.
+
+    >>> Serdes.json().serialize({"id": 1})
+    b'{"id":1}'
+    >>> Serdes.long().deserialize(Serdes.long().serialize(-5))
+    -5
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Any, Protocol, runtime_checkable
+
+
+class SerializationError(Exception):
+    """A value could not be (de)serialized; ``raw`` holds the bytes involved, if any."""
+
+    def __init__(self, message: str, raw: bytes | None = None) -> None:
+        super().__init__(message)
+        self.raw = raw
+
+
+@runtime_checkable
+class Serde(Protocol):
+    """Turns values into bytes and back; both directions map None to None."""
+
+    name: str
+
+    def serialize(self, value: Any) -> bytes | None: ...
+
+    def deserialize(self, data: bytes | None) -> Any: ...
+
+
+class _StringSerde:
+    name = "string"
+
+    def serialize(self, value: Any) -> bytes | None:
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise SerializationError(f"string serde got {type(value).__name__}, not str")
+        return value.encode()
+
+    def deserialize(self, data: bytes | None) -> str | None:
+        if data is None:
+            return None
+        try:
+            return bytes(data).decode()
+        except UnicodeDecodeError as exc:
+            raise SerializationError(f"not UTF-8: {exc}", raw=bytes(data)) from exc
+
+
+class _BytesSerde:
+    name = "bytes"
+
+    def serialize(self, value: Any) -> bytes | None:
+        if value is None:
+            return None
+        if not isinstance(value, bytes | bytearray | memoryview):
+            raise SerializationError(f"bytes serde got {type(value).__name__}, not bytes")
+        return bytes(value)
+
+    def deserialize(self, data: bytes | None) -> bytes | None:
+        return None if data is None else bytes(data)
+
+
+class _LongSerde:
+    """Kafka's LongSerializer: 8 bytes, big-endian, signed."""
+
+    name = "long"
+    _format = struct.Struct(">q")
+
+    def serialize(self, value: Any) -> bytes | None:
+        if value is None:
+            return None
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise SerializationError(f"long serde got {type(value).__name__}, not int")
+        try:
+            return self._format.pack(value)
+        except struct.error as exc:
+            raise SerializationError(f"{value} does not fit in 64 bits") from exc
+
+    def deserialize(self, data: bytes | None) -> int | None:
+        if data is None:
+            return None
+        if len(data) != 8:
+            raise SerializationError(f"a long needs 8 bytes, got {len(data)}", raw=bytes(data))
+        return int(self._format.unpack(data)[0])
+
+
+class _JsonSerde:
+    """Compact UTF-8 JSON."""
+
+    name = "json"
+
+    def serialize(self, value: Any) -> bytes | None:
+        if value is None:
+            return None
+        try:
+            return json.dumps(value, separators=(",", ":")).encode()
+        except (TypeError, ValueError) as exc:
+            raise SerializationError(f"not JSON-serializable: {exc}") from exc
+
+    def deserialize(self, data: bytes | None) -> Any:
+        if data is None:
+            return None
+        try:
+            return json.loads(data)
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise SerializationError(f"not JSON: {exc}", raw=bytes(data)) from exc
+
+
+class Serdes:
+    """The built-in serdes (stateless; each call returns a shared instance)."""
+
+    _string = _StringSerde()
+    _bytes = _BytesSerde()
+    _long = _LongSerde()
+    _json = _JsonSerde()
+
+    @staticmethod
+    def string() -> Serde:
+        return Serdes._string
+
+    @staticmethod
+    def bytes() -> Serde:
+        return Serdes._bytes
+
+    @staticmethod
+    def long() -> Serde:
+        return Serdes._long
+
+    @staticmethod
+    def json() -> Serde:
+        return Serdes._json

@@ -1,0 +1,120 @@
+"""StreamsConfig: Kafka Streams' names and aliases, typed, validated, errors naming the setting."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from streamplatform.config import ConfigError, StreamsConfig, reference_markdown
+
+
+def test_defaults_and_types():
+    config = StreamsConfig({"application.id": "app", "commit.interval.ms": "250"})
+    assert config["commit.interval.ms"] == 250
+    assert config["processing.guarantee"] == "at_least_once"
+    assert config["default.deserialization.exception.handler"] == "log_and_fail"
+    assert config["errors.dead.letter.queue.topic.name"] is None
+    assert config["statestore.uncommitted.max.records"] is None
+    assert config["rack.aware.assignment.tags"] == ()
+
+
+def test_commit_interval_default_follows_the_guarantee():
+    assert StreamsConfig({"application.id": "a"})["commit.interval.ms"] == 30_000
+    eos = StreamsConfig({"application.id": "a", "processing.guarantee": "exactly_once_v2"})
+    assert eos["commit.interval.ms"] == 100
+    assert eos.exactly_once
+
+
+def test_kip_draft_aliases_are_accepted():
+    config = StreamsConfig(
+        {
+            "application.id": "a",
+            "errors.deadletterqueue.topic.name": "dlq",
+            "instance.tag.zone": "eu-1a",
+            "standby.task.assignment.awareness": "zone, cluster",
+        }
+    )
+    assert config["errors.dead.letter.queue.topic.name"] == "dlq"
+    assert config["errors.deadletterqueue.topic.name"] == "dlq"
+    assert config.client_tags == {"zone": "eu-1a"}
+    assert config["rack.aware.assignment.tags"] == ("zone", "cluster")
+
+
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        ({"commit.intervall.ms": 5}, "commit.intervall.ms: unknown setting (did you mean commit.interval.ms?)"),
+        ({"commit.interval.ms": "soon"}, "commit.interval.ms='soon': expected an integer >= 0"),
+        ({"commit.interval.ms": -1}, "commit.interval.ms=-1"),
+        ({"num.standby.replicas": True}, "num.standby.replicas=True"),
+        ({"processing.guarantee": "exactly_once"}, "processing.guarantee='exactly_once': expected one of"),
+        ({"processing.exception.handler": "no.such.Module"}, "processing.exception.handler='no.such.Module': cannot import"),
+        ({"client.tag.zone": "x" * 31}, "client.tag.zone: tag values are at most 30"),
+        ({"client.tag." + "k" * 21: "v"}, "tag keys are at most 20"),
+        ({"errors.dead.letter.queue.topic.name": "a", "errors.deadletterqueue.topic.name": "b"}, "given twice"),
+        ({"statestore.uncommitted.max.bytes": 0}, "statestore.uncommitted.max.bytes=0"),
+    ],
+)  # fmt: skip
+def test_bad_settings_stop_start_up_naming_the_setting(settings, named):
+    with pytest.raises(ConfigError) as error:
+        StreamsConfig({"application.id": "a", **settings})
+    assert named in str(error.value)
+
+
+def test_all_problems_are_reported_together():
+    with pytest.raises(ConfigError) as error:
+        StreamsConfig({"num.standby.replicas": -2, "nope": 1})
+    message = str(error.value)
+    assert "application.id: required" in message
+    assert "num.standby.replicas=-2" in message
+    assert "nope: unknown setting" in message
+
+
+def test_at_most_five_client_tags():
+    tags = {f"client.tag.t{i}": "v" for i in range(6)}
+    with pytest.raises(ConfigError, match="at most 5 tags"):
+        StreamsConfig({"application.id": "a", **tags})
+
+
+def test_custom_handler_import_path_is_checked_at_start():
+    config = StreamsConfig(
+        {"application.id": "a", "processing.exception.handler": "collections.OrderedDict"}
+    )
+    assert config["processing.exception.handler"] == "collections.OrderedDict"
+
+
+def test_kafka_client_settings_pass_through_per_client():
+    config = StreamsConfig(
+        {
+            "application.id": "a",
+            "bootstrap.servers": "b:9092",
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": "PLAIN",
+            "producer.linger.ms": 5,
+            "consumer.fetch.min.bytes": 10,
+        }
+    )
+    assert config.kafka_settings("producer") == {
+        "bootstrap.servers": "b:9092",
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "PLAIN",
+        "linger.ms": 5,
+    }
+    assert "fetch.min.bytes" in config.kafka_settings("consumer")
+    with pytest.raises(ConfigError, match="bootstrap.servers"):
+        StreamsConfig({"application.id": "a"}).kafka_settings()
+
+
+def test_config_is_frozen():
+    config = StreamsConfig({"application.id": "a"})
+    with pytest.raises(TypeError):
+        config["application.id"] = "b"  # type: ignore[index]
+
+
+def test_reference_doc_is_generated_from_the_settings():
+    doc = Path(__file__).parents[1] / "docs" / "configuration.md"
+    assert doc.read_text() == reference_markdown(), (
+        "docs/configuration.md is stale: run `.venv/bin/python -m streamplatform.config "
+        "> docs/configuration.md`"
+    )

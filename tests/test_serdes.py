@@ -1,0 +1,59 @@
+"""Serdes: round trips, None passes through, failures carry the raw bytes."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from streamplatform.serdes import Serde, Serdes, SerializationError
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text() | st.floats(allow_nan=False),
+    lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner),
+    max_leaves=10,
+)
+
+
+@given(st.text())
+def test_string_round_trip(value):
+    assert Serdes.string().deserialize(Serdes.string().serialize(value)) == value
+
+
+@given(st.integers(min_value=-(2**63), max_value=2**63 - 1))
+def test_long_round_trip_is_kafkas_big_endian_format(value):
+    data = Serdes.long().serialize(value)
+    assert data == value.to_bytes(8, "big", signed=True)
+    assert Serdes.long().deserialize(data) == value
+
+
+@given(json_values.filter(lambda v: v is not None))
+def test_json_round_trip(value):
+    assert Serdes.json().deserialize(Serdes.json().serialize(value)) == value
+
+
+@pytest.mark.parametrize("serde", [Serdes.string(), Serdes.bytes(), Serdes.long(), Serdes.json()])
+def test_none_passes_through(serde):
+    assert isinstance(serde, Serde)
+    assert serde.serialize(None) is None
+    assert serde.deserialize(None) is None
+
+
+@pytest.mark.parametrize(
+    ("serde", "raw"),
+    [(Serdes.json(), b"{not json"), (Serdes.string(), b"\xff\xfe"), (Serdes.long(), b"\x01\x02")],
+)
+def test_deserialization_error_carries_raw_bytes(serde, raw):
+    with pytest.raises(SerializationError) as error:
+        serde.deserialize(raw)
+    assert error.value.raw == raw
+
+
+@pytest.mark.parametrize(
+    ("serde", "value"),
+    [(Serdes.string(), 5), (Serdes.long(), "5"), (Serdes.long(), 2**64), (Serdes.bytes(), "x"),
+     (Serdes.json(), {1, 2})],
+)  # fmt: skip
+def test_serialization_error_names_the_problem(serde, value):
+    with pytest.raises(SerializationError):
+        serde.serialize(value)
