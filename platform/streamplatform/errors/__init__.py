@@ -2,9 +2,9 @@
 
 from streamplatform.errors.context import ErrorHandlerContext
 from streamplatform.errors.dlq import build_dlq_record, error_headers
+from streamplatform.errors.exceptions import HandlerError, StreamsError, TaskFailedError
 from streamplatform.errors.handlers import (
     ExceptionHandler,
-    HandlerError,
     LogAndContinueExceptionHandler,
     LogAndFailExceptionHandler,
 )
@@ -18,6 +18,8 @@ __all__ = [
     "LogAndContinueExceptionHandler",
     "LogAndFailExceptionHandler",
     "Response",
+    "StreamsError",
+    "TaskFailedError",
     "build_dlq_record",
     "error_headers",
 ]

@@ -18,6 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 from streamplatform.config import BUILTIN_HANDLERS, ConfigError, StreamsConfig, load_object
 from streamplatform.errors.context import ErrorHandlerContext
 from streamplatform.errors.dlq import build_dlq_record
+from streamplatform.errors.exceptions import HandlerError
 from streamplatform.errors.response import Response
 
 log = logging.getLogger(__name__)
@@ -27,10 +28,6 @@ PROCESSING = "processing.exception.handler"
 PRODUCTION = "default.production.exception.handler"
 HANDLER_SETTINGS = (DESERIALIZATION, PROCESSING, PRODUCTION)
 DLQ_TOPIC_SETTING = "errors.dead.letter.queue.topic.name"
-
-
-class HandlerError(RuntimeError):
-    """An exception handler raised, or answered something that is not a Response."""
 
 
 @runtime_checkable

@@ -1,0 +1,114 @@
+"""StreamsBuilder: where a topology starts (``stream``, ``table``) and ends (``build``).
+
+>>> from streamplatform import StreamsBuilder
+>>> from streamplatform.serdes import Serdes
+>>> b = StreamsBuilder()
+>>> b.stream("in", Serdes.string(), Serdes.json()).filter(lambda k, v: v["ok"]).to("out")
+>>> print(b.build().describe())
+Topologies:
+   Sub-topology: 0
+    Source: KSTREAM-SOURCE-0000000000 (topics: [in])
+      --> KSTREAM-FILTER-0000000001
+    Processor: KSTREAM-FILTER-0000000001 (stores: [])
+      --> KSTREAM-SINK-0000000002
+      <-- KSTREAM-SOURCE-0000000000
+    Sink: KSTREAM-SINK-0000000002 (topic: out)
+      <-- KSTREAM-FILTER-0000000001
+<BLANKLINE>
+"""
+
+from __future__ import annotations
+
+from streamplatform.dsl.graph import Node, ProcessorNode, SinkNode, SourceNode
+from streamplatform.dsl.join import TableSource
+from streamplatform.dsl.kstream import KStream, KTable
+from streamplatform.dsl.topology import Topology
+from streamplatform.serdes import Serde, Serdes
+from streamplatform.state import Stores, StoreSpec
+
+
+class StreamsBuilder:
+    """Records a graph of sources, processors, stores and sinks; ``build()`` freezes it."""
+
+    def __init__(self) -> None:
+        self._nodes: dict[str, Node] = {}
+        self._stores: dict[str, StoreSpec] = {}
+        self._topics: dict[str, str] = {}  # source topic -> node that reads it
+        self._counter = 0
+
+    def new_name(self, kind: str) -> str:
+        """Kafka Streams' generated names: ``KSTREAM-<KIND>-<10-digit index>``."""
+        name = f"KSTREAM-{kind}-{self._counter:010d}"
+        self._counter += 1
+        return name
+
+    def add_node(self, node: Node, parents: list[str]) -> None:
+        if node.name in self._nodes:
+            raise ValueError(f"A node named {node.name!r} already exists in this topology")
+        if isinstance(node, SourceNode):
+            if node.topic in self._topics:
+                raise ValueError(
+                    f"Topic {node.topic!r} is already read by {self._topics[node.topic]}; "
+                    "a topic can be a source only once"
+                )
+            self._topics[node.topic] = node.name
+        for parent_name in parents:
+            parent = self._nodes[parent_name]
+            if isinstance(parent, SinkNode):
+                raise ValueError(f"{parent_name} is a sink; nothing can follow it")
+            parent.children.append(node.name)
+            if not isinstance(node, SourceNode):
+                node.parents.append(parent_name)
+        self._nodes[node.name] = node
+
+    def add_store(self, spec: StoreSpec) -> str:
+        if spec.name in self._stores:
+            raise ValueError(f"A store named {spec.name!r} already exists in this topology")
+        self._stores[spec.name] = spec
+        return spec.name
+
+    def add_state_store(self, spec: StoreSpec) -> StreamsBuilder:
+        """Register a store for user processors (``KStream.process(supplier, name)``)."""
+        self.add_store(spec)
+        return self
+
+    def require_store(self, name: str) -> None:
+        if name not in self._stores:
+            raise ValueError(f"No store named {name!r}: add it with add_state_store() first")
+
+    def stream(
+        self, topic: str, key_serde: Serde | None = None, value_serde: Serde | None = None
+    ) -> KStream:
+        """Records of ``topic``; serdes default to bytes."""
+        key_serde, value_serde = key_serde or Serdes.bytes(), value_serde or Serdes.bytes()
+        source = SourceNode(self.new_name("SOURCE"), topic, key_serde, value_serde)
+        self.add_node(source, parents=[])
+        return KStream(self, source.name, key_serde, value_serde)
+
+    def table(
+        self,
+        topic: str,
+        key_serde: Serde | None = None,
+        value_serde: Serde | None = None,
+        store: StoreSpec | None = None,
+    ) -> KTable:
+        """``topic`` as a table, kept in ``store`` (a plain key-value store when not given;
+        ``Stores.persistent_versioned_key_value_store`` makes joins temporal)."""
+        key_serde, value_serde = key_serde or Serdes.bytes(), value_serde or Serdes.bytes()
+        source = SourceNode(self.new_name("SOURCE"), topic, key_serde, value_serde)
+        self.add_node(source, parents=[])
+        spec = store or Stores.persistent_key_value_store(f"{topic}-STATE-STORE")
+        store_name = self.add_store(spec)
+        node = ProcessorNode(
+            self.new_name("TABLE-SOURCE"),
+            lambda: TableSource(store_name, key_serde, value_serde),
+            (store_name,),
+        )
+        self.add_node(node, parents=[source.name])
+        return KTable(self, node.name, store_name, key_serde, value_serde)
+
+    def build(self) -> Topology:
+        """The topology, cut into sub-topologies (see Topology)."""
+        if not self._nodes:
+            raise ValueError("The topology is empty: add a stream or a table first")
+        return Topology(self._nodes, self._stores)

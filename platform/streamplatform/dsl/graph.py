@@ -1,0 +1,52 @@
+"""The logical graph a StreamsBuilder records: sources, processors and sinks, linked by name."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from streamplatform.dsl.processor import Processor
+from streamplatform.serdes import Serde
+
+REPARTITION_SUFFIX = "-repartition"
+
+
+@dataclass
+class SourceNode:
+    name: str
+    topic: str
+    key_serde: Serde
+    value_serde: Serde
+    internal: bool = False  # a repartition topic: its name gets the application.id prefix
+    children: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ProcessorNode:
+    name: str
+    supplier: Callable[[], Processor]
+    stores: tuple[str, ...] = ()
+    parents: list[str] = field(default_factory=list)
+    children: list[str] = field(default_factory=list)
+
+
+@dataclass
+class SinkNode:
+    name: str
+    topic: str
+    key_serde: Serde
+    value_serde: Serde
+    internal: bool = False
+    # For repartitioning by something other than the key (KIP-655's `deduplicate` by id):
+    # (key, value) -> the object whose canonical bytes choose the partition.
+    partition_by: Callable[[Any, Any], Any] | None = None
+    parents: list[str] = field(default_factory=list)
+
+
+Node = SourceNode | ProcessorNode | SinkNode
+
+
+def topic_name(topic: str, internal: bool, application_id: str) -> str:
+    """Internal (repartition) topics are named ``<application.id>-<name>-repartition``."""
+    return f"{application_id}-{topic}" if internal else topic

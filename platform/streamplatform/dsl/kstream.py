@@ -1,0 +1,216 @@
+"""KStream and KTable: the DSL's operators, each adding nodes to the builder's graph.
+
+A stream remembers its current serdes (``to`` defaults to them) and whether an operator
+changed its key since it was last partitioned by key; key-based operators that need records of
+one key in one task (deduplication by key, joins) then insert a repartition topic first, as
+Kafka Streams does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from streamplatform.dsl import processor as ops
+from streamplatform.dsl.dedup import DeduplicationProcessor
+from streamplatform.dsl.graph import REPARTITION_SUFFIX, ProcessorNode, SinkNode, SourceNode
+from streamplatform.dsl.join import StreamTableJoin
+from streamplatform.serdes import Serde
+from streamplatform.state import Stores
+from streamplatform.state.stores import duration_ms
+
+if TYPE_CHECKING:
+    from streamplatform.dsl.builder import StreamsBuilder
+
+
+def _interval(value: timedelta | int) -> int:
+    millis = duration_ms(value, "interval")
+    if millis < 0:
+        raise ValueError(f"interval must not be negative, got {value!r}")
+    return millis
+
+
+class KTable:
+    """A changelog topic materialized in a store; join it from a KStream."""
+
+    def __init__(
+        self, builder: StreamsBuilder, source: str, store: str, key_serde: Serde, value_serde: Serde
+    ) -> None:
+        self._builder = builder
+        self.source_name = source
+        self.store_name = store
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+
+
+class KStream:
+    """A record stream. Operators return a new KStream; the graph grows in the builder."""
+
+    def __init__(
+        self,
+        builder: StreamsBuilder,
+        node: str,
+        key_serde: Serde,
+        value_serde: Serde,
+        key_changed: bool = False,
+    ) -> None:
+        self._builder = builder
+        self._node = node
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+        self._key_changed = key_changed
+
+    def _then(
+        self,
+        kind: str,
+        supplier: Callable[[], ops.Processor],
+        *,
+        stores: tuple[str, ...] = (),
+        key_changed: bool | None = None,
+        name: str | None = None,
+    ) -> KStream:
+        node = ProcessorNode(name or self._builder.new_name(kind), supplier, stores)
+        self._builder.add_node(node, parents=[self._node])
+        changed = self._key_changed if key_changed is None else key_changed
+        return KStream(self._builder, node.name, self.key_serde, self.value_serde, changed)
+
+    # Stateless operators -------------------------------------------------------------------
+
+    def filter(self, predicate: Callable[[Any, Any], bool]) -> KStream:
+        return self._then("FILTER", lambda: ops.Filter(predicate))
+
+    def filter_not(self, predicate: Callable[[Any, Any], bool]) -> KStream:
+        return self._then("FILTER", lambda: ops.Filter(predicate, negate=True))
+
+    def map_values(self, mapper: Callable[[Any], Any]) -> KStream:
+        return self._then("MAPVALUES", lambda: ops.MapValues(mapper))
+
+    def map(self, mapper: Callable[[Any, Any], tuple[Any, Any]]) -> KStream:
+        return self._then("MAP", lambda: ops.Map(mapper), key_changed=True)
+
+    def select_key(self, selector: Callable[[Any, Any], Any]) -> KStream:
+        return self._then("KEY-SELECT", lambda: ops.SelectKey(selector), key_changed=True)
+
+    def flat_map_values(self, mapper: Callable[[Any], Iterable[Any]]) -> KStream:
+        return self._then("FLATMAPVALUES", lambda: ops.FlatMapValues(mapper))
+
+    def peek(self, action: Callable[[Any, Any], None]) -> KStream:
+        return self._then("PEEK", lambda: ops.Peek(action))
+
+    def process(
+        self, processor_supplier: Callable[[], ops.Processor], *store_names: str
+    ) -> KStream:
+        """A user processor; ``store_names`` must be stores added with ``add_state_store``.
+        It may change keys, so key-based operators after it repartition first."""
+        for store in store_names:
+            self._builder.require_store(store)
+        return self._then("PROCESSOR", processor_supplier, stores=store_names, key_changed=True)
+
+    # Deduplication (KIP-655) ------------------------------------------------------------------
+
+    def deduplicate_by_key(self, interval: timedelta | int, name: str | None = None) -> KStream:
+        """Drop records whose key was seen within ``interval``; None keys always pass."""
+        return self._deduplicate(name, interval, lambda key, value: key, repartition_by_id=False)
+
+    def deduplicate_by_key_value(
+        self,
+        id_selector: Callable[[Any, Any], Any],
+        interval: timedelta | int,
+        name: str | None = None,
+    ) -> KStream:
+        """Drop records whose (key, id) was seen within ``interval``; None key or id pass."""
+
+        def id_of(key: Any, value: Any) -> Any:
+            if key is None:
+                return None
+            identity = id_selector(key, value)
+            return None if identity is None else (key, identity)
+
+        return self._deduplicate(name, interval, id_of, repartition_by_id=False)
+
+    def deduplicate(
+        self,
+        id_selector: Callable[[Any, Any], Any],
+        interval: timedelta | int,
+        name: str | None = None,
+    ) -> KStream:
+        """Drop records whose id was seen within ``interval`` across all keys; None ids pass.
+        Records are first repartitioned by id, so one task sees every record of an id."""
+        return self._deduplicate(name, interval, id_selector, repartition_by_id=True)
+
+    def _deduplicate(
+        self,
+        name: str | None,
+        interval: timedelta | int,
+        id_of: Callable[[Any, Any], Any],
+        repartition_by_id: bool,
+    ) -> KStream:
+        interval_ms = _interval(interval)
+        base = name or self._builder.new_name("DEDUPLICATE")
+        if repartition_by_id:
+            stream = self._repartition(base, partition_by=id_of)
+        else:
+            stream = self._repartition(base) if self._key_changed else self
+        store = self._builder.add_store(Stores.persistent_key_value_store(f"{base}-store"))
+        return stream._then(
+            "DEDUPLICATE",
+            lambda: DeduplicationProcessor(store, interval_ms, id_of),
+            stores=(store,),
+            name=base,
+        )
+
+    # Joins (KIP-889 when the table is versioned) -----------------------------------------------
+
+    def join(self, table: KTable, joiner: Callable[[Any, Any], Any]) -> KStream:
+        """Inner join with ``table`` on the key; ``joiner(stream_value, table_value)``."""
+        return self._join(table, joiner, left=False)
+
+    def left_join(self, table: KTable, joiner: Callable[[Any, Any], Any]) -> KStream:
+        """Like ``join``, but a record with no table value joins None."""
+        return self._join(table, joiner, left=True)
+
+    def _join(self, table: KTable, joiner: Callable[[Any, Any], Any], left: bool) -> KStream:
+        if table._builder is not self._builder:
+            raise ValueError("join: the table belongs to another StreamsBuilder")
+        stream = self._repartition(self._builder.new_name("JOIN")) if self._key_changed else self
+        return stream._then(
+            "LEFTJOIN" if left else "JOIN",
+            lambda: StreamTableJoin(
+                table.store_name, table.key_serde, table.value_serde, joiner, left
+            ),
+            stores=(table.store_name,),
+        )
+
+    # Sinks and repartitioning --------------------------------------------------------------------
+
+    def to(
+        self, topic: str, key_serde: Serde | None = None, value_serde: Serde | None = None
+    ) -> None:
+        """Write the stream to ``topic``; serdes default to the stream's current ones."""
+        sink = SinkNode(
+            self._builder.new_name("SINK"),
+            topic,
+            key_serde or self.key_serde,
+            value_serde or self.value_serde,
+        )
+        self._builder.add_node(sink, parents=[self._node])
+
+    def _repartition(
+        self, base: str, partition_by: Callable[[Any, Any], Any] | None = None
+    ) -> KStream:
+        topic = base + REPARTITION_SUFFIX
+        sink = SinkNode(
+            f"{base}-repartition-sink",
+            topic,
+            self.key_serde,
+            self.value_serde,
+            internal=True,
+            partition_by=partition_by,
+        )
+        self._builder.add_node(sink, parents=[self._node])
+        source = SourceNode(
+            f"{base}-repartition-source", topic, self.key_serde, self.value_serde, internal=True
+        )
+        self._builder.add_node(source, parents=[])
+        return KStream(self._builder, source.name, self.key_serde, self.value_serde)

@@ -1,0 +1,115 @@
+"""The Processor API: what a topology node does with a record, and what it may ask the task.
+
+User processors (``KStream.process``) and the DSL's own operators are the same kind of object:
+``init(context)`` once, ``process(record)`` per record, ``close()`` at the end. A processor
+passes records on with ``context.forward(record)``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable
+from datetime import timedelta
+from typing import Any, Protocol
+
+from streamplatform.records import Headers, Record
+
+
+class PunctuationType(enum.Enum):
+    STREAM_TIME = "stream_time"  # fires as record timestamps move the task's stream time
+    WALL_CLOCK_TIME = "wall_clock_time"  # fires as the (driver's or system) clock moves
+
+
+class ProcessorContext(Protocol):
+    """What a processor may see and do, given to ``Processor.init``."""
+
+    @property
+    def application_id(self) -> str: ...
+    @property
+    def task_id(self) -> str: ...
+    @property
+    def stream_time(self) -> int: ...
+    @property
+    def topic(self) -> str | None: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int | None: ...
+    @property
+    def headers(self) -> Headers: ...
+
+    def forward(self, record: Record) -> None: ...
+    def get_state_store(self, name: str) -> Any: ...
+    def schedule(
+        self, interval: timedelta | int, kind: PunctuationType, punctuator: Callable[[int], None]
+    ) -> None: ...
+
+
+class Processor:
+    """Base class for processors; override ``process`` (and ``init`` / ``close`` if needed)."""
+
+    context: ProcessorContext
+
+    def init(self, context: ProcessorContext) -> None:
+        self.context = context
+
+    def process(self, record: Record) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+class Filter(Processor):
+    def __init__(self, predicate: Callable[[Any, Any], bool], negate: bool = False) -> None:
+        self.predicate = predicate
+        self.negate = negate
+
+    def process(self, record: Record) -> None:
+        if bool(self.predicate(record.key, record.value)) != self.negate:
+            self.context.forward(record)
+
+
+class MapValues(Processor):
+    def __init__(self, mapper: Callable[[Any], Any]) -> None:
+        self.mapper = mapper
+
+    def process(self, record: Record) -> None:
+        self.context.forward(record._replace(value=self.mapper(record.value)))
+
+
+class Map(Processor):
+    """``mapper(key, value) -> (new_key, new_value)``."""
+
+    def __init__(self, mapper: Callable[[Any, Any], tuple[Any, Any]]) -> None:
+        self.mapper = mapper
+
+    def process(self, record: Record) -> None:
+        key, value = self.mapper(record.key, record.value)
+        self.context.forward(record._replace(key=key, value=value))
+
+
+class SelectKey(Processor):
+    def __init__(self, selector: Callable[[Any, Any], Any]) -> None:
+        self.selector = selector
+
+    def process(self, record: Record) -> None:
+        self.context.forward(record._replace(key=self.selector(record.key, record.value)))
+
+
+class FlatMapValues(Processor):
+    def __init__(self, mapper: Callable[[Any], Iterable[Any]]) -> None:
+        self.mapper = mapper
+
+    def process(self, record: Record) -> None:
+        for value in self.mapper(record.value):
+            self.context.forward(record._replace(value=value))
+
+
+class Peek(Processor):
+    def __init__(self, action: Callable[[Any, Any], None]) -> None:
+        self.action = action
+
+    def process(self, record: Record) -> None:
+        self.action(record.key, record.value)
+        self.context.forward(record)

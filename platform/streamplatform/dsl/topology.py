@@ -1,0 +1,145 @@
+"""Topology: the built graph, cut into sub-topologies; one task per sub-topology and partition.
+
+Nodes connected by an edge or sharing a state store belong to one sub-topology; a repartition
+topic is the only link between two sub-topologies (its sink ends one, its source starts the
+next). Sub-topologies are numbered in the order their first node was added, and a task id is
+``"<sub-topology>_<partition>"``, as in Kafka Streams.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from streamplatform.dsl.graph import Node, ProcessorNode, SinkNode, SourceNode, topic_name
+from streamplatform.state import StoreSpec
+
+
+@dataclass(frozen=True)
+class SubTopology:
+    id: int
+    nodes: tuple[str, ...]  # in the order they were added
+    stores: tuple[str, ...]
+
+    def sources(self, topology: Topology) -> list[SourceNode]:
+        return [n for n in map(topology.nodes.__getitem__, self.nodes) if isinstance(n, SourceNode)]
+
+    def source_topics(self, topology: Topology, application_id: str) -> list[str]:
+        return [topic_name(s.topic, s.internal, application_id) for s in self.sources(topology)]
+
+
+class TaskId(str):
+    """``"<sub-topology>_<partition>"``."""
+
+    @classmethod
+    def of(cls, subtopology: int, partition: int) -> TaskId:
+        return cls(f"{subtopology}_{partition}")
+
+    @property
+    def subtopology(self) -> int:
+        return int(self.split("_")[0])
+
+    @property
+    def partition(self) -> int:
+        return int(self.split("_")[1])
+
+
+class Topology:
+    """Immutable result of ``StreamsBuilder.build()``."""
+
+    def __init__(self, nodes: Mapping[str, Node], stores: Mapping[str, StoreSpec]) -> None:
+        self.nodes: dict[str, Node] = dict(nodes)
+        self.stores: dict[str, StoreSpec] = dict(stores)
+        self.subtopologies: list[SubTopology] = _cut(self.nodes)
+
+    def subtopology_of_topic(self, topic: str, application_id: str) -> SubTopology | None:
+        for subtopology in self.subtopologies:
+            if topic in subtopology.source_topics(self, application_id):
+                return subtopology
+        return None
+
+    def source_topics(self, application_id: str) -> list[str]:
+        return [t for s in self.subtopologies for t in s.source_topics(self, application_id)]
+
+    def repartition_topics(self, application_id: str) -> list[str]:
+        return [
+            topic_name(n.topic, True, application_id)
+            for n in self.nodes.values()
+            if isinstance(n, SourceNode) and n.internal
+        ]
+
+    def sink_topics(self, application_id: str) -> list[str]:
+        return [
+            topic_name(n.topic, n.internal, application_id)
+            for n in self.nodes.values()
+            if isinstance(n, SinkNode)
+        ]
+
+    def task_ids(self, partitions: Mapping[str, int], application_id: str) -> list[TaskId]:
+        """Task ids given each source topic's partition count (a sub-topology has as many tasks
+        as its widest source topic, as in Kafka Streams)."""
+        ids = []
+        for subtopology in self.subtopologies:
+            topics = subtopology.source_topics(self, application_id)
+            count = max(partitions.get(topic, 1) for topic in topics)
+            ids += [TaskId.of(subtopology.id, p) for p in range(count)]
+        return ids
+
+    def describe(self) -> str:
+        """The graph in Kafka Streams' ``Topology#describe()`` layout."""
+        lines = ["Topologies:"]
+        for subtopology in self.subtopologies:
+            lines.append(f"   Sub-topology: {subtopology.id}")
+            for name in subtopology.nodes:
+                node = self.nodes[name]
+                if isinstance(node, SourceNode):
+                    lines.append(f"    Source: {name} (topics: [{_shown(node)}])")
+                elif isinstance(node, ProcessorNode):
+                    lines.append(f"    Processor: {name} (stores: [{', '.join(node.stores)}])")
+                else:
+                    lines.append(f"    Sink: {name} (topic: {_shown(node)})")
+                if not isinstance(node, SinkNode):
+                    lines.append(f"      --> {', '.join(node.children) or 'none'}")
+                if not isinstance(node, SourceNode):
+                    lines.append(f"      <-- {', '.join(node.parents) or 'none'}")
+            lines.append("")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.describe()
+
+
+def _shown(node: SourceNode | SinkNode) -> str:
+    return f"<application.id>-{node.topic}" if node.internal else node.topic
+
+
+def _cut(nodes: Mapping[str, Node]) -> list[SubTopology]:
+    """Connected components over edges and shared stores (union-find)."""
+    leader = {name: name for name in nodes}
+
+    def find(name: str) -> str:
+        while leader[name] != name:
+            leader[name] = leader[leader[name]]
+            name = leader[name]
+        return name
+
+    def union(a: str, b: str) -> None:
+        leader[find(a)] = find(b)
+
+    store_users: dict[str, str] = {}
+    for name, node in nodes.items():
+        for parent in getattr(node, "parents", ()):
+            union(name, parent)
+        for store in getattr(node, "stores", ()):
+            if store in store_users:
+                union(name, store_users[store])
+            store_users[store] = name
+
+    groups: dict[str, list[str]] = {}
+    for name in nodes:  # dicts keep insertion order: groups are ordered by their first node
+        groups.setdefault(find(name), []).append(name)
+    subtopologies = []
+    for index, members in enumerate(groups.values()):
+        stores = dict.fromkeys(s for m in members for s in getattr(nodes[m], "stores", ()))
+        subtopologies.append(SubTopology(index, tuple(members), tuple(stores)))
+    return subtopologies

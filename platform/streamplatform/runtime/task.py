@@ -1,0 +1,315 @@
+"""A task: one sub-topology on one partition, as plain Python.
+
+The task owns its processors and state stores, takes raw source records in offset order,
+and collects what they produce (sink, repartition and DLQ records) as ``ProducerRecord``s. The
+same code runs in ``TopologyTestDriver`` and in Spark executors; it knows nothing of either.
+
+Errors follow KIP-1033/1034 (../shared/spec/NOTES.md): a record that cannot be deserialized goes
+to the deserialization handler, a processor or punctuator that raises to the processing
+handler, a record that cannot be serialized to the production handler. ``resume`` drops the
+record and goes on, ``fail`` raises TaskFailedError; DLQ records are collected either way.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from streamplatform.config import StreamsConfig
+from streamplatform.dsl.dedup import DeduplicationProcessor, canonical_bytes
+from streamplatform.dsl.graph import ProcessorNode, SinkNode, topic_name
+from streamplatform.dsl.processor import Processor, PunctuationType
+from streamplatform.dsl.topology import SubTopology, TaskId, Topology
+from streamplatform.errors.context import ErrorHandlerContext
+from streamplatform.errors.exceptions import StreamsError, TaskFailedError
+from streamplatform.errors.handlers import (
+    DESERIALIZATION,
+    PROCESSING,
+    PRODUCTION,
+    ExceptionHandler,
+    call_handler,
+    load_handler,
+)
+from streamplatform.errors.response import Action
+from streamplatform.records import ConsumedRecord, ProducerRecord, Record, TopicPartition
+from streamplatform.runtime.partitioner import partition_for
+from streamplatform.state import IsolationLevel
+from streamplatform.state.stores import duration_ms
+
+log = logging.getLogger(__name__)
+
+UNKNOWN_TIME = -1  # stream time before the first record, as in Kafka Streams
+
+
+class _Punctuation:
+    def __init__(
+        self, node: str, interval: int, kind: PunctuationType, call: Callable[[int], None]
+    ):
+        self.node, self.interval, self.kind, self.call = node, interval, kind, call
+        self.next_time: int | None = None
+
+
+class NodeContext:
+    """The ProcessorContext of one processor node in one task."""
+
+    def __init__(self, task: Task, node: ProcessorNode) -> None:
+        self._task = task
+        self._node = node
+
+    application_id = property(lambda self: self._task.application_id)
+    task_id = property(lambda self: self._task.task_id)
+    stream_time = property(lambda self: self._task.stream_time)
+    topic = property(lambda self: self._task.current.topic if self._task.current else None)
+    partition = property(lambda self: self._task.current.partition if self._task.current else -1)
+    offset = property(lambda self: self._task.current.offset if self._task.current else None)
+    headers = property(lambda self: list(self._task.current.headers) if self._task.current else [])
+
+    def forward(self, record: Record) -> None:
+        for child in self._node.children:
+            self._task.dispatch(child, record)
+
+    def get_state_store(self, name: str) -> Any:
+        if name not in self._node.stores:
+            raise ValueError(f"{self._node.name} did not declare store {name!r}")
+        return self._task.stores[name]
+
+    def schedule(
+        self, interval: timedelta | int, kind: PunctuationType, punctuator: Callable[[int], None]
+    ) -> None:
+        millis = duration_ms(interval, "interval")
+        if millis <= 0:
+            raise ValueError(f"punctuation interval must be positive, got {interval!r}")
+        self._task.punctuations.append(_Punctuation(self._node.name, millis, kind, punctuator))
+
+    def restore_stream_time(self, stream_time: int) -> None:
+        """Stores that saved the task's stream time give it back after a restart."""
+        self._task.stream_time = max(self._task.stream_time, stream_time)
+
+
+class Task:
+    """Runs ``subtopology`` for ``partition``; stores live under ``state_dir/<app>/<task id>``.
+
+    ``partitions_of(topic)`` gives a topic's partition count, for records written to
+    repartition topics (they get an explicit, murmur2-based partition).
+    """
+
+    def __init__(
+        self,
+        topology: Topology,
+        subtopology: SubTopology,
+        partition: int,
+        config: StreamsConfig,
+        state_dir: Path,
+        partitions_of: Callable[[str], int],
+    ) -> None:
+        self.topology = topology
+        self.subtopology = subtopology
+        self.config = config
+        self.application_id: str = config["application.id"]
+        self.task_id = TaskId.of(subtopology.id, partition)
+        self.partitions_of = partitions_of
+        self.stream_time = UNKNOWN_TIME
+        self.current: ConsumedRecord | None = None
+        self.output: list[ProducerRecord] = []
+        self.punctuations: list[_Punctuation] = []
+        self.consumed: dict[TopicPartition, int] = {}  # next offset to read, per source partition
+        self.counts = {"records_in": 0, "records_out": 0, "dlq_records": 0, "skipped": 0}
+        self._sources = {
+            topic_name(s.topic, s.internal, self.application_id): s
+            for s in subtopology.sources(topology)
+        }
+        self._handlers: dict[str, ExceptionHandler] = {
+            setting: load_handler(config, setting)
+            for setting in (DESERIALIZATION, PROCESSING, PRODUCTION)
+        }
+        self.directory = state_dir / self.application_id / self.task_id
+        isolation = (
+            IsolationLevel.READ_COMMITTED
+            if config.exactly_once
+            else IsolationLevel.READ_UNCOMMITTED
+        )
+        self.stores: dict[str, Any] = {}
+        try:
+            for name in subtopology.stores:
+                self.stores[name] = topology.stores[name].open(
+                    self.directory,
+                    isolation,
+                    max_uncommitted_records=config["statestore.uncommitted.max.records"],
+                    max_uncommitted_bytes=config["statestore.uncommitted.max.bytes"],
+                )
+            self.processors: dict[str, Processor] = {}
+            for name in subtopology.nodes:
+                node = topology.nodes[name]
+                if isinstance(node, ProcessorNode):
+                    processor = node.supplier()
+                    processor.init(NodeContext(self, node))
+                    self.processors[name] = processor
+        except BaseException:
+            self._close_stores()
+            raise
+
+    # Processing --------------------------------------------------------------------------
+
+    def process(self, record: ConsumedRecord) -> None:
+        """One source record; the caller hands them over in offset order per partition."""
+        source = self._sources.get(record.topic)
+        if source is None:
+            raise ValueError(f"Task {self.task_id} does not read topic {record.topic!r}")
+        self.current = record
+        self.counts["records_in"] += 1
+        try:
+            try:
+                key = source.key_serde.deserialize(record.key)
+                value = source.value_serde.deserialize(record.value)
+            except Exception as exception:
+                self._handle(DESERIALIZATION, source.name, record, exception)
+                return
+            self.stream_time = max(self.stream_time, record.timestamp)
+            typed = Record(key, value, record.timestamp, list(record.headers))
+            for child in source.children:
+                self.dispatch(child, typed)
+            self._punctuate(PunctuationType.STREAM_TIME, self.stream_time)
+        finally:
+            self.consumed[TopicPartition(record.topic, record.partition)] = record.offset + 1
+            self.current = None
+
+    def dispatch(self, name: str, record: Record) -> None:
+        """Hand ``record`` to node ``name``; its errors go to the matching handler."""
+        node = self.topology.nodes[name]
+        if isinstance(node, SinkNode):
+            self._write(node, record)
+            return
+        try:
+            self.processors[name].process(record)
+        except StreamsError:  # a failure decided further down: never handled twice
+            raise
+        except Exception as exception:
+            self._handle(PROCESSING, name, record, exception)
+
+    def punctuate_wall_clock(self, now_ms: int) -> None:
+        """Fire wall-clock punctuators that are due at ``now_ms``."""
+        self._punctuate(PunctuationType.WALL_CLOCK_TIME, now_ms)
+
+    def _punctuate(self, kind: PunctuationType, now: int) -> None:
+        for punctuation in self.punctuations:
+            if punctuation.kind is not kind:
+                continue
+            if punctuation.next_time is None:
+                punctuation.next_time = now + punctuation.interval
+                continue
+            if now < punctuation.next_time:
+                continue
+            punctuation.next_time = now + punctuation.interval
+            saved, self.current = self.current, None
+            try:
+                punctuation.call(now)
+            except StreamsError:
+                raise
+            except Exception as exception:
+                self._handle(PROCESSING, punctuation.node, None, exception)
+            finally:
+                self.current = saved
+
+    def _write(self, sink: SinkNode, record: Record) -> None:
+        topic = topic_name(sink.topic, sink.internal, self.application_id)
+        try:
+            key = sink.key_serde.serialize(record.key)
+            value = sink.value_serde.serialize(record.value)
+        except Exception as exception:
+            self._handle(PRODUCTION, sink.name, record, exception, topic=topic)
+            return
+        partition = None
+        if sink.internal:
+            by = key if sink.partition_by is None else _partition_bytes(sink, record)
+            partition = 0 if by is None else partition_for(by, self.partitions_of(topic))
+        self.output.append(
+            ProducerRecord(topic, key, value, record.timestamp, list(record.headers), partition)
+        )
+        self.counts["records_out"] += 1
+
+    def _handle(
+        self,
+        setting: str,
+        node: str,
+        record: Any,
+        exception: BaseException,
+        topic: str | None = None,
+    ) -> None:
+        current = self.current
+        production = setting == PRODUCTION
+        context = ErrorHandlerContext(
+            topic=current.topic if current else None,
+            partition=current.partition if current else -1,
+            offset=current.offset if current else -1,
+            timestamp=record.timestamp if record is not None else self.stream_time,
+            processor_node_name=node,
+            task_id=self.task_id,
+            headers=list(current.headers) if current else [],
+            source_raw_key=None if production or current is None else current.key,
+            source_raw_value=None if production or current is None else current.value,
+        )
+        response = call_handler(self._handlers[setting], setting, context, record, exception)
+        self.output.extend(response.dlq_records)
+        self.counts["dlq_records"] += len(response.dlq_records)
+        if response.action is Action.RESUME:
+            self.counts["skipped"] += 1
+            return
+        reason = "failed the task"
+        if response.action is Action.RETRY:
+            reason = "answered retry, which only applies to sends; failing the task"
+        raise TaskFailedError(
+            f"Task {self.task_id}: {setting} {reason} on {type(exception).__name__}: {exception} "
+            f"at {node} (source {context.topic}-{context.partition}@{context.offset})",
+            self.task_id,
+        ) from exception
+
+    # Commit and close ------------------------------------------------------------------------
+
+    def offsets(self) -> dict[TopicPartition, int]:
+        return dict(self.consumed)
+
+    def needs_early_commit(self) -> bool:
+        """True when a store passed statestore.uncommitted.max.records / .max.bytes (KIP-892)."""
+        return any(store.uncommitted_limit_exceeded() for store in self.stores.values())
+
+    def commit(self) -> dict[TopicPartition, int]:
+        """Commit every store with the task's consumed offsets; returns those offsets."""
+        offsets = self.offsets()
+        for store in self.stores.values():
+            store.commit(offsets)
+        return offsets
+
+    def take_output(self) -> list[ProducerRecord]:
+        output, self.output = self.output, []
+        return output
+
+    def metrics(self) -> dict[str, int]:
+        numbers = dict(self.counts)
+        for processor in self.processors.values():
+            if isinstance(processor, DeduplicationProcessor):
+                for name, value in processor.metrics().items():
+                    numbers[f"dedup_{name}"] = numbers.get(f"dedup_{name}", 0) + value
+        return numbers
+
+    def close(self) -> None:
+        """Close processors and stores; uncommitted store writes are discarded."""
+        for processor in getattr(self, "processors", {}).values():
+            try:
+                processor.close()
+            except Exception:
+                log.exception("Closing a processor of task %s failed", self.task_id)
+        self._close_stores()
+
+    def _close_stores(self) -> None:
+        for store in self.stores.values():
+            store.close()
+        self.stores = {}
+
+
+def _partition_bytes(sink: SinkNode, record: Record) -> bytes | None:
+    assert sink.partition_by is not None
+    identity = sink.partition_by(record.key, record.value)
+    return None if identity is None else canonical_bytes(identity)

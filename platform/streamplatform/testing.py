@@ -1,0 +1,269 @@
+"""TopologyTestDriver: run a Topology in-process, no Kafka, no Spark — the same task code.
+
+Input records get per-partition offsets counting from 0; each piped record is processed at
+once and its task committed, as in Kafka Streams' driver. Records written to topics the
+topology also reads (repartition topics, or a user's own loop) are processed right away.
+Every topic has one partition unless a record is piped with ``partition=``; repartition topics
+have ``repartition_partitions`` (default 1). Stores are real RocksDB stores in a temporary
+directory that ``close()`` removes (``state.dir`` in the config keeps them instead).
+
+When a task fails (a ``log_and_fail`` handler, an error with no handler) ``pipe_input`` raises
+it; output written before stays readable and the task restarts from its last commit.
+
+    >>> from streamplatform import StreamsBuilder, TopologyTestDriver
+    >>> from streamplatform.serdes import Serdes
+    >>> b = StreamsBuilder()
+    >>> b.stream("in", Serdes.string(), Serdes.long()).deduplicate_by_key(1_000).to("out")
+    >>> with TopologyTestDriver(b.build(), {"application.id": "doc"}) as driver:
+    ...     source = driver.create_input_topic("in", Serdes.string(), Serdes.long())
+    ...     for timestamp in (0, 500, 1_000, 1_001):
+    ...         source.pipe_input("k", timestamp, timestamp=timestamp)
+    ...     driver.create_output_topic("out", Serdes.string(), Serdes.long()).read_values_to_list()
+    [0, 1001]
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections import defaultdict, deque
+from collections.abc import Mapping
+from datetime import timedelta
+from pathlib import Path
+from types import TracebackType
+from typing import Any, NamedTuple
+
+from streamplatform.config import StreamsConfig
+from streamplatform.dsl.topology import Topology
+from streamplatform.errors.exceptions import StreamsError
+from streamplatform.records import ConsumedRecord, Headers, ProducerRecord
+from streamplatform.runtime.task import Task
+from streamplatform.serdes import Serde
+from streamplatform.state.stores import duration_ms
+
+
+class TestRecord(NamedTuple):
+    __test__ = False  # not a pytest test class
+
+    key: Any
+    value: Any
+    timestamp: int
+    headers: Headers
+
+
+class TestInputTopic:
+    __test__ = False  # not a pytest test class
+
+    def __init__(self, driver: TopologyTestDriver, name: str, key_serde: Serde, value_serde: Serde):
+        self._driver, self.name = driver, name
+        self._key_serde, self._value_serde = key_serde, value_serde
+
+    def pipe_input(
+        self,
+        key: Any,
+        value: Any,
+        timestamp: int | None = None,
+        headers: Headers | None = None,
+        partition: int = 0,
+    ) -> None:
+        """Serialize and process one record (timestamp defaults to the driver's wall clock)."""
+        self._driver._pipe_raw(
+            self.name,
+            partition,
+            self._key_serde.serialize(key),
+            self._value_serde.serialize(value),
+            self._driver.wall_clock_ms if timestamp is None else timestamp,
+            [(name, value) for name, value in (headers or [])],
+        )
+
+    def pipe_raw(
+        self,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int | None = None,
+        headers: Headers | None = None,
+        partition: int = 0,
+    ) -> None:
+        """Process bytes as they would arrive from Kafka (e.g. a malformed record)."""
+        timestamp = self._driver.wall_clock_ms if timestamp is None else timestamp
+        self._driver._pipe_raw(self.name, partition, key, value, timestamp, list(headers or []))
+
+    def pipe_key_value_list(self, pairs: list[tuple[Any, Any]], timestamp: int = 0) -> None:
+        for key, value in pairs:
+            self.pipe_input(key, value, timestamp=timestamp)
+
+
+class TestOutputTopic:
+    __test__ = False  # not a pytest test class
+
+    """Reads consume: each record is returned once."""
+
+    def __init__(self, driver: TopologyTestDriver, name: str, key_serde: Serde, value_serde: Serde):
+        self._queue = driver._outputs[name]
+        self.name = name
+        self._key_serde, self._value_serde = key_serde, value_serde
+
+    def _read(self) -> TestRecord:
+        raw = self._queue.popleft()
+        return TestRecord(
+            self._key_serde.deserialize(raw.key),
+            self._value_serde.deserialize(raw.value),
+            raw.timestamp,
+            list(raw.headers),
+        )
+
+    def read_records_to_list(self) -> list[TestRecord]:
+        return [self._read() for _ in range(len(self._queue))]
+
+    def read_key_values_to_list(self) -> list[tuple[Any, Any]]:
+        return [(r.key, r.value) for r in self.read_records_to_list()]
+
+    def read_values_to_list(self) -> list[Any]:
+        return [r.value for r in self.read_records_to_list()]
+
+    def is_empty(self) -> bool:
+        return not self._queue
+
+    def get_queue_size(self) -> int:
+        return len(self._queue)
+
+
+class TopologyTestDriver:
+    def __init__(
+        self,
+        topology: Topology,
+        config: Mapping[str, Any] | StreamsConfig,
+        initial_wall_clock_time_ms: int = 0,
+        repartition_partitions: int = 1,
+    ) -> None:
+        self.topology = topology
+        self.config = config if isinstance(config, StreamsConfig) else StreamsConfig(config)
+        self.application_id: str = self.config["application.id"]
+        self.wall_clock_ms = initial_wall_clock_time_ms
+        self.repartition_partitions = repartition_partitions
+        self._temporary = self.config["state.dir"] is None
+        self.state_dir = Path(self.config["state.dir"] or tempfile.mkdtemp(prefix="sp-ttd-"))
+        self._tasks: dict[tuple[int, int], Task] = {}
+        self._next_offset: dict[tuple[str, int], int] = defaultdict(int)
+        self._outputs: dict[str, deque[ProducerRecord]] = defaultdict(deque)
+        self._repartition = set(topology.repartition_topics(self.application_id))
+
+    # Topics ------------------------------------------------------------------------------------
+
+    def create_input_topic(self, name: str, key_serde: Serde, value_serde: Serde) -> TestInputTopic:
+        if self.topology.subtopology_of_topic(name, self.application_id) is None:
+            raise ValueError(f"The topology does not read topic {name!r}")
+        return TestInputTopic(self, name, key_serde, value_serde)
+
+    def create_output_topic(
+        self, name: str, key_serde: Serde, value_serde: Serde
+    ) -> TestOutputTopic:
+        return TestOutputTopic(self, name, key_serde, value_serde)
+
+    def advance_wall_clock_time(self, advance: timedelta | int) -> None:
+        """Move the wall clock and fire the wall-clock punctuations that became due."""
+        self.wall_clock_ms += duration_ms(advance, "advance")
+        for task in list(self._tasks.values()):
+            self._run(task, lambda t: t.punctuate_wall_clock(self.wall_clock_ms))
+
+    def get_state_store(self, name: str, partition: int = 0) -> Any:
+        """A task's store, for assertions (bytes keys and values)."""
+        for (_, task_partition), task in self._tasks.items():
+            if task_partition == partition and name in task.stores:
+                return task.stores[name]
+        raise KeyError(f"No open task on partition {partition} has a store named {name!r}")
+
+    def metrics(self) -> dict[str, int]:
+        totals: dict[str, int] = defaultdict(int)
+        for task in self._tasks.values():
+            for name, value in task.metrics().items():
+                totals[name] += value
+        return dict(totals)
+
+    # Processing --------------------------------------------------------------------------------
+
+    def _partitions_of(self, topic: str) -> int:
+        return self.repartition_partitions if topic in self._repartition else 1
+
+    def _task(self, subtopology_id: int, partition: int) -> Task:
+        task = self._tasks.get((subtopology_id, partition))
+        if task is None:
+            subtopology = self.topology.subtopologies[subtopology_id]
+            task = Task(
+                self.topology, subtopology, partition, self.config, self.state_dir,
+                self._partitions_of,
+            )  # fmt: skip
+            self._tasks[(subtopology_id, partition)] = task
+            # With a kept state.dir, numbering goes on from the offsets committed with the stores.
+            for store in task.stores.values():
+                for tp, offset in store.committed_offsets().items():
+                    current = self._next_offset[(tp.topic, tp.partition)]
+                    self._next_offset[(tp.topic, tp.partition)] = max(current, offset)
+        return task
+
+    def _pipe_raw(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int,
+        headers: Headers,
+    ) -> None:
+        pending = deque([(topic, partition, key, value, timestamp, headers)])
+        while pending:
+            topic, partition, key, value, timestamp, headers = pending.popleft()
+            subtopology = self.topology.subtopology_of_topic(topic, self.application_id)
+            if subtopology is None:
+                continue
+            offset = self._next_offset[(topic, partition)]
+            self._next_offset[(topic, partition)] = offset + 1
+            record = ConsumedRecord(topic, partition, offset, timestamp, key, value, headers)
+            task = self._task(subtopology.id, partition)
+            for out in self._run(task, lambda t, r=record: t.process(r)):
+                if self.topology.subtopology_of_topic(out.topic, self.application_id):
+                    target = out.partition if out.partition is not None else 0
+                    pending.append(
+                        (out.topic, target, out.key, out.value, out.timestamp, out.headers)
+                    )
+
+    def _run(self, task: Task, step: Any) -> list[ProducerRecord]:
+        """Run one step, commit, route output; on failure keep the output and restart the task."""
+        try:
+            step(task)
+            task.commit()
+        except StreamsError:
+            self._route(task.take_output())
+            self._restart(task)
+            raise
+        output = task.take_output()
+        self._route(output)
+        return output
+
+    def _route(self, output: list[ProducerRecord]) -> None:
+        for record in output:
+            self._outputs[record.topic].append(record)
+
+    def _restart(self, task: Task) -> None:
+        """Like a crash and restart: uncommitted state is gone, the next record carries on."""
+        key = (task.subtopology.id, task.task_id.partition)
+        task.close()
+        del self._tasks[key]
+
+    def close(self) -> None:
+        for task in self._tasks.values():
+            task.close()
+        self._tasks.clear()
+        if self._temporary:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+
+    def __enter__(self) -> TopologyTestDriver:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
