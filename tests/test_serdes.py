@@ -57,3 +57,9 @@ def test_deserialization_error_carries_raw_bytes(serde, raw):
 def test_serialization_error_names_the_problem(serde, value):
     with pytest.raises(SerializationError):
         serde.serialize(value)
+
+
+@pytest.mark.parametrize("number", [2**64, -(2**63) - 1, 10**30])
+def test_json_keeps_integers_beyond_64_bits_exact(number):
+    value = {"id": number, "nested": [number]}
+    assert Serdes.json().deserialize(Serdes.json().serialize(value)) == value

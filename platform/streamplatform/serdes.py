@@ -13,8 +13,11 @@ them in the dead letter queue.
 from __future__ import annotations
 
 import json
+import re
 import struct
 from typing import Any, Protocol, runtime_checkable
+
+import orjson
 
 
 class SerializationError(Exception):
@@ -93,14 +96,22 @@ class _LongSerde:
         return int(self._format.unpack(data)[0])
 
 
+_LONG_DIGITS = re.compile(rb"\d{19}")
+
+
 class _JsonSerde:
-    """Compact UTF-8 JSON."""
+    """Compact UTF-8 JSON, by orjson (about ten times faster than the standard library, which
+    is kept as the fallback for what orjson refuses: integers beyond 64 bits)."""
 
     name = "json"
 
     def serialize(self, value: Any) -> bytes | None:
         if value is None:
             return None
+        try:
+            return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
+        except TypeError:
+            pass
         try:
             return json.dumps(value, separators=(",", ":")).encode()
         except (TypeError, ValueError) as exc:
@@ -110,8 +121,11 @@ class _JsonSerde:
         if data is None:
             return None
         try:
+            if _LONG_DIGITS.search(data) is None:
+                return orjson.loads(data)
+            # orjson would turn integers beyond 64 bits into floats, silently losing digits.
             return json.loads(data)
-        except (UnicodeDecodeError, ValueError) as exc:
+        except (orjson.JSONDecodeError, ValueError) as exc:
             raise SerializationError(f"not JSON: {exc}", raw=bytes(data)) from exc
 
 

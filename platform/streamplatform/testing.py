@@ -191,7 +191,7 @@ class TopologyTestDriver:
             subtopology = self.topology.subtopologies[subtopology_id]
             task = Task(
                 self.topology, subtopology, partition, self.config, self.state_dir,
-                self._partitions_of,
+                self._partitions_of, lambda: self.wall_clock_ms,
             )  # fmt: skip
             self._tasks[(subtopology_id, partition)] = task
             # With a kept state.dir, numbering goes on from the offsets committed with the stores.

@@ -1,19 +1,24 @@
 """Deduplication within a time interval (KIP-655), exactly as ../shared/spec/NOTES.md states it.
 
-The store keeps, per id, the (timestamp, offset) of the last record it let through, plus a
-time-ordered index used to purge entries that can no longer cause a drop. Stream time is the
-task's (largest timestamp processed, None keys included); the processor saves it in its own
-store so that it survives a restart together with the entries it explains.
+The store keeps, per id, the (timestamp, offset) of the last record it let through. Stream
+time is the task's (largest timestamp processed, None keys included); the processor saves it
+in its own store so that it survives a restart together with the entries it explains.
+
+Entries older than ``stream_time - interval`` can never cause a drop again and are purged
+through a time-ordered index. The index is a heap in memory, rebuilt from the store when the
+task starts: it costs no store write per record and no range scan over deletion markers, and
+the store stays the single source of truth. The store holds at most an interval's worth of
+ids, so rebuilding reads at most that much.
 
 Store layout (one transactional key-value store, bytes keys):
 
-    b"i" + id                  -> timestamp (8 bytes) + offset (8 bytes; -1 = no offset)
-    b"t" + timestamp + id      -> b""   (purge index, ordered by time)
-    b"m"                       -> saved stream time
+    b"i" + id   -> timestamp (8 bytes) + offset (8 bytes; -1 = no offset)
+    b"m"        -> saved stream time
 """
 
 from __future__ import annotations
 
+import heapq
 import json
 import struct
 from collections.abc import Callable
@@ -23,12 +28,9 @@ from streamplatform.dsl.processor import Processor, ProcessorContext
 from streamplatform.records import Record
 
 _ENTRY = struct.Struct(">qq")
-_TIME = struct.Struct(">Q")
-_SIGN = 1 << 63
 _META_KEY = b"m"
+_ID_PREFIX = b"i"
 NO_OFFSET = -1
-# Purge at most once per this many records when stream time has not moved by an interval.
-_PURGE_EVERY_RECORDS = 10_000
 
 
 def should_forward(
@@ -51,21 +53,19 @@ def should_forward(
 
 def canonical_bytes(value: Any) -> bytes:
     """Bytes that identify an id or key; equal values give equal bytes, types never collide."""
+    if type(value) is str:  # the common case first
+        return b"s" + value.encode()
     if isinstance(value, bytes | bytearray | memoryview):
         return b"b" + bytes(value)
     if isinstance(value, str):
         return b"s" + value.encode()
     if isinstance(value, tuple):
         parts = [canonical_bytes(item) for item in value]
-        return b"(" + b"".join(len(p).to_bytes(4, "big") + p for p in parts)
+        return b"(" + b"".join([len(p).to_bytes(4, "big") + p for p in parts])
     try:
         return b"j" + json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
     except TypeError:
         return b"r" + repr(value).encode()
-
-
-def _time_key(timestamp: int) -> bytes:
-    return _TIME.pack((timestamp + _SIGN) & (2**64 - 1))  # signed -> unsigned, order kept
 
 
 class DeduplicationProcessor(Processor):
@@ -81,8 +81,7 @@ class DeduplicationProcessor(Processor):
         self.forwarded = 0
         self.dropped = 0
         self.late = 0  # forwarded but too old to open a window
-        self._since_purge = 0
-        self._purged_up_to: int | None = None
+        self._expiry: list[tuple[int, bytes]] = []  # (timestamp, id key) heap
 
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
@@ -93,6 +92,10 @@ class DeduplicationProcessor(Processor):
             if restore is not None:
                 restore(_ENTRY.unpack(saved)[0])
         self._saved_stream_time: int | None = None
+        self._expiry = [
+            (_ENTRY.unpack(value)[0], key) for key, value in self.store.prefix(_ID_PREFIX)
+        ]
+        heapq.heapify(self._expiry)
 
     def process(self, record: Record) -> None:
         identity = self.id_of(record.key, record.value)
@@ -101,47 +104,39 @@ class DeduplicationProcessor(Processor):
             self.context.forward(record)
             return
         stream_time = self.context.stream_time
-        self._save_stream_time(stream_time)
-        id_key = b"i" + canonical_bytes(identity)
+        id_key = _ID_PREFIX + canonical_bytes(identity)
         stored = self.store.get(id_key)
         entry = _ENTRY.unpack(stored) if stored is not None else None
         offset = self.context.offset
-        if not should_forward(entry, record.timestamp, offset, stream_time, self.interval):
+        timestamp = record.timestamp
+        if not should_forward(entry, timestamp, offset, stream_time, self.interval):
             self.dropped += 1
             return
-        if record.timestamp >= stream_time - self.interval:
-            if entry is not None and entry != (record.timestamp, offset):
-                self.store.delete(b"t" + _time_key(entry[0]) + id_key[1:])
-            recorded = NO_OFFSET if offset is None else offset
-            self.store.put(id_key, _ENTRY.pack(record.timestamp, recorded))
-            self.store.put(b"t" + _time_key(record.timestamp) + id_key[1:], b"")
+        if timestamp >= stream_time - self.interval:
+            self.store.put(id_key, _ENTRY.pack(timestamp, NO_OFFSET if offset is None else offset))
+            heapq.heappush(self._expiry, (timestamp, id_key))
         else:
             self.late += 1
         self.forwarded += 1
         self.context.forward(record)
-        self._maybe_purge(stream_time)
+        self._purge(stream_time - self.interval)
 
-    def _save_stream_time(self, stream_time: int) -> None:
-        if stream_time != self._saved_stream_time:
-            self.store.put(_META_KEY, _ENTRY.pack(stream_time, 0))
-            self._saved_stream_time = stream_time
-
-    def _maybe_purge(self, stream_time: int) -> None:
-        """Drop entries older than ``stream_time - interval``: they can never cause a drop."""
-        self._since_purge += 1
-        horizon = stream_time - self.interval
-        moved = self._purged_up_to is None or horizon - self._purged_up_to >= self.interval
-        if not moved and self._since_purge < _PURGE_EVERY_RECORDS:
-            return
-        self._since_purge = 0
-        self._purged_up_to = horizon
-        expired = list(self.store.range(b"t", b"t" + _time_key(horizon)))
-        for index_key, _ in expired:
-            self.store.delete(index_key)
-            id_key = b"i" + index_key[1 + _TIME.size :]
+    def _purge(self, horizon: int) -> None:
+        """Delete entries older than ``horizon``; a heap item whose id was stored again with
+        a newer timestamp since is only dropped from the heap."""
+        expiry = self._expiry
+        while expiry and expiry[0][0] < horizon:
+            _, id_key = heapq.heappop(expiry)
             stored = self.store.get(id_key)
             if stored is not None and _ENTRY.unpack(stored)[0] < horizon:
                 self.store.delete(id_key)
+
+    def before_commit(self) -> None:
+        """Save the task's stream time with the entries it explains (the task calls this)."""
+        stream_time = self.context.stream_time
+        if stream_time != self._saved_stream_time:
+            self.store.put(_META_KEY, _ENTRY.pack(stream_time, 0))
+            self._saved_stream_time = stream_time
 
     def metrics(self) -> dict[str, int]:
         return {"forwarded": self.forwarded, "dropped": self.dropped, "late": self.late}

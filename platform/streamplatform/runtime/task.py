@@ -13,6 +13,7 @@ record and goes on, ``fail`` raises TaskFailedError; DLQ records are collected e
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -58,6 +59,7 @@ class NodeContext:
     def __init__(self, task: Task, node: ProcessorNode) -> None:
         self._task = task
         self._node = node
+        self._children = [task._deliver[child] for child in node.children]
 
     application_id = property(lambda self: self._task.application_id)
     task_id = property(lambda self: self._task.task_id)
@@ -68,8 +70,8 @@ class NodeContext:
     headers = property(lambda self: list(self._task.current.headers) if self._task.current else [])
 
     def forward(self, record: Record) -> None:
-        for child in self._node.children:
-            self._task.dispatch(child, record)
+        for child in self._children:
+            child(record)
 
     def get_state_store(self, name: str) -> Any:
         if name not in self._node.stores:
@@ -82,7 +84,11 @@ class NodeContext:
         millis = duration_ms(interval, "interval")
         if millis <= 0:
             raise ValueError(f"punctuation interval must be positive, got {interval!r}")
-        self._task.punctuations.append(_Punctuation(self._node.name, millis, kind, punctuator))
+        punctuation = _Punctuation(self._node.name, millis, kind, punctuator)
+        if kind is PunctuationType.WALL_CLOCK_TIME:
+            punctuation.next_time = self._task.wall_clock() + millis
+        # Stream time: the first record processed fires it, as in Kafka Streams.
+        self._task.punctuations.append(punctuation)
 
     def restore_stream_time(self, stream_time: int) -> None:
         """Stores that saved the task's stream time give it back after a restart."""
@@ -93,7 +99,8 @@ class Task:
     """Runs ``subtopology`` for ``partition``; stores live under ``state_dir/<app>/<task id>``.
 
     ``partitions_of(topic)`` gives a topic's partition count, for records written to
-    repartition topics (they get an explicit, murmur2-based partition).
+    repartition topics (they get an explicit, murmur2-based partition); ``wall_clock()`` the
+    time in ms for wall-clock punctuations.
     """
 
     def __init__(
@@ -104,6 +111,7 @@ class Task:
         config: StreamsConfig,
         state_dir: Path,
         partitions_of: Callable[[str], int],
+        wall_clock: Callable[[], int] = lambda: int(time.time() * 1000),
     ) -> None:
         self.topology = topology
         self.subtopology = subtopology
@@ -111,11 +119,12 @@ class Task:
         self.application_id: str = config["application.id"]
         self.task_id = TaskId.of(subtopology.id, partition)
         self.partitions_of = partitions_of
+        self.wall_clock = wall_clock
         self.stream_time = UNKNOWN_TIME
         self.current: ConsumedRecord | None = None
         self.output: list[ProducerRecord] = []
         self.punctuations: list[_Punctuation] = []
-        self.consumed: dict[TopicPartition, int] = {}  # next offset to read, per source partition
+        self.consumed: dict[tuple[str, int], int] = {}  # next offset to read, per partition
         self.counts = {"records_in": 0, "records_out": 0, "dlq_records": 0, "skipped": 0}
         self._sources = {
             topic_name(s.topic, s.internal, self.application_id): s
@@ -142,11 +151,12 @@ class Task:
                 )
             self.processors: dict[str, Processor] = {}
             for name in subtopology.nodes:
-                node = topology.nodes[name]
-                if isinstance(node, ProcessorNode):
-                    processor = node.supplier()
-                    processor.init(NodeContext(self, node))
-                    self.processors[name] = processor
+                if isinstance(topology.nodes[name], ProcessorNode):
+                    self.processors[name] = topology.nodes[name].supplier()  # type: ignore[union-attr]
+            # One delivery function per node, so a record's path costs no lookups.
+            self._deliver = {name: self._deliverer(name) for name in subtopology.nodes}
+            for name, processor in self.processors.items():
+                processor.init(NodeContext(self, topology.nodes[name]))  # type: ignore[arg-type]
         except BaseException:
             self._close_stores()
             raise
@@ -167,27 +177,39 @@ class Task:
             except Exception as exception:
                 self._handle(DESERIALIZATION, source.name, record, exception)
                 return
-            self.stream_time = max(self.stream_time, record.timestamp)
-            typed = Record(key, value, record.timestamp, list(record.headers))
+            if record.timestamp > self.stream_time:
+                self.stream_time = record.timestamp
+            typed = Record(key, value, record.timestamp, record.headers)
             for child in source.children:
-                self.dispatch(child, typed)
-            self._punctuate(PunctuationType.STREAM_TIME, self.stream_time)
+                self._deliver[child](typed)
+            if self.punctuations:
+                self._punctuate(PunctuationType.STREAM_TIME, self.stream_time)
         finally:
-            self.consumed[TopicPartition(record.topic, record.partition)] = record.offset + 1
+            self.consumed[(record.topic, record.partition)] = record.offset + 1
             self.current = None
 
     def dispatch(self, name: str, record: Record) -> None:
         """Hand ``record`` to node ``name``; its errors go to the matching handler."""
+        self._deliver[name](record)
+
+    def _deliverer(self, name: str) -> Callable[[Record], None]:
         node = self.topology.nodes[name]
         if isinstance(node, SinkNode):
-            self._write(node, record)
-            return
-        try:
-            self.processors[name].process(record)
-        except StreamsError:  # a failure decided further down: never handled twice
-            raise
-        except Exception as exception:
-            self._handle(PROCESSING, name, record, exception)
+            return lambda record: self._write(node, record)
+        if not isinstance(node, ProcessorNode):
+            return lambda record: None  # sources are entered through process()
+        process = self.processors[name].process
+        handle = self._handle
+
+        def deliver(record: Record) -> None:
+            try:
+                process(record)
+            except StreamsError:  # a failure decided further down: never handled twice
+                raise
+            except Exception as exception:
+                handle(PROCESSING, name, record, exception)
+
+        return deliver
 
     def punctuate_wall_clock(self, now_ms: int) -> None:
         """Fire wall-clock punctuators that are due at ``now_ms``."""
@@ -197,10 +219,7 @@ class Task:
         for punctuation in self.punctuations:
             if punctuation.kind is not kind:
                 continue
-            if punctuation.next_time is None:
-                punctuation.next_time = now + punctuation.interval
-                continue
-            if now < punctuation.next_time:
+            if punctuation.next_time is not None and now < punctuation.next_time:
                 continue
             punctuation.next_time = now + punctuation.interval
             saved, self.current = self.current, None
@@ -226,7 +245,7 @@ class Task:
             by = key if sink.partition_by is None else _partition_bytes(sink, record)
             partition = 0 if by is None else partition_for(by, self.partitions_of(topic))
         self.output.append(
-            ProducerRecord(topic, key, value, record.timestamp, list(record.headers), partition)
+            ProducerRecord(topic, key, value, record.timestamp, record.headers, partition)
         )
         self.counts["records_out"] += 1
 
@@ -269,7 +288,7 @@ class Task:
     # Commit and close ------------------------------------------------------------------------
 
     def offsets(self) -> dict[TopicPartition, int]:
-        return dict(self.consumed)
+        return {TopicPartition(*tp): offset for tp, offset in self.consumed.items()}
 
     def needs_early_commit(self) -> bool:
         """True when a store passed statestore.uncommitted.max.records / .max.bytes (KIP-892)."""
@@ -278,6 +297,10 @@ class Task:
     def commit(self) -> dict[TopicPartition, int]:
         """Commit every store with the task's consumed offsets; returns those offsets."""
         offsets = self.offsets()
+        for processor in self.processors.values():
+            before_commit = getattr(processor, "before_commit", None)
+            if before_commit is not None:
+                before_commit()
         for store in self.stores.values():
             store.commit(offsets)
         return offsets

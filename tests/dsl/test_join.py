@@ -1,0 +1,81 @@
+"""Stream-table joins: temporal with a versioned table (KIP-889), latest value otherwise."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from streamplatform import StreamsBuilder, TopologyTestDriver
+from streamplatform.serdes import Serdes
+from streamplatform.state import Stores
+
+
+def _topology(versioned: bool, left: bool = False):
+    b = StreamsBuilder()
+    store = (
+        Stores.persistent_versioned_key_value_store("table", timedelta(minutes=1))
+        if versioned
+        else None
+    )
+    table = b.table("table", Serdes.string(), Serdes.string(), store=store)
+    stream = b.stream("stream", Serdes.string(), Serdes.string())
+    joined = (
+        stream.left_join(table, lambda s, t: (s, t))
+        if left
+        else stream.join(table, lambda s, t: (s, t))
+    )
+    joined.to("out", value_serde=Serdes.json())
+    return b.build()
+
+
+def _run(topology, events):
+    """events: ("A" | "B", value, timestamp), A on the stream, B on the table, all key "k"."""
+    with TopologyTestDriver(topology, {"application.id": "join"}) as driver:
+        topics = {
+            "A": driver.create_input_topic("stream", Serdes.string(), Serdes.string()),
+            "B": driver.create_input_topic("table", Serdes.string(), Serdes.string()),
+        }
+        for side, value, timestamp in events:
+            topics[side].pipe_input("k", value, timestamp=timestamp)
+        out = driver.create_output_topic("out", Serdes.string(), Serdes.json())
+        return [tuple(value) for value in out.read_values_to_list()]
+
+
+def test_kip_889_example_joins_each_record_with_the_version_valid_at_its_time():
+    events = [("B", "b0", 0), ("A", "a1", 1), ("B", "b3", 3), ("A", "a4", 4), ("A", "a2", 2)]
+    assert _run(_topology(versioned=True), events) == [("a1", "b0"), ("a4", "b3"), ("a2", "b0")]
+
+
+def test_without_a_versioned_store_the_latest_value_is_joined():
+    events = [("B", "b0", 0), ("A", "a1", 1), ("B", "b3", 3), ("A", "a4", 4), ("A", "a2", 2)]
+    assert _run(_topology(versioned=False), events) == [("a1", "b0"), ("a4", "b3"), ("a2", "b3")]
+
+
+def test_a_late_table_correction_applies_to_later_stream_records_at_its_time():
+    events = [("B", "b0", 0), ("B", "b5", 5), ("B", "b2", 2), ("A", "a3", 3), ("A", "a1", 1)]
+    assert _run(_topology(versioned=True), events) == [("a3", "b2"), ("a1", "b0")]
+
+
+@pytest.mark.parametrize("versioned", [True, False])
+def test_a_table_tombstone_ends_the_match(versioned):
+    events = [("B", "b0", 0), ("A", "a1", 1), ("B", None, 2), ("A", "a3", 3)]
+    assert _run(_topology(versioned), events) == [("a1", "b0")]
+    left = _run(_topology(versioned, left=True), events)
+    assert left == [("a1", "b0"), ("a3", None)]
+
+
+def test_versioned_tombstone_does_not_hide_older_versions_for_older_records():
+    events = [("B", "b0", 0), ("B", None, 5), ("A", "a6", 6), ("A", "a4", 4)]
+    assert _run(_topology(versioned=True), events) == [("a4", "b0")]
+
+
+def test_left_join_with_no_table_value_joins_none():
+    assert _run(_topology(versioned=True, left=True), [("A", "a1", 1)]) == [("a1", None)]
+
+
+def test_stream_and_table_share_one_subtopology():
+    topology = _topology(versioned=True)
+    assert len(topology.subtopologies) == 1
+    assert topology.subtopologies[0].stores == ("table",)
+    assert topology.task_ids({"stream": 3, "table": 3}, "app") == ["0_0", "0_1", "0_2"]
