@@ -43,12 +43,13 @@ from streamplatform.state.stores import duration_ms
 
 
 class TestRecord(NamedTuple):
-    __test__ = False  # not a pytest test class
-
     key: Any
     value: Any
     timestamp: int
     headers: Headers
+
+
+TestRecord.__test__ = False  # type: ignore[attr-defined]  # not a pytest test class
 
 
 class TestInputTopic:

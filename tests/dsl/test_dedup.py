@@ -275,3 +275,14 @@ def test_deduplicate_by_key_matches_the_model(interval, events):
     labelled = [(key, str(offset), ts) for offset, (key, ts) in enumerate(events)]
     forwarded = run_by_key(interval, labelled)
     assert [int(label) for label in forwarded] == model(interval, events)
+
+
+def test_canonical_bytes_never_collide_across_types_and_unrolled_pairs_match_the_generic_form():
+    from streamplatform.dsl.dedup import canonical_bytes
+
+    values = ["1", 1, b"1", 1.0, ("1",), ("a", "b"), ("a", 1), None, [1], {"a": 1}]
+    encoded = [canonical_bytes(v) for v in values]
+    assert len(set(encoded)) == len(values)
+    pair = ("acct-1", "tx-9")
+    generic = b"(" + b"".join(len(p).to_bytes(4, "big") + p for p in map(canonical_bytes, pair))
+    assert canonical_bytes(pair) == generic

@@ -243,3 +243,16 @@ def test_production_serialization_error_carries_no_source_bytes():
         [dead] = _dlq(driver)
     assert (dead.key, dead.value) == (None, None)  # production errors: only metadata
     assert dict(dead.headers)["__streams.errors.exception"] == b"SerializationError"
+
+
+def test_processing_error_with_log_and_fail_writes_the_dlq_then_fails():
+    with _driver({"processing.exception.handler": "log_and_fail"}) as driver:
+        source = driver.create_input_topic("in", Serdes.string(), Serdes.json())
+        with pytest.raises(TaskFailedError, match="processing.exception.handler failed the task"):
+            source.pipe_input("b", {"amount": 0}, timestamp=11, headers=SOURCE_HEADERS)
+        [dead] = _dlq(driver)
+        assert (dead.key, dead.value) == (b"b", b'{"amount":0}')
+        _assert_error_headers(
+            dead.headers, "ZeroDivisionError", "integer division or modulo by zero", "in", 0, 0
+        )
+        assert _out(driver) == []

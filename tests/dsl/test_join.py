@@ -78,4 +78,8 @@ def test_stream_and_table_share_one_subtopology():
     topology = _topology(versioned=True)
     assert len(topology.subtopologies) == 1
     assert topology.subtopologies[0].stores == ("table",)
-    assert topology.task_ids({"stream": 3, "table": 3}, "app") == ["0_0", "0_1", "0_2"]
+    assert [str(t) for t in topology.task_ids({"stream": 3, "table": 3}, "app")] == [
+        "0_0",
+        "0_1",
+        "0_2",
+    ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from streamplatform import Processor, StreamsBuilder, TopologyTestDriver
+from streamplatform.dsl import TaskId
 from streamplatform.serdes import Serdes
 from streamplatform.state import Stores
 
@@ -95,7 +96,8 @@ def test_describe_and_task_ids_with_a_repartition():
     assert topology.repartition_topics("app") == ["app-d-repartition"]
     assert topology.source_topics("app") == ["in", "app-d-repartition"]
     ids = topology.task_ids({"in": 2, "app-d-repartition": 3}, "app")
-    assert ids == ["0_0", "0_1", "1_0", "1_1", "1_2"]
+    assert [str(i) for i in ids] == ["0_0", "0_1", "1_0", "1_1", "1_2"]
+    assert TaskId.parse("1_2") == ids[-1] == (1, 2)
 
 
 @pytest.mark.parametrize(

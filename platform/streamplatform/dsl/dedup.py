@@ -60,6 +60,12 @@ def canonical_bytes(value: Any) -> bytes:
     if isinstance(value, str):
         return b"s" + value.encode()
     if isinstance(value, tuple):
+        if len(value) == 2 and type(value[0]) is str and type(value[1]) is str:
+            # deduplicate_by_key_value's (key, id), both strings: the generic form, unrolled.
+            first, second = b"s" + value[0].encode(), b"s" + value[1].encode()
+            return b"".join(
+                (b"(", len(first).to_bytes(4, "big"), first, len(second).to_bytes(4, "big"), second)
+            )
         parts = [canonical_bytes(item) for item in value]
         return b"(" + b"".join([len(p).to_bytes(4, "big") + p for p in parts])
     try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from streamplatform.dsl.graph import Node, ProcessorNode, SinkNode, SourceNode, topic_name
 from streamplatform.state import StoreSpec
@@ -28,20 +29,19 @@ class SubTopology:
         return [topic_name(s.topic, s.internal, application_id) for s in self.sources(topology)]
 
 
-class TaskId(str):
-    """``"<sub-topology>_<partition>"``."""
+class TaskId(NamedTuple):
+    """A task: one sub-topology on one partition; written ``"<sub-topology>_<partition>"``."""
+
+    subtopology: int
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.subtopology}_{self.partition}"
 
     @classmethod
-    def of(cls, subtopology: int, partition: int) -> TaskId:
-        return cls(f"{subtopology}_{partition}")
-
-    @property
-    def subtopology(self) -> int:
-        return int(self.split("_")[0])
-
-    @property
-    def partition(self) -> int:
-        return int(self.split("_")[1])
+    def parse(cls, text: str) -> TaskId:
+        subtopology, _, partition = text.partition("_")
+        return cls(int(subtopology), int(partition))
 
 
 class Topology:
@@ -82,7 +82,7 @@ class Topology:
         for subtopology in self.subtopologies:
             topics = subtopology.source_topics(self, application_id)
             count = max(partitions.get(topic, 1) for topic in topics)
-            ids += [TaskId.of(subtopology.id, p) for p in range(count)]
+            ids += [TaskId(subtopology.id, p) for p in range(count)]
         return ids
 
     def describe(self) -> str:

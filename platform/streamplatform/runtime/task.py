@@ -62,7 +62,7 @@ class NodeContext:
         self._children = [task._deliver[child] for child in node.children]
 
     application_id = property(lambda self: self._task.application_id)
-    task_id = property(lambda self: self._task.task_id)
+    task_id = property(lambda self: str(self._task.task_id))
     stream_time = property(lambda self: self._task.stream_time)
     topic = property(lambda self: self._task.current.topic if self._task.current else None)
     partition = property(lambda self: self._task.current.partition if self._task.current else -1)
@@ -117,7 +117,7 @@ class Task:
         self.subtopology = subtopology
         self.config = config
         self.application_id: str = config["application.id"]
-        self.task_id = TaskId.of(subtopology.id, partition)
+        self.task_id = TaskId(subtopology.id, partition)
         self.partitions_of = partitions_of
         self.wall_clock = wall_clock
         self.stream_time = UNKNOWN_TIME
@@ -125,7 +125,10 @@ class Task:
         self.output: list[ProducerRecord] = []
         self.punctuations: list[_Punctuation] = []
         self.consumed: dict[tuple[str, int], int] = {}  # next offset to read, per partition
-        self.counts = {"records_in": 0, "records_out": 0, "dlq_records": 0, "skipped": 0}
+        self.records_in = 0
+        self.dlq_records = 0
+        self.skipped = 0  # records a handler answered `resume` for
+        self._output_taken = 0
         self._sources = {
             topic_name(s.topic, s.internal, self.application_id): s
             for s in subtopology.sources(topology)
@@ -134,7 +137,7 @@ class Task:
             setting: load_handler(config, setting)
             for setting in (DESERIALIZATION, PROCESSING, PRODUCTION)
         }
-        self.directory = state_dir / self.application_id / self.task_id
+        self.directory = state_dir / self.application_id / str(self.task_id)
         isolation = (
             IsolationLevel.READ_COMMITTED
             if config.exactly_once
@@ -169,7 +172,7 @@ class Task:
         if source is None:
             raise ValueError(f"Task {self.task_id} does not read topic {record.topic!r}")
         self.current = record
-        self.counts["records_in"] += 1
+        self.records_in += 1
         try:
             try:
                 key = source.key_serde.deserialize(record.key)
@@ -195,7 +198,7 @@ class Task:
     def _deliverer(self, name: str) -> Callable[[Record], None]:
         node = self.topology.nodes[name]
         if isinstance(node, SinkNode):
-            return lambda record: self._write(node, record)
+            return self._writer(node)
         if not isinstance(node, ProcessorNode):
             return lambda record: None  # sources are entered through process()
         process = self.processors[name].process
@@ -232,22 +235,26 @@ class Task:
             finally:
                 self.current = saved
 
-    def _write(self, sink: SinkNode, record: Record) -> None:
+    def _writer(self, sink: SinkNode) -> Callable[[Record], None]:
+        """The delivery function of a sink: serialize, choose the partition, collect."""
         topic = topic_name(sink.topic, sink.internal, self.application_id)
-        try:
-            key = sink.key_serde.serialize(record.key)
-            value = sink.value_serde.serialize(record.value)
-        except Exception as exception:
-            self._handle(PRODUCTION, sink.name, record, exception, topic=topic)
-            return
-        partition = None
-        if sink.internal:
-            by = key if sink.partition_by is None else _partition_bytes(sink, record)
-            partition = 0 if by is None else partition_for(by, self.partitions_of(topic))
-        self.output.append(
-            ProducerRecord(topic, key, value, record.timestamp, record.headers, partition)
-        )
-        self.counts["records_out"] += 1
+        serialize_key, serialize_value = sink.key_serde.serialize, sink.value_serde.serialize
+        append = self.output.append
+
+        def write(record: Record) -> None:
+            try:
+                key = serialize_key(record.key)
+                value = serialize_value(record.value)
+            except Exception as exception:
+                self._handle(PRODUCTION, sink.name, record, exception, topic=topic)
+                return
+            partition = None
+            if sink.internal:
+                by = key if sink.partition_by is None else _partition_bytes(sink, record)
+                partition = 0 if by is None else partition_for(by, self.partitions_of(topic))
+            append(ProducerRecord(topic, key, value, record.timestamp, record.headers, partition))
+
+        return write
 
     def _handle(
         self,
@@ -265,16 +272,16 @@ class Task:
             offset=current.offset if current else -1,
             timestamp=record.timestamp if record is not None else self.stream_time,
             processor_node_name=node,
-            task_id=self.task_id,
+            task_id=str(self.task_id),
             headers=list(current.headers) if current else [],
             source_raw_key=None if production or current is None else current.key,
             source_raw_value=None if production or current is None else current.value,
         )
         response = call_handler(self._handlers[setting], setting, context, record, exception)
         self.output.extend(response.dlq_records)
-        self.counts["dlq_records"] += len(response.dlq_records)
+        self.dlq_records += len(response.dlq_records)
         if response.action is Action.RESUME:
-            self.counts["skipped"] += 1
+            self.skipped += 1
             return
         reason = "failed the task"
         if response.action is Action.RETRY:
@@ -282,7 +289,7 @@ class Task:
         raise TaskFailedError(
             f"Task {self.task_id}: {setting} {reason} on {type(exception).__name__}: {exception} "
             f"at {node} (source {context.topic}-{context.partition}@{context.offset})",
-            self.task_id,
+            str(self.task_id),
         ) from exception
 
     # Commit and close ------------------------------------------------------------------------
@@ -306,11 +313,18 @@ class Task:
         return offsets
 
     def take_output(self) -> list[ProducerRecord]:
-        output, self.output = self.output, []
+        output = self.output[:]
+        self.output.clear()  # in place: the sinks' delivery functions hold this list
+        self._output_taken += len(output)
         return output
 
     def metrics(self) -> dict[str, int]:
-        numbers = dict(self.counts)
+        numbers = {
+            "records_in": self.records_in,
+            "records_out": self._output_taken + len(self.output) - self.dlq_records,
+            "dlq_records": self.dlq_records,
+            "skipped": self.skipped,
+        }
         for processor in self.processors.values():
             if isinstance(processor, DeduplicationProcessor):
                 for name, value in processor.metrics().items():
