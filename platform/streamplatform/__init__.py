@@ -1,7 +1,69 @@
 """streamplatform: Kafka Streams' newest stateful features for PySpark pipelines run from Dagster.
 
 The public API is re-exported here; everything not listed in ``__all__`` is internal.
+Serdes live in ``streamplatform.serdes``, stores in ``streamplatform.state`` and error handling
+in ``streamplatform.errors``.
+
+The example of DESIGN.md, executed as a test: deduplicate transactions by id within 10 minutes,
+then join each with the FX rate valid at its time.
+
+>>> from datetime import timedelta
+>>> from streamplatform import StreamsBuilder, TopologyTestDriver
+>>> from streamplatform.serdes import Serdes
+>>> from streamplatform.state import Stores
+>>> b = StreamsBuilder()
+>>> tx = b.stream("transactions", key_serde=Serdes.string(), value_serde=Serdes.json())
+>>> rates = b.table("fx-rates", key_serde=Serdes.string(), value_serde=Serdes.json(),
+...                 store=Stores.persistent_versioned_key_value_store("rates", timedelta(days=1)))
+>>> (tx.deduplicate_by_key_value(lambda k, v: v["id"], timedelta(minutes=10))
+...    .join(rates, lambda t, r: {**t, "eur": t["amount"] * r["rate"]})
+...    .to("enriched", key_serde=Serdes.string(), value_serde=Serdes.json()))
+>>> topology = b.build()
+>>> with TopologyTestDriver(topology, {"application.id": "demo",
+...                                    "errors.dead.letter.queue.topic.name": "demo-dlq"}) as d:
+...     d.create_input_topic("fx-rates", Serdes.string(), Serdes.json()).pipe_input(
+...         "k", {"rate": 0.5}, timestamp=0)
+...     inp = d.create_input_topic("transactions", Serdes.string(), Serdes.json())
+...     inp.pipe_input("k", {"id": 1, "amount": 3}, timestamp=1_000, headers=[("h", b"x")])
+...     inp.pipe_input("k", {"id": 1, "amount": 3}, timestamp=2_000)  # a duplicate
+...     inp.pipe_raw(b"k", b"not json", timestamp=3_000)  # fails: DLQ record, then the task fails
+... # doctest: +IGNORE_EXCEPTION_DETAIL
+Traceback (most recent call last):
+streamplatform.errors.exceptions.TaskFailedError: ...
+>>> d.create_output_topic("enriched", Serdes.string(), Serdes.json()).read_key_values_to_list()
+[('k', {'id': 1, 'amount': 3, 'eur': 1.5})]
+>>> [r.value for r in d.create_output_topic("demo-dlq", Serdes.bytes(), Serdes.bytes())
+...     .read_records_to_list()]
+[b'not json']
 """
 
-__all__: list[str] = []
+from streamplatform.config import ConfigError, StreamsConfig
+from streamplatform.dsl import (
+    KStream,
+    KTable,
+    Processor,
+    ProcessorContext,
+    PunctuationType,
+    StreamsBuilder,
+    Topology,
+)
+from streamplatform.records import Headers, ProducerRecord, Record, TopicPartition
+from streamplatform.testing import TopologyTestDriver
+
+__all__ = [
+    "ConfigError",
+    "Headers",
+    "KStream",
+    "KTable",
+    "Processor",
+    "ProcessorContext",
+    "ProducerRecord",
+    "PunctuationType",
+    "Record",
+    "StreamsBuilder",
+    "StreamsConfig",
+    "TopicPartition",
+    "Topology",
+    "TopologyTestDriver",
+]
 __version__ = "0.1.0"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from streamplatform import (
-    ProducerRecord,
     Processor,
+    ProducerRecord,
     PunctuationType,
     StreamsBuilder,
     TopologyTestDriver,
