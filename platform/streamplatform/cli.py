@@ -4,6 +4,8 @@ streamplatform broker start [--fresh] | stop | status
 streamplatform topics create NAME [--partitions N] | list   (against --bootstrap-servers
                                                              or the local broker)
 streamplatform demo [--records N]
+streamplatform placement plan --instances FILE [--standbys N] [--awareness zone,cluster]
+                              [--tasks N] [--strict]
 """
 
 from __future__ import annotations
@@ -70,6 +72,27 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _placement(args: argparse.Namespace) -> int:
+    from streamplatform.config import ConfigError
+    from streamplatform.placement.planfile import format_plan, load_plan_file
+
+    try:
+        plan_file = load_plan_file(
+            args.instances,
+            num_standby_replicas=args.standbys,
+            awareness=args.awareness,
+            tasks=args.tasks,
+        )
+    except ConfigError as exc:
+        raise SystemExit(str(exc)) from None
+    try:
+        placement = plan_file.plan(strict=args.strict)
+    except ConfigError as exc:
+        raise SystemExit(f"{args.instances}: {exc}") from None
+    print(format_plan(placement, plan_file.clients), end="")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="streamplatform", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -90,6 +113,24 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--records", type=int, default=5_000)
     demo.add_argument("--bootstrap-servers", help="use this broker instead of a local one")
     demo.set_defaults(run=_demo)
+
+    from streamplatform.placement import planfile
+
+    placement = commands.add_parser(
+        "placement",
+        help="KIP-708 rack-aware standby placement",
+        description=planfile.PLAN_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    placement.add_argument("action", choices=["plan"])
+    placement.add_argument("--instances", required=True, metavar="FILE", help="instances YAML")
+    placement.add_argument("--standbys", type=int, metavar="N", help="num.standby.replicas")
+    placement.add_argument(
+        "--awareness", metavar="KEYS", help="rack.aware.assignment.tags, e.g. zone,cluster"
+    )
+    placement.add_argument("--tasks", type=int, metavar="N", help="place tasks 0_0 .. 0_<N-1>")
+    placement.add_argument("--strict", action="store_true", help="never break a tag rule")
+    placement.set_defaults(run=_placement)
     return parser
 
 

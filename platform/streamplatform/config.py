@@ -236,6 +236,13 @@ class StreamsConfig(Mapping[str, Any]):
         given = {k: v for k, v in self._values.items() if v != _BY_NAME[k].default}
         return f"StreamsConfig({given!r})"
 
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as given-equivalent plain data (canonical names, no unset values),
+        e.g. to ship to Spark executors, where ``StreamsConfig(config.to_dict())`` rebuilds it."""
+        settings = {k: v for k, v in self._values.items() if v is not None}
+        settings |= {CLIENT_TAG_PREFIX + k: v for k, v in self.client_tags.items()}
+        return settings | dict(self.client_settings)
+
     @property
     def exactly_once(self) -> bool:
         return bool(self["processing.guarantee"] == "exactly_once_v2")

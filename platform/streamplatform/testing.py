@@ -237,6 +237,8 @@ class TopologyTestDriver:
             self._route(task.take_output())
             self._restart(task)
             raise
+        task.take_output_sources()
+        task.take_versions()
         output = task.take_output()
         self._route(output)
         return output

@@ -38,6 +38,9 @@ class TableSource(Processor):
         value = self.value_serde.serialize(record.value)
         if self.versioned:
             self.store.put(key, value, record.timestamp)
+            log_version = getattr(self.context, "log_version", None)
+            if log_version is not None:
+                log_version(self.store_name, key, value, record.timestamp)
         else:
             self.store.transaction.put(key, value)
 

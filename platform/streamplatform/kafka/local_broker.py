@@ -280,6 +280,9 @@ class LocalBroker:
             # Topics are created on purpose; a typo in a topic name is an error, not a new topic.
             "auto.create.topics.enable": "false",
             "log.flush.interval.messages": "100000",
+            # Keep everything: tests and demos write records with timestamps far in the past,
+            # which time-based retention would delete within minutes.
+            "log.retention.ms": "-1",
         }
         path = self.directory / "server.properties"
         path.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))

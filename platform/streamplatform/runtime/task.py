@@ -90,6 +90,10 @@ class NodeContext:
         # Stream time: the first record processed fires it, as in Kafka Streams.
         self._task.punctuations.append(punctuation)
 
+    def log_version(self, store: str, key: bytes, value: bytes | None, timestamp: int) -> None:
+        """Table sources report what they write to a versioned store (for its Delta snapshot)."""
+        self._task.versions.append((store, key, value, timestamp))
+
     def restore_stream_time(self, stream_time: int) -> None:
         """Stores that saved the task's stream time give it back after a restart."""
         self._task.stream_time = max(self._task.stream_time, stream_time)
@@ -112,6 +116,7 @@ class Task:
         state_dir: Path,
         partitions_of: Callable[[str], int],
         wall_clock: Callable[[], int] = lambda: int(time.time() * 1000),
+        isolation_level: IsolationLevel | None = None,
     ) -> None:
         self.topology = topology
         self.subtopology = subtopology
@@ -123,6 +128,11 @@ class Task:
         self.stream_time = UNKNOWN_TIME
         self.current: ConsumedRecord | None = None
         self.output: list[ProducerRecord] = []
+        # Parallel to `output`: the (topic, partition, offset) of the source record behind each.
+        self.output_sources: list[tuple[str | None, int, int]] = []
+        # Versions written to versioned stores by table sources: (store, key, value, timestamp).
+        self.versions: list[tuple[str, bytes, bytes | None, int]] = []
+        self.dlq_topic: str | None = config["errors.dead.letter.queue.topic.name"]
         self.punctuations: list[_Punctuation] = []
         self.consumed: dict[tuple[str, int], int] = {}  # next offset to read, per partition
         self.records_in = 0
@@ -138,11 +148,12 @@ class Task:
             for setting in (DESERIALIZATION, PROCESSING, PRODUCTION)
         }
         self.directory = state_dir / self.application_id / str(self.task_id)
-        isolation = (
+        default_isolation = (
             IsolationLevel.READ_COMMITTED
             if config.exactly_once
             else IsolationLevel.READ_UNCOMMITTED
         )
+        isolation = isolation_level or default_isolation
         self.stores: dict[str, Any] = {}
         try:
             for name in subtopology.stores:
@@ -239,7 +250,7 @@ class Task:
         """The delivery function of a sink: serialize, choose the partition, collect."""
         topic = topic_name(sink.topic, sink.internal, self.application_id)
         serialize_key, serialize_value = sink.key_serde.serialize, sink.value_serde.serialize
-        append = self.output.append
+        append, add_source = self.output.append, self.output_sources.append
 
         def write(record: Record) -> None:
             try:
@@ -253,6 +264,7 @@ class Task:
                 by = key if sink.partition_by is None else _partition_bytes(sink, record)
                 partition = 0 if by is None else partition_for(by, self.partitions_of(topic))
             append(ProducerRecord(topic, key, value, record.timestamp, record.headers, partition))
+            add_source(self._source_coordinates())
 
         return write
 
@@ -279,6 +291,7 @@ class Task:
         )
         response = call_handler(self._handlers[setting], setting, context, record, exception)
         self.output.extend(response.dlq_records)
+        self.output_sources.extend([self._source_coordinates()] * len(response.dlq_records))
         self.dlq_records += len(response.dlq_records)
         if response.action is Action.RESUME:
             self.skipped += 1
@@ -311,6 +324,20 @@ class Task:
         for store in self.stores.values():
             store.commit(offsets)
         return offsets
+
+    def _source_coordinates(self) -> tuple[str | None, int, int]:
+        current = self.current
+        return (current.topic, current.partition, current.offset) if current else (None, -1, -1)
+
+    def take_output_sources(self) -> list[tuple[str | None, int, int]]:
+        """Call before take_output(): the source coordinates of the records it returns."""
+        sources = self.output_sources[:]
+        self.output_sources.clear()
+        return sources
+
+    def take_versions(self) -> list[tuple[str, bytes, bytes | None, int]]:
+        versions, self.versions = self.versions, []
+        return versions
 
     def take_output(self) -> list[ProducerRecord]:
         output = self.output[:]

@@ -1,0 +1,135 @@
+"""The mission's two streaming pipelines and their demo data.
+
+- ``deduplication_topology``: transactions keyed by currency; duplicates (same currency and
+  transaction id within 10 minutes) dropped (KIP-655 ``deduplicate_by_key_value``); out to
+  ``transactions-deduplicated`` (Kafka), poison records to ``transactions-dlq``.
+- ``enrichment_topology``: the deduplicated transactions joined with the FX rate valid at
+  each transaction's time (KIP-889 versioned table) into ``transactions-enriched`` (Delta).
+
+Both topics are keyed by currency with the same partition count, so the stream and the table
+are co-partitioned and each job is one sub-topology.
+
+``generate`` writes demo data: transactions with ~10% duplicates, ~5% out-of-order timestamps
+and ~0.1% poison records (not JSON), and FX rate updates including late corrections.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from streamplatform.dsl import StreamsBuilder, Topology
+from streamplatform.kafka import TopicSpec, create_topics, producer
+from streamplatform.serdes import Serdes
+from streamplatform.state import Stores
+
+TRANSACTIONS = "transactions"
+FX_RATES = "fx-rates"
+DEDUPLICATED = "transactions-deduplicated"
+ENRICHED = "transactions-enriched"
+TRANSACTIONS_DLQ = "transactions-dlq"
+ENRICHMENT_DLQ = "enrichment-dlq"
+PARTITIONS = 3
+DEDUP_INTERVAL = timedelta(minutes=10)
+RATE_HISTORY = timedelta(days=2)
+CURRENCIES = ("USD", "GBP", "JPY", "CHF", "SEK", "NOK")
+DAY_MS = 86_400_000
+START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z: demo event time starts here
+
+
+def deduplication_topology(interval: timedelta = DEDUP_INTERVAL) -> Topology:
+    b = StreamsBuilder()
+    transactions = b.stream(TRANSACTIONS, Serdes.string(), Serdes.json())
+    transactions.deduplicate_by_key_value(
+        lambda currency, tx: tx.get("id"), interval, name="tx-dedup"
+    ).to(DEDUPLICATED)
+    return b.build()
+
+
+def convert(tx: dict[str, Any], rate: dict[str, Any]) -> dict[str, Any]:
+    """The join: the amount in EUR at the rate valid when the transaction happened."""
+    return {**tx, "rate": rate["rate"], "rate_valid_from": rate["valid_from"],
+            "amount_eur": round(tx["amount"] / rate["rate"], 2)}  # fmt: skip
+
+
+def enrichment_topology(history: timedelta = RATE_HISTORY) -> Topology:
+    b = StreamsBuilder()
+    rates = b.table(
+        FX_RATES, Serdes.string(), Serdes.json(),
+        store=Stores.persistent_versioned_key_value_store("fx-rates-versions", history),
+    )  # fmt: skip
+    transactions = b.stream(DEDUPLICATED, Serdes.string(), Serdes.json())
+    transactions.join(rates, convert).to(ENRICHED)
+    return b.build()
+
+
+def create_demo_topics(settings: Mapping[str, Any]) -> None:
+    names = (TRANSACTIONS, FX_RATES, DEDUPLICATED, ENRICHED, TRANSACTIONS_DLQ, ENRICHMENT_DLQ)
+    create_topics(settings, [TopicSpec(name, PARTITIONS) for name in names])
+
+
+@dataclass(frozen=True)
+class DemoData:
+    transactions: int
+    duplicates: int
+    out_of_order: int
+    poison: int
+    rate_updates: int
+    late_corrections: int
+
+
+def generate(
+    settings: Mapping[str, Any], transactions: int = 5_000, days: int = 2, seed: int = 7
+) -> DemoData:
+    """Produce FX rates first, then transactions over ``days`` days of event time."""
+    rng = random.Random(seed)
+    out = producer(settings, **{"linger.ms": 20, "enable.idempotence": True})
+    span = days * DAY_MS
+    rate_updates = late = 0
+    for currency in CURRENCIES:
+        rate = rng.uniform(0.5, 150)
+        for hour in range(0, days * 24, 3):  # a rate every 3 hours of event time
+            valid_from = START_MS + hour * 3_600_000
+            rate = round(rate * rng.uniform(0.98, 1.02), 5)
+            _send(out, FX_RATES, currency, {"rate": rate, "valid_from": valid_from}, valid_from)
+            rate_updates += 1
+        for _ in range(2):  # late corrections: versions that start before what was sent last
+            valid_from = START_MS + rng.randrange(span)
+            _send(out, FX_RATES, currency, {"rate": round(rate * 1.01, 5), "valid_from": valid_from,
+                                            "correction": True}, valid_from)  # fmt: skip
+            late += 1
+    duplicates = out_of_order = poison = 0
+    sent: list[tuple[str, dict[str, Any], int]] = []
+    for index in range(transactions):
+        event_time = START_MS + index * span // transactions
+        if sent and rng.random() < 0.10:
+            currency, tx, timestamp = sent[-rng.randrange(1, min(len(sent), 50) + 1)]
+            duplicates += 1
+        else:
+            currency = rng.choice(CURRENCIES)
+            tx = {"id": f"tx-{index:07d}", "account": f"acct-{rng.randrange(200):03d}",
+                  "amount": round(rng.uniform(1, 2_000), 2), "currency": currency}  # fmt: skip
+            timestamp = event_time
+            if rng.random() < 0.05:
+                timestamp -= rng.randrange(5 * 60_000)  # up to 5 minutes late
+                out_of_order += 1
+            sent.append((currency, tx, timestamp))
+        if rng.random() < 0.001:
+            out.produce(TRANSACTIONS, key=currency, value=b"{not json", timestamp=timestamp)
+            poison += 1
+        _send(out, TRANSACTIONS, currency, tx, timestamp)
+        if index % 1_000 == 0:
+            out.poll(0)
+    remaining = out.flush(60)
+    if remaining:
+        raise RuntimeError(f"{remaining} demo records were not acknowledged by the broker")
+    return DemoData(transactions, duplicates, out_of_order, poison, rate_updates, late)
+
+
+def _send(out: Any, topic: str, key: str, value: dict[str, Any], timestamp: int) -> None:
+    out.produce(topic, key=key, value=json.dumps(value), timestamp=timestamp,
+                headers=[("source", b"streamplatform-demo")])  # fmt: skip

@@ -1,0 +1,206 @@
+"""What runs inside a Spark executor: one task over its records of one micro-batch.
+
+``TaskBatchRunner`` is pickled to the executors (a plain object: the topology, the settings,
+the batch's numbers) and called once per task with that task's rows (``applyInPandas``):
+
+1. open the task's stores under ``state.dir/<application.id>/<task id>/``;
+2. exactly_once_v2: settle the previous batch's prepared writes — apply them when that batch
+   is in the commit log, discard them when it is not;
+3. restore from the Delta changelog when the local state is behind the commit log (a new
+   executor, a wiped state dir) and report how many changelog rows it replayed;
+4. process the records, per partition in offset order, across partitions by timestamp (as
+   Kafka Streams picks records); stop early when a store passes its uncommitted limits;
+5. persist the store writes: *prepare* them as batch N (exactly_once_v2), or commit them
+   (at_least_once); either way they also leave as changelog rows;
+6. return the output rows: sink, DLQ, changelog and version rows, and one progress row.
+
+The store writes of a batch always go through a transaction (READ_COMMITTED) here, in both
+modes: it is what lets them leave as the batch's changelog. Under at_least_once they are
+committed by the task at the end of its batch, before the driver's commit point.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from streamplatform.config import StreamsConfig
+from streamplatform.dsl.topology import Topology
+from streamplatform.records import ConsumedRecord
+from streamplatform.runtime.faults import crash_point
+from streamplatform.runtime.task import Task
+from streamplatform.state import IsolationLevel
+
+# The commit offsets of every store also record the batch it holds, under this pseudo-partition.
+BATCH_MARKER = ("__streamplatform.batch__", 0)
+
+OUTPUT_SCHEMA = (
+    "kind STRING, topic STRING, key BINARY, value BINARY, timestamp LONG, "
+    "headers ARRAY<STRUCT<key: STRING, value: BINARY>>, partition INT, "
+    "source_topic STRING, source_partition INT, source_offset LONG, "
+    "task STRING, store STRING, column_family STRING, seq LONG"
+)
+OUTPUT_COLUMNS = [
+    "kind", "topic", "key", "value", "timestamp", "headers", "partition", "source_topic",
+    "source_partition", "source_offset", "task", "store", "column_family", "seq",
+]  # fmt: skip
+
+
+def records_in_pick_order(pdf: pd.DataFrame) -> Iterator[ConsumedRecord]:
+    """Per partition in offset order; across partitions the head with the lowest timestamp
+    first (ties: topic, partition), as Kafka Streams' partition group does."""
+    queues: dict[tuple[str, int], list[ConsumedRecord]] = {}
+    for row in pdf.sort_values(["topic", "partition", "offset"]).itertuples(index=False):
+        headers = [(h["key"], h["value"]) for h in row.headers] if row.headers is not None else []
+        queues.setdefault((row.topic, row.partition), []).append(
+            ConsumedRecord(
+                row.topic,
+                row.partition,
+                int(row.offset),
+                int(row.timestamp),
+                row.key,
+                row.value,
+                headers,
+            )  # fmt: skip
+        )
+    if len(queues) == 1:
+        yield from next(iter(queues.values()))
+        return
+    positions = {tp: 0 for tp in queues}
+    heads = [(q[0].timestamp, tp) for tp, q in queues.items()]
+    heapq.heapify(heads)
+    while heads:
+        _, tp = heapq.heappop(heads)
+        queue, position = queues[tp], positions[tp]
+        yield queue[position]
+        positions[tp] = position + 1
+        if position + 1 < len(queue):
+            heapq.heappush(heads, (queue[position + 1].timestamp, tp))
+
+
+class TaskBatchRunner:
+    """Runs one micro-batch of one task; see the module docstring."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        settings: dict[str, Any],
+        batch_id: int,
+        last_committed: int | None,
+        changelog_files: dict[str, list[str]],
+        partitions: dict[str, int],
+    ) -> None:
+        self.topology = topology
+        self.settings = settings
+        self.batch_id = batch_id
+        self.last_committed = last_committed
+        self.changelog_files = changelog_files  # task id -> parquet files of its changelog
+        self.partitions = partitions
+
+    def run(self, pdf: pd.DataFrame) -> pd.DataFrame:
+        """One task's rows of the batch (all with the same ``task_partition``) in, output out."""
+        started = time.monotonic()
+        config = StreamsConfig(self.settings)
+        exactly_once = config.exactly_once
+        partition = int(pdf["task_partition"].iloc[0])
+        task = Task(
+            self.topology, self.topology.subtopologies[0], partition, config,
+            Path(config["state.dir"]), lambda topic: self.partitions.get(topic, 1),
+            isolation_level=IsolationLevel.READ_COMMITTED,
+        )  # fmt: skip
+        rows: list[tuple] = []
+        try:
+            restored = self._settle_and_restore(task, exactly_once)
+            half = len(pdf) // 2
+            for index, record in enumerate(records_in_pick_order(pdf)):
+                if index == half:
+                    crash_point("during_tasks", self.batch_id)
+                task.process(record)
+                if task.needs_early_commit():
+                    break  # the rest of the batch waits for the next one
+            rows += self._output_rows(task)
+            rows += self._persist(task, exactly_once)
+            metrics = task.metrics() | {
+                "restored_records": restored,
+                "task_ms": int((time.monotonic() - started) * 1000),
+            }
+            consumed = [[t, p, o] for (t, p), o in task.consumed.items()]
+            progress = json.dumps({"metrics": metrics, "consumed": consumed}).encode()
+            rows.append(_row("progress", value=progress, task=str(task.task_id)))
+        finally:
+            task.close()
+        return pd.DataFrame(rows, columns=OUTPUT_COLUMNS)
+
+    def _settle_and_restore(self, task: Task, exactly_once: bool) -> int:
+        last = -1 if self.last_committed is None else self.last_committed
+        for store in task.stores.values():
+            prepared = store.prepared_batch_id
+            if prepared is not None:
+                store.settle(prepared, committed=prepared <= last)
+        behind = [
+            (name, store) for name, store in task.stores.items()
+            if (store.committed_offset(BATCH_MARKER) or -1) < last
+        ]  # fmt: skip
+        if not behind:
+            return 0
+        from streamplatform.runtime.changelog import replay
+
+        return replay(
+            self.changelog_files.get(str(task.task_id), []), dict(behind), last, BATCH_MARKER
+        )
+
+    def _output_rows(self, task: Task) -> list[tuple]:
+        rows = []
+        sources = task.take_output_sources()
+        for index, (record, source) in enumerate(zip(task.take_output(), sources, strict=True)):
+            rows.append(
+                _row(
+                    "dlq" if record.topic == task.dlq_topic else "sink",
+                    topic=record.topic, key=record.key, value=record.value,
+                    timestamp=record.timestamp, headers=record.headers,
+                    partition=record.partition, source=source, task=str(task.task_id), seq=index,
+                )
+            )  # fmt: skip
+        for index, (store, key, value, timestamp) in enumerate(task.take_versions()):
+            rows.append(_row("version", key=key, value=value, timestamp=timestamp,
+                             task=str(task.task_id), store=store, seq=index))  # fmt: skip
+        return rows
+
+    def _persist(self, task: Task, exactly_once: bool) -> list[tuple]:
+        rows = []
+        offsets = task.offsets() | {BATCH_MARKER: self.batch_id}
+        for name, store in task.stores.items():
+            for index, (column_family, key, value) in enumerate(store.staged_writes()):
+                rows.append(_row("changelog", key=key, value=value, task=str(task.task_id),
+                                 store=name, column_family=column_family, seq=index))  # fmt: skip
+            if exactly_once:
+                store.prepare(self.batch_id, offsets)
+            else:
+                store.commit(offsets)
+        return rows
+
+
+def _row(
+    kind: str,
+    topic: str | None = None,
+    key: bytes | None = None,
+    value: bytes | None = None,
+    timestamp: int | None = None,
+    headers: list[tuple[str, bytes | None]] | None = None,
+    partition: int | None = None,
+    source: tuple[str | None, int, int] | None = None,
+    task: str | None = None,
+    store: str | None = None,
+    column_family: str | None = None,
+    seq: int = 0,
+) -> tuple:
+    source_topic, source_partition, source_offset = source or (None, None, None)
+    header_structs = [{"key": k, "value": v} for k, v in (headers or [])]
+    return (kind, topic, key, value, timestamp, header_structs, partition, source_topic,
+            source_partition, source_offset, task, store, column_family, seq)  # fmt: skip

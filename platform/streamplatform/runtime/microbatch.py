@@ -1,0 +1,309 @@
+"""StreamingJob: a Topology run on Spark in micro-batches, exactly once into Delta.
+
+One micro-batch N (see ../shared/DESIGN.md, "Running on Spark"):
+
+1. plan: per source partition ``[consumed, min(end, consumed + platform.max.records.per.batch))``;
+   appended to the offset log before anything runs. A batch planned but not committed (a
+   crash) is re-run with exactly the same ranges;
+2. read exactly those ranges with Spark's Kafka batch source, headers included;
+3. run every task in an executor (``applyInPandas`` grouped by task; executor.py);
+4. write the outputs: Delta sinks, the DLQ mirror, the state changelog and the versioned
+   snapshots, all idempotent by ``txnAppId``/``txnVersion = N``; Kafka sinks and the DLQ topic
+   (at least once: each record carries its source topic/partition/offset);
+5. append N to the commit log: the commit point. Under exactly_once_v2 the stores applied
+   nothing yet; the tasks settle their prepared writes against the commit log at batch N+1.
+
+After a crash anywhere, re-running plans the same N and produces the same Delta output once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from streamplatform.config import ConfigError, StreamsConfig
+from streamplatform.dsl.topology import Topology
+from streamplatform.home import data_dir
+from streamplatform.kafka.clients import describe_topics, end_offsets
+from streamplatform.runtime import changelog
+from streamplatform.runtime.executor import OUTPUT_SCHEMA, TaskBatchRunner
+from streamplatform.runtime.faults import arm, crash_point
+from streamplatform.runtime.logs import CommitLog, OffsetLog, Ranges
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """What one micro-batch did; also logged as a progress line."""
+
+    batch_id: int
+    records_in: int
+    records_out: int
+    dlq_records: int
+    duplicates_dropped: int
+    restored_records: int
+    lag: int
+    duration_ms: int
+    replayed: bool  # re-ran a batch that was planned but never committed
+    metrics: dict[str, int] = field(default_factory=dict)
+
+
+class StreamingJob:
+    """Run ``topology`` with ``config`` on Spark.
+
+    ``delta_sinks``: output topics written to Delta tables (``<root>/<application.id>/<topic>``)
+    instead of Kafka. Everything else the topology writes, and the DLQ, goes to Kafka.
+    """
+
+    def __init__(
+        self,
+        topology: Topology,
+        config: Mapping[str, Any] | StreamsConfig,
+        *,
+        spark: Any = None,
+        delta_sinks: Iterable[str] = (),
+    ) -> None:
+        self.topology = topology
+        self.config = config if isinstance(config, StreamsConfig) else StreamsConfig(config)
+        self.app: str = self.config["application.id"]
+        if len(topology.subtopologies) != 1:
+            raise NotImplementedError(
+                f"{self.app}: the Spark runtime runs topologies of one sub-topology; this one "
+                f"has {len(topology.subtopologies)} (a repartition). Split it into two jobs "
+                "joined by a topic, or run it with the TopologyTestDriver."
+            )
+        self.kafka = self.config.kafka_settings()
+        root = self.config["platform.delta.root"] or str(data_dir() / "delta")
+        self.root = f"{root.rstrip('/')}/{self.app}"
+        self.state_dir = self.config["state.dir"] or str(data_dir() / "state")
+        # What the executors rebuild their StreamsConfig from.
+        self.settings = self.config.to_dict() | {"state.dir": self.state_dir}
+        self.delta_sinks = set(delta_sinks)
+        self.sources = topology.source_topics(self.app)
+        self.partitions = self._check_topics()
+        self._spark = spark
+        self.offset_log: OffsetLog | None = None
+        self.commit_log: CommitLog | None = None
+
+    # Set-up --------------------------------------------------------------------------------
+
+    def _check_topics(self) -> dict[str, int]:
+        """Every source, Kafka sink and the DLQ topic must exist: an error at start names it."""
+        wanted = list(self.sources)
+        wanted += [t for t in self.topology.sink_topics(self.app) if t not in self.delta_sinks]
+        dlq = self.config["errors.dead.letter.queue.topic.name"]
+        if dlq:
+            wanted.append(dlq)
+        try:
+            return describe_topics(self.kafka, dict.fromkeys(wanted))
+        except LookupError as error:
+            raise ConfigError(f"{self.app}: {error} Create them first (the DLQ too).") from error
+        except Exception as error:
+            servers = self.kafka["bootstrap.servers"]
+            raise ConnectionError(
+                f"{self.app}: cannot reach Kafka at bootstrap.servers={servers}: {error}"
+            ) from error
+
+    @property
+    def spark(self) -> Any:
+        if self._spark is None:
+            arm()
+            from streamplatform.spark import spark_session
+
+            self._spark = spark_session(self.config["platform.spark.master"], app_name=self.app)
+        return self._spark
+
+    def _logs(self) -> tuple[OffsetLog, CommitLog]:
+        if self.offset_log is None or self.commit_log is None:
+            self.offset_log = OffsetLog(self.spark, f"{self.root}/_offsets", self.app)
+            self.commit_log = CommitLog(self.spark, f"{self.root}/_commits", self.app)
+        return self.offset_log, self.commit_log
+
+    # Running -------------------------------------------------------------------------------
+
+    def run(self, max_batches: int | None = None) -> list[BatchResult]:
+        """Run batches until caught up (or ``max_batches``); returns what each did."""
+        results: list[BatchResult] = []
+        while max_batches is None or len(results) < max_batches:
+            result = self.run_batch()
+            if result is None:
+                break
+            results.append(result)
+        return results
+
+    def run_until_caught_up(self) -> list[BatchResult]:
+        return self.run()
+
+    def run_batch(self) -> BatchResult | None:
+        """Plan, run and commit one micro-batch; None when there is nothing to read."""
+        started = time.monotonic()
+        offset_log, commit_log = self._logs()
+        last = commit_log.last()
+        batch_id = 0 if last is None else last.batch_id + 1
+        ranges = offset_log.planned(batch_id)
+        replayed = ranges is not None
+        if ranges is None:
+            ranges = self._plan({} if last is None else last.consumed)
+            if not any(end > start for start, end in ranges.values()):
+                return None
+            offset_log.append(batch_id, ranges)
+        crash_point("after_plan", batch_id)
+        outputs = self._execute(batch_id, ranges, None if last is None else last.batch_id)
+        try:
+            progress = self._write_outputs(batch_id, outputs)
+            crash_point("after_outputs", batch_id)
+            consumed = {tp: end for tp, (_, end) in ranges.items()} | progress["consumed"]
+            metrics = progress["metrics"]
+            metrics["duration_ms"] = int((time.monotonic() - started) * 1000)
+            commit_log.append(batch_id, consumed, metrics)
+            crash_point("after_commit", batch_id)
+        finally:
+            outputs.unpersist()
+        lag = self._lag(consumed)
+        result = BatchResult(
+            batch_id=batch_id,
+            records_in=metrics.get("records_in", 0),
+            records_out=metrics.get("records_out", 0),
+            dlq_records=metrics.get("dlq_records", 0),
+            duplicates_dropped=metrics.get("dedup_dropped", 0),
+            restored_records=metrics.get("restored_records", 0),
+            lag=lag,
+            duration_ms=metrics["duration_ms"],
+            replayed=replayed,
+            metrics=metrics,
+        )
+        log.info(
+            "%s batch %d%s: %d in, %d out, %d duplicates dropped, %d to DLQ, lag %d, %d ms",
+            self.app, batch_id, " (replayed)" if replayed else "", result.records_in,
+            result.records_out, result.duplicates_dropped, result.dlq_records, lag,
+            result.duration_ms,
+        )  # fmt: skip
+        return result
+
+    def _plan(self, consumed: Mapping[tuple[str, int], int]) -> Ranges:
+        cap = self.config["platform.max.records.per.batch"]
+        ranges: Ranges = {}
+        for topic in self.sources:
+            for partition, (low, high) in end_offsets(self.kafka, topic).items():
+                start = max(consumed.get((topic, partition), low), low)
+                ranges[(topic, partition)] = (start, min(high, start + cap))
+        return ranges
+
+    def _lag(self, consumed: Mapping[tuple[str, int], int]) -> int:
+        lag = 0
+        for topic in self.sources:
+            for partition, (_, high) in end_offsets(self.kafka, topic).items():
+                lag += max(0, high - consumed.get((topic, partition), 0))
+        return lag
+
+    def _execute(self, batch_id: int, ranges: Ranges, last_committed: int | None) -> Any:
+        from pyspark.sql import functions as F
+
+        from streamplatform.spark import read_kafka_ranges
+
+        wanted: dict[str, dict[int, tuple[int, int]]] = {}
+        for (topic, partition), (start, end) in ranges.items():
+            if end > start:
+                wanted.setdefault(topic, {})[partition] = (start, end)
+        runner = TaskBatchRunner(
+            self.topology,
+            self.settings,
+            batch_id,
+            last_committed,
+            changelog.files_by_task(self.spark, f"{self.root}/_changelog"),
+            self.partitions,
+        )
+
+        def run_task(pdf: Any) -> Any:  # a plain function: what applyInPandas accepts
+            return runner.run(pdf)
+
+        records = read_kafka_ranges(self.spark, self.kafka, wanted)
+        outputs = (
+            records.withColumn("task_partition", F.col("partition"))
+            .withColumn("timestamp", (F.col("timestamp").cast("double") * 1000).cast("long"))
+            .select(
+                "task_partition",
+                "topic",
+                "partition",
+                "offset",
+                "timestamp",
+                "key",
+                "value",
+                "headers",
+            )  # fmt: skip
+            .groupBy("task_partition")
+            .applyInPandas(run_task, OUTPUT_SCHEMA)
+        )
+        return outputs.persist()
+
+    def _write_outputs(self, batch_id: int, outputs: Any) -> dict[str, Any]:
+        from pyspark.sql import functions as F
+
+        # One pass over the batch's output: the progress rows, and which kinds of rows exist
+        # (an empty Delta append still costs a commit, so empty outputs are skipped).
+        summary = (
+            outputs.groupBy("kind", "topic")
+            .agg(F.count("*").alias("rows"), F.collect_list(
+                F.when(F.col("kind") == "progress", F.col("value"))).alias("progress"))
+            .collect()
+        )  # fmt: skip
+        present = {(row.kind, row.topic) for row in summary}
+        kinds = {row.kind for row in summary}
+        metrics: dict[str, int] = {}
+        consumed: dict[tuple[str, int], int] = {}
+        for value in (v for row in summary for v in row.progress):
+            progress = json.loads(value)
+            for name, value in progress["metrics"].items():
+                metrics[name] = metrics.get(name, 0) + int(value)
+            for topic, partition, offset in progress["consumed"]:
+                consumed[(topic, int(partition))] = int(offset)
+
+        def append(frame: Any, path: str, name: str, partition_by: str | None = None) -> None:
+            writer = (
+                frame.withColumn("batch_id", F.lit(batch_id).cast("long"))
+                .write.format("delta")
+                .mode("append")
+                .option("txnAppId", f"{self.app}-{name}")
+                .option("txnVersion", str(batch_id))
+            )
+            if partition_by:
+                writer = writer.partitionBy(partition_by)
+            writer.save(path)
+
+        record_columns = ["key", "value", "timestamp", "headers", "source_topic",
+                          "source_partition", "source_offset"]  # fmt: skip
+        for topic in sorted(self.delta_sinks):
+            if ("sink", topic) in present:
+                rows = outputs.where((F.col("kind") == "sink") & (F.col("topic") == topic))
+                append(rows.select(*record_columns), f"{self.root}/{topic}", f"sink-{topic}")
+        if "dlq" in kinds:
+            dlq = outputs.where("kind = 'dlq'")
+            append(dlq.select("topic", *record_columns), f"{self.root}/_dlq", "dlq")
+        if "changelog" in kinds:
+            changelog_rows = outputs.where("kind = 'changelog'").select(
+                "task", "store", "seq", "column_family", "key", "value"
+            )
+            append(changelog_rows, f"{self.root}/_changelog", "changelog", partition_by="task")
+        if "version" in kinds:
+            versions = outputs.where("kind = 'version'").select(
+                "store", "key", "value", F.col("timestamp").alias("valid_from"), "task", "seq"
+            )
+            append(versions, f"{self.root}/_versions", "versions")
+
+        kafka_sinks = [t for kind, t in present if kind == "sink" and t not in self.delta_sinks]
+        if "dlq" in kinds or kafka_sinks:
+            to_kafka = outputs.where(
+                (F.col("kind") == "dlq")
+                | ((F.col("kind") == "sink") & ~F.col("topic").isin(list(self.delta_sinks)))
+            )
+            writer = to_kafka.select("topic", "key", "value", "headers", "partition").write
+            writer = writer.format("kafka")
+            for key, value in self.kafka.items():
+                writer = writer.option(f"kafka.{key}", str(value))
+            writer.save()
+        return {"metrics": metrics, "consumed": consumed}
