@@ -159,7 +159,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         counts = generate(records, directory)
-        print(f"{records} records, {counts['duplicates']} duplicates, {counts['late']} out of order")
+        print(f"{records} records, {counts['duplicates']} duplicates, "
+              f"{counts['late']} out of order")  # fmt: skip
         ours, ours_out = run_ours(directory)
         spark, spark_out = run_spark(directory)
     print(f"ours   (task path, 1 core):                {records / ours:>10,.0f} records/s "

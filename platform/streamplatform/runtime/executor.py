@@ -24,11 +24,11 @@ from __future__ import annotations
 import heapq
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
+import pyarrow as pa
 
 from streamplatform.config import StreamsConfig
 from streamplatform.dsl.topology import Topology
@@ -46,29 +46,34 @@ OUTPUT_SCHEMA = (
     "source_topic STRING, source_partition INT, source_offset LONG, "
     "task STRING, store STRING, column_family STRING, seq LONG"
 )
+OUTPUT_ARROW = pa.schema([
+    ("kind", pa.string()), ("topic", pa.string()), ("key", pa.binary()), ("value", pa.binary()),
+    ("timestamp", pa.int64()),
+    ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+    ("partition", pa.int32()), ("source_topic", pa.string()), ("source_partition", pa.int32()),
+    ("source_offset", pa.int64()), ("task", pa.string()), ("store", pa.string()),
+    ("column_family", pa.string()), ("seq", pa.int64()),
+])  # fmt: skip
 OUTPUT_COLUMNS = [
     "kind", "topic", "key", "value", "timestamp", "headers", "partition", "source_topic",
     "source_partition", "source_offset", "task", "store", "column_family", "seq",
 ]  # fmt: skip
 
 
-def records_in_pick_order(pdf: pd.DataFrame) -> Iterator[ConsumedRecord]:
+def records_in_pick_order(table: pa.Table) -> Iterator[ConsumedRecord]:
     """Per partition in offset order; across partitions the head with the lowest timestamp
     first (ties: topic, partition), as Kafka Streams' partition group does."""
+    columns = table.select(["topic", "partition", "offset", "timestamp", "key", "value", "headers"])
     queues: dict[tuple[str, int], list[ConsumedRecord]] = {}
-    for row in pdf.sort_values(["topic", "partition", "offset"]).itertuples(index=False):
-        headers = [(h["key"], h["value"]) for h in row.headers] if row.headers is not None else []
-        queues.setdefault((row.topic, row.partition), []).append(
-            ConsumedRecord(
-                row.topic,
-                row.partition,
-                int(row.offset),
-                int(row.timestamp),
-                row.key,
-                row.value,
-                headers,
-            )  # fmt: skip
-        )
+    for topic, partition, offset, timestamp, key, value, headers in zip(
+        *(column.to_pylist() for column in columns.columns), strict=True
+    ):
+        queues.setdefault((topic, partition), []).append(
+            ConsumedRecord(topic, partition, offset, timestamp, key, value,
+                           [(h["key"], h["value"]) for h in headers] if headers else [])
+        )  # fmt: skip
+    for queue in queues.values():
+        queue.sort(key=lambda record: record.offset)
     if len(queues) == 1:
         yield from next(iter(queues.values()))
         return
@@ -103,12 +108,11 @@ class TaskBatchRunner:
         self.changelog_files = changelog_files  # task id -> parquet files of its changelog
         self.partitions = partitions
 
-    def run(self, pdf: pd.DataFrame) -> pd.DataFrame:
-        """One task's rows of the batch (all with the same ``task_partition``) in, output out."""
+    def run(self, table: pa.Table) -> pa.Table:
+        """One task's rows of the batch (all of one ``task_partition``) in, its output out."""
         started = time.monotonic()
         config = StreamsConfig(self.settings)
-        exactly_once = config.exactly_once
-        partition = int(pdf["task_partition"].iloc[0])
+        partition = int(table["task_partition"][0].as_py())
         task = Task(
             self.topology, self.topology.subtopologies[0], partition, config,
             Path(config["state.dir"]), lambda topic: self.partitions.get(topic, 1),
@@ -116,16 +120,16 @@ class TaskBatchRunner:
         )  # fmt: skip
         rows: list[tuple] = []
         try:
-            restored = self._settle_and_restore(task, exactly_once)
-            half = len(pdf) // 2
-            for index, record in enumerate(records_in_pick_order(pdf)):
+            restored = self._settle_and_restore(task)
+            half = table.num_rows // 2
+            for index, record in enumerate(records_in_pick_order(table)):
                 if index == half:
                     crash_point("during_tasks", self.batch_id)
                 task.process(record)
                 if task.needs_early_commit():
                     break  # the rest of the batch waits for the next one
             rows += self._output_rows(task)
-            rows += self._persist(task, exactly_once)
+            rows += self._persist(task, config.exactly_once)
             metrics = task.metrics() | {
                 "restored_records": restored,
                 "task_ms": int((time.monotonic() - started) * 1000),
@@ -135,9 +139,17 @@ class TaskBatchRunner:
             rows.append(_row("progress", value=progress, task=str(task.task_id)))
         finally:
             task.close()
-        return pd.DataFrame(rows, columns=OUTPUT_COLUMNS)
+        return pa.Table.from_pylist(
+            [dict(zip(OUTPUT_COLUMNS, row, strict=True)) for row in rows], schema=OUTPUT_ARROW
+        )
 
-    def _settle_and_restore(self, task: Task, exactly_once: bool) -> int:
+    def run_partition(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """``mapInArrow`` entry point: a Spark partition is one Kafka partition, one task."""
+        table = pa.Table.from_batches(list(batches))
+        if table.num_rows:
+            yield from self.run(table).to_batches()
+
+    def _settle_and_restore(self, task: Task) -> int:
         last = -1 if self.last_committed is None else self.last_committed
         for store in task.stores.values():
             prepared = store.prepared_batch_id

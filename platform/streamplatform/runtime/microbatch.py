@@ -21,20 +21,22 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from streamplatform.config import ConfigError, StreamsConfig
 from streamplatform.dsl.topology import Topology
 from streamplatform.home import data_dir
-from streamplatform.kafka.clients import describe_topics, end_offsets
+from streamplatform.kafka.clients import describe_topics
 from streamplatform.runtime import changelog
 from streamplatform.runtime.executor import OUTPUT_SCHEMA, TaskBatchRunner
 from streamplatform.runtime.faults import arm, crash_point
-from streamplatform.runtime.logs import CommitLog, OffsetLog, Ranges
+from streamplatform.runtime.logs import CommitLog, CommittedBatch, OffsetLog, Ranges
 
 log = logging.getLogger(__name__)
+_UNREAD = object()
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,9 @@ class StreamingJob:
         self._spark = spark
         self.offset_log: OffsetLog | None = None
         self.commit_log: CommitLog | None = None
+        self._last: Any = _UNREAD  # the newest committed batch, once read
+        self._pending: Ranges | None = None  # a planned, uncommitted batch found at start
+        self._watermarks: Any = None
 
     # Set-up --------------------------------------------------------------------------------
 
@@ -143,9 +148,12 @@ class StreamingJob:
         """Plan, run and commit one micro-batch; None when there is nothing to read."""
         started = time.monotonic()
         offset_log, commit_log = self._logs()
-        last = commit_log.last()
+        if self._last is _UNREAD:  # the logs are read once; this job is their only writer
+            self._last = commit_log.last()
+            self._pending = offset_log.planned(0 if self._last is None else self._last.batch_id + 1)
+        last = self._last
         batch_id = 0 if last is None else last.batch_id + 1
-        ranges = offset_log.planned(batch_id)
+        ranges, self._pending = self._pending, None
         replayed = ranges is not None
         if ranges is None:
             ranges = self._plan({} if last is None else last.consumed)
@@ -153,15 +161,21 @@ class StreamingJob:
                 return None
             offset_log.append(batch_id, ranges)
         crash_point("after_plan", batch_id)
+        planned = time.monotonic()
         outputs = self._execute(batch_id, ranges, None if last is None else last.batch_id)
         try:
             progress = self._write_outputs(batch_id, outputs)
             crash_point("after_outputs", batch_id)
             consumed = {tp: end for tp, (_, end) in ranges.items()} | progress["consumed"]
             metrics = progress["metrics"]
-            metrics["duration_ms"] = int((time.monotonic() - started) * 1000)
+            written = time.monotonic()
+            metrics["plan_ms"] = int((planned - started) * 1000)
+            metrics["run_and_write_ms"] = int((written - planned) * 1000)
+            metrics["duration_ms"] = int((written - started) * 1000)
             commit_log.append(batch_id, consumed, metrics)
+            self._last = CommittedBatch(batch_id, consumed, metrics)
             crash_point("after_commit", batch_id)
+            metrics["commit_ms"] = int((time.monotonic() - written) * 1000)
         finally:
             outputs.unpersist()
         lag = self._lag(consumed)
@@ -185,21 +199,38 @@ class StreamingJob:
         )  # fmt: skip
         return result
 
+    def _end_offsets(self) -> dict[tuple[str, int], tuple[int, int]]:
+        """``(low, high)`` watermarks of every source partition, from one reused client."""
+        from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+        from streamplatform.kafka.clients import consumer
+
+        if self._watermarks is None:
+            self._watermarks = consumer(self.kafka, group_id=f"{self.app}-watermarks")
+        return {
+            (topic, p): self._watermarks.get_watermark_offsets(KafkaTopicPartition(topic, p), 10)
+            for topic in self.sources
+            for p in range(self.partitions[topic])
+        }
+
     def _plan(self, consumed: Mapping[tuple[str, int], int]) -> Ranges:
         cap = self.config["platform.max.records.per.batch"]
         ranges: Ranges = {}
-        for topic in self.sources:
-            for partition, (low, high) in end_offsets(self.kafka, topic).items():
-                start = max(consumed.get((topic, partition), low), low)
-                ranges[(topic, partition)] = (start, min(high, start + cap))
+        for (topic, partition), (low, high) in self._end_offsets().items():
+            start = max(consumed.get((topic, partition), low), low)
+            ranges[(topic, partition)] = (start, min(high, start + cap))
         return ranges
 
     def _lag(self, consumed: Mapping[tuple[str, int], int]) -> int:
-        lag = 0
-        for topic in self.sources:
-            for partition, (_, high) in end_offsets(self.kafka, topic).items():
-                lag += max(0, high - consumed.get((topic, partition), 0))
-        return lag
+        return sum(
+            max(0, high - consumed.get(tp, 0)) for tp, (_, high) in self._end_offsets().items()
+        )
+
+    def close(self) -> None:
+        """Release the Kafka client (the SparkSession belongs to whoever made it)."""
+        if self._watermarks is not None:
+            self._watermarks.close()
+            self._watermarks = None
 
     def _execute(self, batch_id: int, ranges: Ranges, last_committed: int | None) -> Any:
         from pyspark.sql import functions as F
@@ -219,26 +250,22 @@ class StreamingJob:
             self.partitions,
         )
 
-        def run_task(pdf: Any) -> Any:  # a plain function: what applyInPandas accepts
-            return runner.run(pdf)
-
-        records = read_kafka_ranges(self.spark, self.kafka, wanted)
-        outputs = (
-            records.withColumn("task_partition", F.col("partition"))
+        records = (
+            read_kafka_ranges(self.spark, self.kafka, wanted)
+            .withColumn("task_partition", F.col("partition"))
             .withColumn("timestamp", (F.col("timestamp").cast("double") * 1000).cast("long"))
-            .select(
-                "task_partition",
-                "topic",
-                "partition",
-                "offset",
-                "timestamp",
-                "key",
-                "value",
-                "headers",
-            )  # fmt: skip
-            .groupBy("task_partition")
-            .applyInPandas(run_task, OUTPUT_SCHEMA)
+            .select("task_partition", "topic", "partition", "offset", "timestamp", "key",
+                    "value", "headers")  # fmt: skip
         )
+        if len(self.sources) == 1:
+            # Spark's Kafka source makes one partition per Kafka partition: one task each.
+            outputs = records.mapInArrow(runner.run_partition, OUTPUT_SCHEMA)
+        else:
+            # A task reads the same partition of several topics (a stream and its table).
+            def run_task(table: Any) -> Any:  # a plain function: what applyInArrow accepts
+                return runner.run(table)
+
+            outputs = records.groupBy("task_partition").applyInArrow(run_task, OUTPUT_SCHEMA)
         return outputs.persist()
 
     def _write_outputs(self, batch_id: int, outputs: Any) -> dict[str, Any]:
@@ -263,7 +290,12 @@ class StreamingJob:
             for topic, partition, offset in progress["consumed"]:
                 consumed[(topic, int(partition))] = int(offset)
 
+        writes: list[Callable[[], None]] = []
+
         def append(frame: Any, path: str, name: str, partition_by: str | None = None) -> None:
+            writes.append(lambda: _append_now(frame, path, name, partition_by))
+
+        def _append_now(frame: Any, path: str, name: str, partition_by: str | None) -> None:
             writer = (
                 frame.withColumn("batch_id", F.lit(batch_id).cast("long"))
                 .write.format("delta")
@@ -305,5 +337,9 @@ class StreamingJob:
             writer = writer.format("kafka")
             for key, value in self.kafka.items():
                 writer = writer.option(f"kafka.{key}", str(value))
-            writer.save()
+            writes.append(writer.save)
+        # The tables are independent: their Delta commits (mostly waiting) overlap.
+        with ThreadPoolExecutor(max_workers=4, thread_name_prefix=f"{self.app}-write") as pool:
+            for future in [pool.submit(write) for write in writes]:
+                future.result()
         return {"metrics": metrics, "consumed": consumed}

@@ -1,0 +1,42 @@
+"""State stores on RocksDB: transactional (KIP-892) and versioned (KIP-889).
+
+Public names are re-exported here; the modules behind them are internal.
+
+>>> import tempfile
+>>> from streamplatform.state import VersionedKeyValueStore
+>>> with tempfile.TemporaryDirectory() as directory:
+...     with VersionedKeyValueStore(directory, history_retention_ms=60_000) as store:
+...         store.put(b"eur", b"1.08", 1_000), store.put(b"eur", b"1.09", 5_000)
+...         store.get(b"eur", as_of=2_000)
+(-1, -1)
+VersionedRecord(value=b'1.08', timestamp=1000, valid_to=5000)
+"""
+
+from streamplatform.state.errors import StateStoreError, StoreLockedError
+from streamplatform.state.rocks import StoreOptions
+from streamplatform.state.stores import KeyValueStoreSpec, Stores, StoreSpec, VersionedStoreSpec
+from streamplatform.state.transaction import IsolationLevel, KeyValueTransaction
+from streamplatform.state.transactional import TransactionalKeyValueStore
+from streamplatform.state.versioned import (
+    PUT_RETURN_CODE_NOT_PUT,
+    VALID_TO_UNDEFINED,
+    VersionedKeyValueStore,
+    VersionedRecord,
+)
+
+__all__ = [
+    "PUT_RETURN_CODE_NOT_PUT",
+    "VALID_TO_UNDEFINED",
+    "IsolationLevel",
+    "KeyValueStoreSpec",
+    "KeyValueTransaction",
+    "StateStoreError",
+    "StoreLockedError",
+    "StoreOptions",
+    "StoreSpec",
+    "Stores",
+    "TransactionalKeyValueStore",
+    "VersionedKeyValueStore",
+    "VersionedRecord",
+    "VersionedStoreSpec",
+]

@@ -1,0 +1,9 @@
+"""Exceptions raised by the state stores."""
+
+
+class StateStoreError(Exception):
+    """A state store operation that cannot be carried out (closed store, pending prepare, ...)."""
+
+
+class StoreLockedError(StateStoreError):
+    """The store's directory is held by another open store, in this process or another one."""

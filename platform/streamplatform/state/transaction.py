@@ -1,0 +1,251 @@
+"""Transactions (KIP-892): isolated uncommitted writes, committed atomically with offsets.
+
+A transaction holds its writes in `Overlay`s (one per column family) and hands them to
+`StateDB.commit`, which writes them with the offsets and the status marker as one batch.
+
+- READ_COMMITTED (exactly-once): nothing leaves the transaction before `commit`; reads inside
+  it see its own writes merged over committed data; everyone else sees committed data only.
+- READ_UNCOMMITTED (at-least-once): every write operation is applied to RocksDB at once (as
+  one small atomic batch), so every reader sees it; `commit` then stores the offsets and the
+  status marker, and `close` cannot take applied writes back.
+
+Transactions are not thread-safe: a task writes through one transaction from one thread.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterator
+from types import TracebackType
+
+from streamplatform.state.checks import check_bytes
+from streamplatform.state.db import Offsets, StateDB, normalize_offsets
+from streamplatform.state.errors import StateStoreError
+from streamplatform.state.overlay import ABSENT, Overlay, StagedWrites, merge_with_stored
+
+__all__ = [
+    "DATA",
+    "IsolationLevel",
+    "KeyValueTransaction",
+    "Transaction",
+    "check_bounds",
+    "prefix_end",
+    "scan",
+]
+
+
+class IsolationLevel(enum.Enum):
+    """What readers outside a transaction see of its uncommitted writes (KIP-892)."""
+
+    READ_COMMITTED = "read_committed"
+    """Nothing until commit. Used under processing.guarantee=exactly_once_v2."""
+    READ_UNCOMMITTED = "read_uncommitted"
+    """Everything, at once. Used under processing.guarantee=at_least_once."""
+
+
+class Transaction:
+    """Writes staged per column family, committed or prepared as one unit, or discarded."""
+
+    def __init__(
+        self,
+        db: StateDB,
+        staged: tuple[StagedWrites, ...],
+        isolation_level: IsolationLevel,
+        before_persist: Callable[[], None] | None = None,
+    ) -> None:
+        self._db = db
+        self._staged = staged
+        # Lets a store stage derived state (a versioned store's stream time) once per write-out.
+        self._before_persist = before_persist
+        self._isolation_level = isolation_level
+        self._apply_each_write = isolation_level is IsolationLevel.READ_UNCOMMITTED
+        # Under READ_UNCOMMITTED writes leave the overlay at once; these count them until commit.
+        self._applied_entries = 0
+        self._applied_bytes = 0
+        self._closed = False
+
+    @property
+    def isolation_level(self) -> IsolationLevel:
+        return self._isolation_level
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StateStoreError(f"transaction on state store {self._db.path} is closed")
+
+    def end_write(self) -> None:
+        """End one write operation: under READ_UNCOMMITTED, apply what it staged now."""
+        if self._apply_each_write:
+            self._stage_derived()
+            entries, nbytes = self._staged_sizes()
+            self._db.apply(self._staged)
+            self._applied_entries += entries
+            self._applied_bytes += nbytes
+            self._clear()
+
+    def _stage_derived(self) -> None:
+        if self._before_persist is not None:
+            self._before_persist()
+
+    def _staged_sizes(self) -> tuple[int, int]:
+        entries = nbytes = 0
+        for writes in self._staged:
+            entries += len(writes)
+            nbytes += writes.num_bytes
+        return entries, nbytes
+
+    def _clear(self) -> None:
+        for writes in self._staged:
+            writes.clear()
+
+    def staged_entries(self) -> list[tuple[str, bytes, bytes | None]]:
+        """What a commit would write now, as (column family, key, value); None deletes."""
+        self._stage_derived()
+        return [entry for writes in self._staged for entry in writes.entries()]
+
+    def approximate_num_uncommitted_entries(self) -> int:
+        """Writes not yet committed (distinct keys staged, plus writes applied since commit)."""
+        return self._staged_sizes()[0] + self._applied_entries
+
+    def approximate_num_uncommitted_bytes(self) -> int:
+        """Key + value bytes not yet committed; a delete counts its key."""
+        return self._staged_sizes()[1] + self._applied_bytes
+
+    def commit(self, offsets: Offsets | None = None) -> None:
+        """Write everything staged plus `offsets` atomically; the transaction stays open, empty.
+
+        `offsets` maps TopicPartition (or a (topic, partition) tuple) to the offset to store;
+        partitions not named keep their previously committed offset.
+        """
+        self._check_open()
+        normalized = normalize_offsets(offsets)
+        self._stage_derived()
+        self._db.commit(self._staged, normalized)
+        self._clear()
+        self._applied_entries = self._applied_bytes = 0
+
+    def prepare(self, batch_id: int, offsets: Offsets | None = None) -> None:
+        """Persist the staged writes and `offsets` as batch `batch_id` without applying them.
+
+        The store's `settle(batch_id, committed)` later applies or discards them, also after a
+        crash and reopen. Only READ_COMMITTED transactions can prepare: under READ_UNCOMMITTED
+        the writes are already applied.
+        """
+        self._check_open()
+        if isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 0:
+            raise ValueError(f"batch_id must be an int >= 0, got {batch_id!r}")
+        if self._apply_each_write:
+            raise StateStoreError(
+                f"state store {self._db.path}: prepare needs IsolationLevel.READ_COMMITTED; "
+                "READ_UNCOMMITTED writes are applied as they happen"
+            )
+        normalized = normalize_offsets(offsets)
+        self._stage_derived()
+        self._db.prepare(batch_id, self._staged, normalized)
+        self._clear()
+
+    def close(self) -> None:
+        """Discard what is staged and end the transaction (applied writes stay applied)."""
+        self._clear()
+        self._applied_entries = self._applied_bytes = 0
+        self._closed = True
+
+    def __enter__(self) -> Transaction:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+DATA = "data"
+"""The column family holding a key-value store's data."""
+
+
+class KeyValueTransaction(Transaction):
+    """A transaction on a key-value store: bytes keys to bytes values, read-your-writes."""
+
+    def __init__(self, db: StateDB, isolation_level: IsolationLevel) -> None:
+        self._data = Overlay(DATA)
+        super().__init__(db, (self._data,), isolation_level)
+        self._stored = db.columns[DATA]
+
+    def get(self, key: bytes) -> bytes | None:
+        """The value of `key` as this transaction sees it: its own writes, then committed data."""
+        check_bytes("key", key)
+        self._check_open()
+        value = self._data.writes.get(key, ABSENT)
+        if value is ABSENT:
+            return self._stored.get(key)
+        return value  # type: ignore[return-value]
+
+    def put(self, key: bytes, value: bytes | None) -> None:
+        """Stage `key` = `value`; a None value deletes the key, as in Kafka Streams."""
+        check_bytes("key", key)
+        if value is not None:
+            check_bytes("value", value)
+        self._check_open()
+        self._data.put(key, value)
+        if self._apply_each_write:
+            self.end_write()
+
+    def delete(self, key: bytes) -> None:
+        """Stage the deletion of `key`; it hides the stored value from this transaction's reads."""
+        self.put(key, None)
+
+    def range(
+        self, start: bytes | None = None, end: bytes | None = None
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """(key, value) pairs with start <= key < end in key order; None leaves a side open.
+
+        Merges this transaction's writes over committed data, as of this call: later writes
+        and commits, here or elsewhere, do not change what the iterator yields.
+        """
+        check_bounds(start, end)
+        self._check_open()
+        return scan(self._db, self._data.sorted_items(start, end), start, end)
+
+    def prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """(key, value) pairs whose key starts with `prefix`, in key order (see `range`)."""
+        check_bytes("prefix", prefix)
+        return self.range(prefix, prefix_end(prefix))
+
+    def close(self) -> None:
+        if not self._closed:
+            del self._stored  # the column object keeps the DB, and its lock, alive
+        super().close()
+
+
+def check_bounds(start: bytes | None, end: bytes | None) -> None:
+    """Raise TypeError naming `start` or `end` when given and not bytes."""
+    if start is not None:
+        check_bytes("start", start)
+    if end is not None:
+        check_bytes("end", end)
+
+
+def scan(
+    db: StateDB, staged: list[tuple[bytes, bytes | None]], start: bytes | None, end: bytes | None
+) -> Iterator[tuple[bytes, bytes]]:
+    """Stored data of the ``data`` column family in [start, end), with `staged` merged over it."""
+    stored = db.iterator(DATA)
+    if start is None:
+        stored.seek_to_first()
+    else:
+        stored.seek(start)
+    return db.track(merge_with_stored(stored, staged, end))
+
+
+def prefix_end(prefix: bytes) -> bytes | None:
+    """The smallest key above every key starting with `prefix`; None when there is none."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes([stripped[-1] + 1])
