@@ -1,82 +1,59 @@
-"""`make demo`: Kafka -> Spark -> Delta on embedded defaults, end to end.
+"""`make demo`: the mission's two streaming jobs end to end, on embedded defaults.
 
-Starts a local broker (unless ``--bootstrap-servers`` points at one), produces sample
-transactions with headers to a 3-partition topic, reads exactly the produced offset ranges with
-Spark's Kafka batch source, appends them to a Delta table under ``.data/delta`` idempotently
-(``txnAppId``/``txnVersion``), prints the table's path and row count, and stops the broker.
+Starts a local Kafka broker (unless ``--bootstrap-servers`` points at one), creates the demo
+topics, produces demo data (transactions with duplicates, out-of-order and poison records; FX
+rates with late corrections), then runs on local Spark, exactly once into Delta under
+``.data/delta``:
+
+1. ``demo-dedup``: transactions deduplicated by id within 10 minutes (KIP-655) -> Kafka,
+   poison records -> the DLQ topic and its Delta mirror (KIP-1034);
+2. ``demo-enrich``: deduplicated transactions joined with the FX rate valid at their time
+   (KIP-889) -> the Delta table ``transactions-enriched``.
+
+Prints a summary and stops the broker. Each run starts from fresh job state, since a
+local broker starts empty.
 """
 
 from __future__ import annotations
 
-import json
-import random
+import shutil
 import time
-from collections.abc import Mapping
-from pathlib import Path
+from typing import Any
 
+from streamplatform import pipelines
 from streamplatform.home import data_dir
-from streamplatform.kafka import LocalBroker, TopicSpec, create_topics, end_offsets, producer
+from streamplatform.kafka import LocalBroker
+from streamplatform.runtime.microbatch import BatchResult, StreamingJob
 
-TOPIC = "demo-transactions"
-PARTITIONS = 3
-TABLE = "demo_transactions"
-
-
-def produce_transactions(settings: Mapping[str, str], count: int, seed: int = 7) -> None:
-    """Sample transactions keyed by account, each with a ``source`` header."""
-    rng = random.Random(seed)
-    out = producer(settings, **{"linger.ms": 20, "enable.idempotence": True})
-    for index in range(count):
-        account = f"acct-{rng.randrange(50):03d}"
-        value = {
-            "id": f"tx-{index:06d}",
-            "account": account,
-            "amount": round(rng.uniform(1, 500), 2),
-            "currency": rng.choice(["USD", "GBP", "JPY"]),
-        }
-        out.produce(TOPIC, key=account, value=json.dumps(value), headers=[("source", b"demo")])
-        if index % 1000 == 0:
-            out.poll(0)
-    remaining = out.flush(30)
-    if remaining:
-        raise RuntimeError(f"{remaining} demo records were not acknowledged by the broker.")
+DEDUP_APP = "demo-dedup"
+ENRICH_APP = "demo-enrich"
 
 
-def load_into_delta(settings: Mapping[str, str], table: Path) -> int:
-    """Read everything in the topic with Spark and append it to Delta once; returns row count."""
-    from pyspark.sql import functions as F
-
-    from streamplatform.spark import read_kafka_ranges, spark_session
-
-    watermarks = end_offsets(settings, TOPIC)
-    ranges = {TOPIC: {p: (low, high) for p, (low, high) in watermarks.items()}}
-    spark = spark_session(app_name="streamplatform-demo")
-    schema = "id STRING, account STRING, amount DOUBLE, currency STRING"
-    rows = read_kafka_ranges(spark, settings, ranges).select(
-        F.col("key").cast("string").alias("key"),
-        F.from_json(F.col("value").cast("string"), schema).alias("tx"),
-        "topic",
-        "partition",
-        "offset",
-        "timestamp",
-        "headers",
-    )
-    # The version is the batch id: writing the same batch again is skipped by Delta.
-    version = sum(high for _, high in watermarks.values())
-    (
-        rows.select("key", "tx.*", "topic", "partition", "offset", "timestamp", "headers")
-        .write.format("delta")
-        .mode("append")
-        .option("txnAppId", "streamplatform-demo")
-        .option("txnVersion", str(version))
-        .save(str(table))
-    )
-    return int(spark.read.format("delta").load(str(table)).count())
+def job_settings(app: str, bootstrap_servers: str, dlq: str) -> dict[str, Any]:
+    return {
+        "application.id": app,
+        "bootstrap.servers": bootstrap_servers,
+        "processing.guarantee": "exactly_once_v2",
+        "errors.dead.letter.queue.topic.name": dlq,
+        "default.deserialization.exception.handler": "log_and_continue",
+        "platform.max.records.per.batch": 2_000,
+    }
 
 
-def run(count: int = 5_000, bootstrap_servers: str | None = None) -> None:
-    table = data_dir() / "delta" / TABLE
+def _summary_line(name: str, results: list[BatchResult]) -> str:
+    keys = ("records_in", "records_out", "duplicates_dropped", "dlq_records")
+    total = {key: sum(getattr(r, key) for r in results) for key in keys}
+    lag = results[-1].lag if results else 0
+    return (f"{name:<12} {len(results):>7} {total['records_in']:>10} {total['records_out']:>11} "
+            f"{total['duplicates_dropped']:>11} {total['dlq_records']:>5} {lag:>5}")  # fmt: skip
+
+
+def run(count: int = 5_000, bootstrap_servers: str | None = None) -> dict[str, Any]:
+    """Run the demo; returns the numbers it prints."""
     started = time.monotonic()
+    for app in (DEDUP_APP, ENRICH_APP):  # a fresh broker: previous job state would not match
+        shutil.rmtree(data_dir() / "delta" / app, ignore_errors=True)
+        shutil.rmtree(data_dir() / "state" / app, ignore_errors=True)
     broker = None
     if bootstrap_servers is None:
         print("Starting a local Kafka broker (KRaft) ...", flush=True)
@@ -84,15 +61,55 @@ def run(count: int = 5_000, bootstrap_servers: str | None = None) -> None:
         bootstrap_servers = broker.start()
     try:
         settings = {"bootstrap.servers": bootstrap_servers}
-        print(f"Broker at {bootstrap_servers}; creating topic {TOPIC} ...", flush=True)
-        create_topics(settings, [TopicSpec(TOPIC, PARTITIONS)])
-        print(f"Producing {count} transactions ...", flush=True)
-        produce_transactions(settings, count)
-        print("Reading them with Spark and writing Delta ...", flush=True)
-        rows = load_into_delta(settings, table)
+        print(f"Broker at {bootstrap_servers}; creating the demo topics ...", flush=True)
+        pipelines.create_demo_topics(settings)
+        print(f"Producing {count} transactions and the FX rates ...", flush=True)
+        data = pipelines.generate(settings, transactions=count)
+        print(f"  {data}", flush=True)
+
+        print("Job 1: deduplicating transactions (Spark, exactly once) ...", flush=True)
+        dedup = StreamingJob(
+            pipelines.deduplication_topology(),
+            job_settings(DEDUP_APP, bootstrap_servers, pipelines.TRANSACTIONS_DLQ),
+        )
+        dedup_results = dedup.run_until_caught_up()
+        dedup.close()
+        print("Job 2: joining with the FX rate valid at each transaction's time ...", flush=True)
+        enrich = StreamingJob(
+            pipelines.enrichment_topology(),
+            job_settings(ENRICH_APP, bootstrap_servers, pipelines.ENRICHMENT_DLQ),
+            spark=dedup.spark,
+            delta_sinks=[pipelines.ENRICHED],
+        )
+        enrich_results = enrich.run_until_caught_up()
+        enrich.close()
+        spark = enrich.spark
+        enriched_path = data_dir() / "delta" / ENRICH_APP / pipelines.ENRICHED
+        enriched_rows = spark.read.format("delta").load(str(enriched_path)).count()
+        dlq_path = data_dir() / "delta" / DEDUP_APP / "_dlq"
+        dlq_rows = (
+            spark.read.format("delta").load(str(dlq_path)).count() if dlq_path.exists() else 0
+        )
+        versions_path = data_dir() / "delta" / ENRICH_APP / "_versions"
+        versions = spark.read.format("delta").load(str(versions_path)).count()
     finally:
         if broker is not None:
             print("Stopping the local broker ...", flush=True)
             broker.stop()
-    print(f"\nDelta table: {table}\nRows:        {rows}")
+
+    print("\njob          batches  records in  records out  duplicates   DLQ   lag")
+    print(_summary_line(DEDUP_APP, dedup_results))
+    print(_summary_line(ENRICH_APP, enrich_results))
+    print(f"\nDelta table {enriched_path}: {enriched_rows} enriched transactions")
+    print(f"DLQ mirror  {dlq_path}: {dlq_rows} poison records (generated: {data.poison})")
+    print(f"FX rate versions kept for as-of joins: {versions} "
+          f"({data.late_corrections} of them late corrections)")  # fmt: skip
     print(f"Took {time.monotonic() - started:.1f} s")
+    return {
+        "data": data,
+        "dedup": dedup_results,
+        "enrich": enrich_results,
+        "enriched_rows": enriched_rows,
+        "dlq_rows": dlq_rows,
+        "enriched_path": enriched_path,
+    }

@@ -74,6 +74,8 @@ def create_demo_topics(settings: Mapping[str, Any]) -> None:
 
 @dataclass(frozen=True)
 class DemoData:
+    """What ``generate`` sent: unique transactions, then the extra records of each kind."""
+
     transactions: int
     duplicates: int
     out_of_order: int
@@ -92,7 +94,7 @@ def generate(
     rate_updates = late = 0
     for currency in CURRENCIES:
         rate = rng.uniform(0.5, 150)
-        for hour in range(0, days * 24, 3):  # a rate every 3 hours of event time
+        for hour in range(-24, days * 24, 3):  # a rate every 3 hours, from a day before
             valid_from = START_MS + hour * 3_600_000
             rate = round(rate * rng.uniform(0.98, 1.02), 5)
             _send(out, FX_RATES, currency, {"rate": rate, "valid_from": valid_from}, valid_from)
@@ -104,10 +106,13 @@ def generate(
             late += 1
     duplicates = out_of_order = poison = 0
     sent: list[tuple[str, dict[str, Any], int]] = []
+    # Duplicates repeat a transaction sent at most ~4 minutes of event time earlier, so that
+    # with up to 5 minutes of disorder they stay within the 10-minute interval.
+    recent = max(1, 4 * 60_000 * transactions // span)
     for index in range(transactions):
         event_time = START_MS + index * span // transactions
         if sent and rng.random() < 0.10:
-            currency, tx, timestamp = sent[-rng.randrange(1, min(len(sent), 50) + 1)]
+            currency, tx, timestamp = sent[-rng.randrange(1, min(len(sent), recent) + 1)]
             duplicates += 1
         else:
             currency = rng.choice(CURRENCIES)
@@ -127,7 +132,7 @@ def generate(
     remaining = out.flush(60)
     if remaining:
         raise RuntimeError(f"{remaining} demo records were not acknowledged by the broker")
-    return DemoData(transactions, duplicates, out_of_order, poison, rate_updates, late)
+    return DemoData(transactions - duplicates, duplicates, out_of_order, poison, rate_updates, late)
 
 
 def _send(out: Any, topic: str, key: str, value: dict[str, Any], timestamp: int) -> None:

@@ -46,3 +46,20 @@ def test_aborted_records_are_invisible_to_read_committed(kafka_settings, topic_n
     assert everything == sorted(
         [b"aborted-1", b"aborted-2", b"aborted-3", b"committed-1", b"committed-2"]
     )
+
+
+def test_producer_partitions_keys_like_java_clients(kafka_settings, topic_name):
+    from streamplatform.runtime.partitioner import partition_for
+
+    create_topics(kafka_settings, [TopicSpec(topic_name, partitions=7)])
+    writer = producer(kafka_settings)
+    delivered = {}
+
+    def remember(error, message):
+        assert error is None
+        delivered[message.key()] = message.partition()
+
+    for key in (b"USD", b"GBP", b"JPY", b"acct-001", b"x"):
+        writer.produce(topic_name, key=key, value=b"v", on_delivery=remember)
+    assert writer.flush(10) == 0
+    assert delivered == {key: partition_for(key, 7) for key in delivered}

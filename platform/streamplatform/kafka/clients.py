@@ -45,8 +45,12 @@ def admin_client(settings: Mapping[str, Any]) -> AdminClient:
 
 
 def producer(settings: Mapping[str, Any], **overrides: Any) -> Producer:
-    """A producer; ``overrides`` use librdkafka names (``transactional.id``, ``linger.ms``...)."""
-    return Producer(_client_settings(settings) | overrides)
+    """A producer; ``overrides`` use librdkafka names (``transactional.id``, ``linger.ms``...).
+
+    Keys are partitioned with murmur2, as Java clients, Kafka Streams and Spark's Kafka sink do
+    (librdkafka's own default, CRC32, would put a key elsewhere and break co-partitioning).
+    """
+    return Producer(_client_settings(settings) | {"partitioner": "murmur2_random"} | overrides)
 
 
 def consumer(settings: Mapping[str, Any], group_id: str, **overrides: Any) -> Consumer:

@@ -175,6 +175,7 @@ class LocalBroker:
         self.ready_timeout_s = ready_timeout_s
         self.state: BrokerState | None = None
         self._process: subprocess.Popen[bytes] | None = None
+        self._ports: tuple[int, int] | None = None  # kept by restart()
 
     @property
     def bootstrap_servers(self) -> str:
@@ -195,7 +196,8 @@ class LocalBroker:
             shutil.rmtree(self.directory)
         self.directory.mkdir(parents=True, exist_ok=True)
 
-        port, controller_port = _free_port(), _free_port()
+        port, controller_port = self._ports or (_free_port(), _free_port())
+        self._ports = (port, controller_port)
         config = self._write_config(port, controller_port)
         if not (self.directory / "logs" / "meta.properties").exists():
             self._format_storage(classpath, config)
@@ -230,6 +232,13 @@ class LocalBroker:
             self.stop()
             raise
         return self.state.bootstrap_servers
+
+    def restart(self) -> str:
+        """Stop and start again on the same ports with the same data, as a broker that went
+        away for a moment; clients keep their ``bootstrap.servers``."""
+        self.stop()
+        self.fresh = False
+        return self.start()
 
     def stop(self, timeout_s: float = 20.0) -> None:
         """Stop the broker and its whole process group; safe to call twice."""

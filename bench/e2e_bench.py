@@ -1,0 +1,191 @@
+"""End to end: Kafka -> dedup -> Delta, ours (exactly once) against Spark's native streaming.
+
+Same run, same data: N records (default 2M) in a 3-partition topic on the local broker, 20%
+duplicates (same key and id within the interval), 3% out of order. Both on ``local[2]``:
+
+- ours: ``StreamingJob`` running ``deduplicate_by_key_value(id, 10 min)`` with a Delta sink,
+  ``processing.guarantee=exactly_once_v2``, one micro-batch per partition slice of
+  ``--batch`` records (default: everything in one batch, as ``availableNow`` does);
+- native: Structured Streaming Kafka source -> ``withWatermark`` ->
+  ``dropDuplicatesWithinWatermark([key, id])`` -> Delta sink, ``trigger(availableNow=True)``.
+
+Prints records/s of both and the ratio; then our batch latency p50/p99 with 10k-record batches
+(``--latency-records`` records), and the peak RSS of the Python workers during our run.
+
+    .venv/bin/python bench/e2e_bench.py [--records 2000000] [--latency-records 100000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from streamplatform import StreamsBuilder
+from streamplatform.kafka import LocalBroker, TopicSpec, create_topics, producer
+from streamplatform.runtime.microbatch import StreamingJob
+from streamplatform.serdes import Serdes
+from streamplatform.spark import spark_session
+
+INTERVAL_MS = 10 * 60 * 1000
+PARTITIONS = 3
+
+
+def produce(settings: dict, topic: str, records: int, seed: int = 5) -> None:
+    rng = random.Random(seed)
+    out = producer(settings, **{"linger.ms": 50, "batch.size": 1_000_000})
+    recent: list[tuple[str, str]] = []
+    start = 1_767_225_600_000
+    for index in range(records):
+        if recent and rng.random() < 0.20:
+            key, tx_id = rng.choice(recent[-500:])
+        else:
+            key, tx_id = f"acct-{rng.randrange(1000):04d}", f"tx-{index:08d}"
+            recent.append((key, tx_id))
+        timestamp = start + index * 10
+        if rng.random() < 0.03:
+            timestamp -= rng.randrange(INTERVAL_MS // 2)
+        value = json.dumps({"id": tx_id, "amount": index % 997})
+        out.produce(topic, key=key, value=value, timestamp=timestamp)
+        if index % 20_000 == 0:
+            out.poll(0)
+    assert out.flush(120) == 0
+
+
+class WorkerMemory:
+    """Samples the summed RSS of Spark's Python worker processes; keeps the peak."""
+
+    def __init__(self) -> None:
+        self.peak_mb = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            total = 0
+            for status in Path("/proc").glob("[0-9]*/cmdline"):
+                try:
+                    if (
+                        b"pyspark.daemon" in status.read_bytes()
+                        or b"pyspark/worker" in status.read_bytes()
+                    ):
+                        for line in (status.parent / "status").read_text().splitlines():
+                            if line.startswith("VmRSS:"):
+                                total += int(line.split()[1])
+                except OSError:
+                    continue
+            self.peak_mb = max(self.peak_mb, total / 1024)
+            time.sleep(0.2)
+
+    def __enter__(self) -> WorkerMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def run_ours(spark, settings, topic, tmp: Path, per_partition_cap: int, name: str):
+    b = StreamsBuilder()
+    stream = b.stream(topic, Serdes.string(), Serdes.json())
+    stream.deduplicate_by_key_value(lambda k, v: v["id"], INTERVAL_MS).to("deduplicated")
+    config = {
+        "application.id": name,
+        "bootstrap.servers": settings["bootstrap.servers"],
+        "processing.guarantee": "exactly_once_v2",
+        "state.dir": str(tmp / name / "state"),
+        "platform.delta.root": str(tmp / "delta"),
+        "platform.max.records.per.batch": per_partition_cap,
+    }
+    job = StreamingJob(b.build(), config, spark=spark, delta_sinks=["deduplicated"])
+    started = time.perf_counter()
+    results = job.run_until_caught_up()
+    elapsed = time.perf_counter() - started
+    job.close()
+    rows = spark.read.format("delta").load(str(tmp / "delta" / name / "deduplicated")).count()
+    return elapsed, rows, results
+
+
+def run_native(spark, settings, topic, tmp: Path):
+    from pyspark.sql import functions as F
+
+    stream = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", settings["bootstrap.servers"])
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .load()
+        .select(
+            F.col("key").cast("string").alias("key"),
+            F.col("value").cast("string").alias("value"),
+            "timestamp",
+            "partition",
+            "offset",
+        )  # fmt: skip
+        .withColumn("id", F.get_json_object("value", "$.id"))
+        .withWatermark("timestamp", f"{INTERVAL_MS // 1000} seconds")
+        .dropDuplicatesWithinWatermark(["key", "id"])
+    )
+    path = str(tmp / "native")
+    started = time.perf_counter()
+    query = (
+        stream.writeStream.format("delta")
+        .option("checkpointLocation", str(tmp / "native-checkpoint"))
+        .trigger(availableNow=True)
+        .start(path)
+    )
+    query.awaitTermination()
+    elapsed = time.perf_counter() - started
+    return elapsed, spark.read.format("delta").load(path).count()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--records", type=int, default=2_000_000)
+    parser.add_argument("--latency-records", type=int, default=100_000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as directory:
+        tmp = Path(directory)
+        with LocalBroker(tmp / "broker") as broker:
+            settings = {"bootstrap.servers": broker.bootstrap_servers}
+            create_topics(
+                settings, [TopicSpec("bench", PARTITIONS), TopicSpec("latency", PARTITIONS)]
+            )
+            produce(settings, "bench", args.records)
+            produce(settings, "latency", args.latency_records, seed=9)
+            spark = spark_session(master="local[2]", app_name="e2e-bench")
+            with WorkerMemory() as memory:
+                ours, ours_rows, _ = run_ours(spark, settings, "bench", tmp, args.records, "ours")
+            native, native_rows = run_native(spark, settings, "bench", tmp)
+            _, _, batches = run_ours(
+                spark, settings, "latency", tmp, 10_000 // PARTITIONS, "latency"
+            )
+            spark.stop()
+    n = args.records
+    print(f"{n:,} records, {PARTITIONS} partitions, local[2]")
+    for name, seconds, rows in (
+        ("ours   StreamingJob exactly_once_v2 -> Delta ", ours, ours_rows),
+        ("native dropDuplicatesWithinWatermark -> Delta", native, native_rows),
+    ):
+        print(f"{name}: {n / seconds:>9,.0f} records/s ({seconds:.1f} s, {rows:,} rows)")
+    print(f"ratio ours / native: {native / ours:.2f}x")
+    latencies = sorted(b.duration_ms for b in batches)
+    p99 = latencies[min(len(latencies) - 1, round(0.99 * (len(latencies) - 1)))]
+    print(
+        f"batch latency, ~10k-record batches ({len(latencies)} batches): "
+        f"p50 {statistics.median(latencies):.0f} ms, p99 {p99} ms"
+    )
+    print(f"peak RSS of the Python workers during our run: {memory.peak_mb:.0f} MB")  # fmt: skip
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    main()

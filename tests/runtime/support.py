@@ -1,0 +1,74 @@
+"""Shared pieces of the runtime tests: the topology, the input, the expected output."""
+
+from __future__ import annotations
+
+import json
+
+from streamplatform import StreamsBuilder, TopologyTestDriver
+from streamplatform.kafka import producer
+from streamplatform.serdes import Serdes
+
+PARTITIONS = 3
+RECORDS = 240
+
+
+def dedup_topology(source: str, sink: str):
+    b = StreamsBuilder()
+    stream = b.stream(source, Serdes.string(), Serdes.json())
+    stream.deduplicate_by_key_value(lambda k, v: v["id"], 60_000).to(sink)
+    return b.build()
+
+
+def make_input(kafka_settings, source: str) -> list[tuple[int, str, bytes, int]]:
+    """RECORDS records over 3 partitions: 20% duplicates, 3 poison values."""
+    writer = producer(kafka_settings, **{"enable.idempotence": True})
+    sent = []
+    for index in range(RECORDS):
+        partition = index % PARTITIONS
+        tx_id = f"tx-{index - 6 if index % 5 == 0 and index >= 6 else index}"
+        value = json.dumps({"id": tx_id, "n": index}).encode()
+        if index in (17, 101, 202):
+            value = b"{poison"
+        timestamp = 1_000_000 + index * 1_000
+        writer.produce(source, key=f"k{partition}", value=value, partition=partition,
+                       timestamp=timestamp, headers=[("i", str(index).encode())])  # fmt: skip
+        sent.append((partition, f"k{partition}", value, timestamp))
+    assert writer.flush(30) == 0
+    return sent
+
+
+def job_config(kafka_settings, tmp_path, app, source, **overrides):
+    return {
+        "application.id": app,
+        "bootstrap.servers": kafka_settings["bootstrap.servers"],
+        "processing.guarantee": "exactly_once_v2",
+        "state.dir": str(tmp_path / app / "state"),
+        "platform.delta.root": str(tmp_path / "delta"),
+        "platform.max.records.per.batch": 30,  # 80 records per partition: batches 0, 1, 2
+        "errors.dead.letter.queue.topic.name": f"{source}-dlq",
+        "default.deserialization.exception.handler": "log_and_continue",
+    } | overrides
+
+
+def delta_rows(spark, path):
+    rows = spark.read.format("delta").load(path).collect()
+    return sorted((r.source_partition, r.source_offset, r.key, r.value) for r in rows)
+
+
+def expected_with_the_test_driver(source, sent):
+    """The same records through the TopologyTestDriver: what the Spark run must produce."""
+    topology = dedup_topology(source, "out")
+    config = {
+        "application.id": "expected",
+        "default.deserialization.exception.handler": "log_and_continue",
+    }
+    expected = []
+    with TopologyTestDriver(topology, config) as driver:
+        for partition in range(PARTITIONS):
+            records = [s for s in sent if s[0] == partition]
+            topic = driver.create_input_topic(source, Serdes.string(), Serdes.bytes())
+            for _, key, value, timestamp in records:
+                topic.pipe_raw(key.encode(), value, timestamp=timestamp, partition=partition)
+        out = driver.create_output_topic("out", Serdes.bytes(), Serdes.bytes())
+        expected = out.read_records_to_list()
+    return sorted((r.key, r.value) for r in expected)
