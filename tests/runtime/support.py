@@ -33,7 +33,7 @@ def make_input(kafka_settings, source: str) -> list[tuple[int, str, bytes, int]]
         writer.produce(source, key=f"k{partition}", value=value, partition=partition,
                        timestamp=timestamp, headers=[("i", str(index).encode())])  # fmt: skip
         sent.append((partition, f"k{partition}", value, timestamp))
-    assert writer.flush(30) == 0
+    assert writer.flush(120) == 0, "the broker did not acknowledge every test record"
     return sent
 
 

@@ -37,6 +37,8 @@ from streamplatform.runtime.faults import crash_point
 from streamplatform.runtime.task import Task
 from streamplatform.state import IsolationLevel
 
+_NO_HEADERS: list = []  # shared by records without headers; never modified
+
 # The commit offsets of every store also record the batch it holds, under this pseudo-partition.
 BATCH_MARKER = ("__streamplatform.batch__", 0)
 
@@ -54,10 +56,6 @@ OUTPUT_ARROW = pa.schema([
     ("source_offset", pa.int64()), ("task", pa.string()), ("store", pa.string()),
     ("column_family", pa.string()), ("seq", pa.int64()),
 ])  # fmt: skip
-OUTPUT_COLUMNS = [
-    "kind", "topic", "key", "value", "timestamp", "headers", "partition", "source_topic",
-    "source_partition", "source_offset", "task", "store", "column_family", "seq",
-]  # fmt: skip
 
 
 def records_in_pick_order(table: pa.Table) -> Iterator[ConsumedRecord]:
@@ -70,7 +68,7 @@ def records_in_pick_order(table: pa.Table) -> Iterator[ConsumedRecord]:
     ):
         queues.setdefault((topic, partition), []).append(
             ConsumedRecord(topic, partition, offset, timestamp, key, value,
-                           [(h["key"], h["value"]) for h in headers] if headers else [])
+                           [(h["key"], h["value"]) for h in headers] if headers else _NO_HEADERS)
         )  # fmt: skip
     for queue in queues.values():
         queue.sort(key=lambda record: record.offset)
@@ -118,7 +116,7 @@ class TaskBatchRunner:
             Path(config["state.dir"]), lambda topic: self.partitions.get(topic, 1),
             isolation_level=IsolationLevel.READ_COMMITTED,
         )  # fmt: skip
-        rows: list[tuple] = []
+        tables: list[pa.Table] = []
         try:
             restored = self._settle_and_restore(task)
             half = table.num_rows // 2
@@ -128,20 +126,18 @@ class TaskBatchRunner:
                 task.process(record)
                 if task.needs_early_commit():
                     break  # the rest of the batch waits for the next one
-            rows += self._output_rows(task)
-            rows += self._persist(task, config.exactly_once)
+            tables += self._output_tables(task)
+            tables += self._persist(task, config.exactly_once)
             metrics = task.metrics() | {
                 "restored_records": restored,
                 "task_ms": int((time.monotonic() - started) * 1000),
             }
             consumed = [[t, p, o] for (t, p), o in task.consumed.items()]
             progress = json.dumps({"metrics": metrics, "consumed": consumed}).encode()
-            rows.append(_row("progress", value=progress, task=str(task.task_id)))
+            tables.append(_table(1, kind="progress", value=[progress], task=str(task.task_id)))
         finally:
             task.close()
-        return pa.Table.from_pylist(
-            [dict(zip(OUTPUT_COLUMNS, row, strict=True)) for row in rows], schema=OUTPUT_ARROW
-        )
+        return pa.concat_tables(tables)
 
     def run_partition(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """``mapInArrow`` entry point: a Spark partition is one Kafka partition, one task."""
@@ -167,52 +163,68 @@ class TaskBatchRunner:
             self.changelog_files.get(str(task.task_id), []), dict(behind), last, BATCH_MARKER
         )
 
-    def _output_rows(self, task: Task) -> list[tuple]:
-        rows = []
+    def _output_tables(self, task: Task) -> list[pa.Table]:
+        """Sink and DLQ records, then versions: built column by column, not row by row."""
+        tables = []
         sources = task.take_output_sources()
-        for index, (record, source) in enumerate(zip(task.take_output(), sources, strict=True)):
-            rows.append(
-                _row(
-                    "dlq" if record.topic == task.dlq_topic else "sink",
-                    topic=record.topic, key=record.key, value=record.value,
-                    timestamp=record.timestamp, headers=record.headers,
-                    partition=record.partition, source=source, task=str(task.task_id), seq=index,
-                )
-            )  # fmt: skip
-        for index, (store, key, value, timestamp) in enumerate(task.take_versions()):
-            rows.append(_row("version", key=key, value=value, timestamp=timestamp,
-                             task=str(task.task_id), store=store, seq=index))  # fmt: skip
-        return rows
+        records = task.take_output()
+        if records:
+            dlq = task.dlq_topic
+            tables.append(_table(
+                len(records),
+                kind=["dlq" if r.topic == dlq else "sink" for r in records],
+                topic=[r.topic for r in records],
+                key=[r.key for r in records],
+                value=[r.value for r in records],
+                timestamp=[r.timestamp for r in records],
+                headers=[_header_structs(r.headers) for r in records],
+                partition=[r.partition for r in records],
+                source_topic=[s[0] for s in sources],
+                source_partition=[s[1] for s in sources],
+                source_offset=[s[2] for s in sources],
+                task=str(task.task_id),
+            ))  # fmt: skip
+        versions = task.take_versions()
+        if versions:
+            tables.append(_table(
+                len(versions), kind="version", store=[v[0] for v in versions],
+                key=[v[1] for v in versions], value=[v[2] for v in versions],
+                timestamp=[v[3] for v in versions], task=str(task.task_id),
+            ))  # fmt: skip
+        return tables
 
-    def _persist(self, task: Task, exactly_once: bool) -> list[tuple]:
-        rows = []
+    def _persist(self, task: Task, exactly_once: bool) -> list[pa.Table]:
+        """Prepare (exactly once) or commit the stores' writes; they also leave as changelog."""
+        tables = []
         offsets = task.offsets() | {BATCH_MARKER: self.batch_id}
         for name, store in task.stores.items():
-            for index, (column_family, key, value) in enumerate(store.staged_writes()):
-                rows.append(_row("changelog", key=key, value=value, task=str(task.task_id),
-                                 store=name, column_family=column_family, seq=index))  # fmt: skip
+            writes = store.staged_writes()
+            if writes:
+                tables.append(_table(
+                    len(writes), kind="changelog", task=str(task.task_id), store=name,
+                    column_family=[w[0] for w in writes], key=[w[1] for w in writes],
+                    value=[w[2] for w in writes],
+                ))  # fmt: skip
             if exactly_once:
                 store.prepare(self.batch_id, offsets)
             else:
                 store.commit(offsets)
-        return rows
+        return tables
 
 
-def _row(
-    kind: str,
-    topic: str | None = None,
-    key: bytes | None = None,
-    value: bytes | None = None,
-    timestamp: int | None = None,
-    headers: list[tuple[str, bytes | None]] | None = None,
-    partition: int | None = None,
-    source: tuple[str | None, int, int] | None = None,
-    task: str | None = None,
-    store: str | None = None,
-    column_family: str | None = None,
-    seq: int = 0,
-) -> tuple:
-    source_topic, source_partition, source_offset = source or (None, None, None)
-    header_structs = [{"key": k, "value": v} for k, v in (headers or [])]
-    return (kind, topic, key, value, timestamp, header_structs, partition, source_topic,
-            source_partition, source_offset, task, store, column_family, seq)  # fmt: skip
+def _header_structs(headers: list[tuple[str, bytes | None]]) -> list[dict[str, Any]]:
+    return [{"key": key, "value": value} for key, value in headers] if headers else []
+
+
+def _table(rows: int, **columns: Any) -> pa.Table:
+    """An output table of ``rows`` rows; a column given as a list is taken as is, a scalar is
+    repeated, a missing column is null. ``seq`` numbers the rows when not given."""
+    columns.setdefault("seq", list(range(rows)))
+    arrays = []
+    for field in OUTPUT_ARROW:
+        value = columns.get(field.name)
+        if isinstance(value, list):
+            arrays.append(pa.array(value, type=field.type))
+        else:
+            arrays.append(pa.array([value] * rows, type=field.type))
+    return pa.Table.from_arrays(arrays, schema=OUTPUT_ARROW)
