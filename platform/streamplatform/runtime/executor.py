@@ -98,8 +98,10 @@ class TaskBatchRunner:
         last_committed: int | None,
         changelog_files: dict[str, list[str]],
         partitions: dict[str, int],
+        state_dirs: dict[str, str] | None = None,
     ) -> None:
         self.topology = topology
+        self.state_dirs = state_dirs or {}  # task id -> its instance's state root (placement)
         self.settings = settings
         self.batch_id = batch_id
         self.last_committed = last_committed
@@ -111,9 +113,10 @@ class TaskBatchRunner:
         started = time.monotonic()
         config = StreamsConfig(self.settings)
         partition = int(table["task_partition"][0].as_py())
+        state_dir = self.state_dirs.get(f"0_{partition}", config["state.dir"])
         task = Task(
             self.topology, self.topology.subtopologies[0], partition, config,
-            Path(config["state.dir"]), lambda topic: self.partitions.get(topic, 1),
+            Path(state_dir), lambda topic: self.partitions.get(topic, 1),
             isolation_level=IsolationLevel.READ_COMMITTED,
         )  # fmt: skip
         tables: list[pa.Table] = []

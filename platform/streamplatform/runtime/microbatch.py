@@ -24,16 +24,19 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from streamplatform.config import ConfigError, StreamsConfig
 from streamplatform.dsl.topology import Topology
 from streamplatform.home import data_dir
 from streamplatform.kafka.clients import describe_topics
+from streamplatform.placement import Placement
 from streamplatform.runtime import changelog
-from streamplatform.runtime.executor import OUTPUT_SCHEMA, TaskBatchRunner
+from streamplatform.runtime.executor import BATCH_MARKER, OUTPUT_SCHEMA, TaskBatchRunner
 from streamplatform.runtime.faults import arm, crash_point
 from streamplatform.runtime.logs import CommitLog, CommittedBatch, OffsetLog, Ranges
+from streamplatform.runtime.standby import InstanceLayout, StandbySync
 
 log = logging.getLogger(__name__)
 _UNREAD = object()
@@ -69,6 +72,7 @@ class StreamingJob:
         *,
         spark: Any = None,
         delta_sinks: Iterable[str] = (),
+        placement: Placement | None = None,
     ) -> None:
         self.topology = topology
         self.config = config if isinstance(config, StreamsConfig) else StreamsConfig(config)
@@ -94,6 +98,15 @@ class StreamingJob:
         self._last: Any = _UNREAD  # the newest committed batch, once read
         self._pending: Ranges | None = None  # a planned, uncommitted batch found at start
         self._watermarks: Any = None
+        # With a placement, each task's state lives in its instance's root, and standbys
+        # keep warm copies (standby.py); without one, every task uses state.dir.
+        self.layout = (
+            InstanceLayout.from_placement(Path(self.state_dir).parent / "instances", placement)
+            if placement is not None
+            else None
+        )
+        self.standby_sync = StandbySync(topology, self.app, BATCH_MARKER)
+        self.keep_standbys_warm = True
 
     # Set-up --------------------------------------------------------------------------------
 
@@ -176,6 +189,13 @@ class StreamingJob:
             self._last = CommittedBatch(batch_id, consumed, metrics)
             crash_point("after_commit", batch_id)
             metrics["commit_ms"] = int((time.monotonic() - written) * 1000)
+            if self.layout is not None and self.keep_standbys_warm:
+                metrics["standby_replayed"] = self.standby_sync.run(
+                    self.spark,
+                    self.layout.standby_copies(),
+                    changelog.files_by_task(self.spark, f"{self.root}/_changelog"),
+                    batch_id,
+                )
         finally:
             outputs.unpersist()
         lag = self._lag(consumed)
@@ -226,6 +246,15 @@ class StreamingJob:
             max(0, high - consumed.get(tp, 0)) for tp, (_, high) in self._end_offsets().items()
         )
 
+    def fail_instance(self, instance: str) -> dict[str, tuple[str, bool]]:
+        """Declare ``instance`` lost: its tasks move to their standbys (warm) or, with none,
+        to the least-loaded instance (cold). Returns ``{task: (instance, warm)}``."""
+        if self.layout is None:
+            raise ValueError(f"{self.app}: no placement given, so there are no instances")
+        moved = self.layout.fail(instance)
+        log.warning("%s: instance %s lost; tasks moved: %s", self.app, instance, moved)
+        return moved
+
     def close(self) -> None:
         """Release the Kafka client (the SparkSession belongs to whoever made it)."""
         if self._watermarks is not None:
@@ -248,14 +277,23 @@ class StreamingJob:
             last_committed,
             changelog.files_by_task(self.spark, f"{self.root}/_changelog"),
             self.partitions,
+            self.layout.active_dirs() if self.layout is not None else None,
         )
 
         records = (
             read_kafka_ranges(self.spark, self.kafka, wanted)
             .withColumn("task_partition", F.col("partition"))
             .withColumn("timestamp", (F.col("timestamp").cast("double") * 1000).cast("long"))
-            .select("task_partition", "topic", "partition", "offset", "timestamp", "key",
-                    "value", "headers")  # fmt: skip
+            .select(
+                "task_partition",
+                "topic",
+                "partition",
+                "offset",
+                "timestamp",
+                "key",
+                "value",
+                "headers",
+            )  # fmt: skip
         )
         if len(self.sources) == 1:
             # Spark's Kafka source makes one partition per Kafka partition: one task each.
