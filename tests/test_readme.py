@@ -1,4 +1,5 @@
-"""The README's Python example runs as written."""
+"""The README's Python examples run as written: every ```python block is executed (blocks
+that need a running broker are fenced as ```py and covered by the runtime tests instead)."""
 
 from __future__ import annotations
 
