@@ -87,6 +87,7 @@ def test_specs_open_stores_under_the_directory(tmp_path: Path) -> None:
         ("compression", "brotli"),
         ("open_timeout_s", -1),
         ("latest_cache_entries", 1.5),
+        ("history_cache_bytes", -1),
     ],
 )
 def test_store_options_bad_values_are_named(field: str, value) -> None:

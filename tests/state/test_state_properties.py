@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import tempfile
 from pathlib import Path
+from unittest import mock
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -13,10 +15,12 @@ from streamplatform.state import (
     PUT_RETURN_CODE_NOT_PUT,
     VALID_TO_UNDEFINED,
     IsolationLevel,
+    StoreOptions,
     TransactionalKeyValueStore,
     VersionedKeyValueStore,
     VersionedRecord,
 )
+from streamplatform.state.history_cache import HistoryCache
 
 RC, RU = IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED
 TP = ("input", 0)
@@ -236,16 +240,59 @@ RETENTIONS = st.sampled_from([0, 5, 20, 1_000])
 INTERVALS = st.sampled_from([None, 1, 3, 7])
 
 
+# History cache settings: as shipped; loading a key at its first lookup that misses (so that
+# nearly every older read is served by the cache); the same with a cache of ~4 keys of ~8
+# versions each (eviction, keys too large to cache).
+CACHES = {
+    "default": (None, False),
+    "eager": (None, True),
+    "tiny": (StoreOptions(history_cache_bytes=16_000), True),
+}
+# For the cache: few keys, so that each gets many versions, and many reads; after every
+# operation on a key its whole history is read back (see `sweep` in run_versioned).
+FEW_KEYS = st.sampled_from([b"", b"a", b"ab"])
+CACHE_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("put"), FEW_KEYS, st.none() | VALUES, TIMES),
+        st.tuples(st.just("put"), FEW_KEYS, VALUES, TIMES),
+        st.tuples(st.just("delete"), FEW_KEYS, TIMES),
+        st.tuples(st.just("get"), FEW_KEYS, TIMES),
+        st.tuples(st.just("get_versions"), FEW_KEYS, TIMES, TIMES, st.booleans()),
+        st.tuples(st.just("commit")),
+        st.tuples(st.just("two_phase"), st.booleans(), st.booleans()),
+        st.tuples(st.just("reopen")),
+    ),
+    max_size=40,
+)
+
+
+def _load_at_first_miss(cache: HistoryCache, key: bytes) -> bool:
+    return cache.capacity > 0
+
+
 def run_versioned(
-    isolation: IsolationLevel, retention: int, interval: int | None, ops: list[tuple]
+    isolation: IsolationLevel,
+    retention: int,
+    interval: int | None,
+    ops: list[tuple],
+    cache: str = "default",
+    sweep: bool = False,
 ) -> None:
     model = VersionedModel(retention)
     committed = copy.deepcopy(model)
+    options, eager = CACHES[cache]
 
     def open_store(path: Path) -> VersionedKeyValueStore:
-        return VersionedKeyValueStore(path, retention, interval, isolation_level=isolation)
+        return VersionedKeyValueStore(
+            path, retention, interval, isolation_level=isolation, options=options
+        )
 
-    with tempfile.TemporaryDirectory() as directory:
+    loading = (
+        mock.patch.object(HistoryCache, "admit", _load_at_first_miss)
+        if eager
+        else contextlib.nullcontext()
+    )
+    with loading, tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "v"
         store = open_store(path)
         try:
@@ -282,6 +329,10 @@ def run_versioned(
                     if isolation is RC:  # READ_UNCOMMITTED applied every write already
                         model = copy.deepcopy(committed)
                 assert store.stream_time == model.stream_time
+                if sweep:
+                    for key in {args[0]} if op in ("put", "delete", "get") else model.versions:
+                        for as_of in range(-1, 62):
+                            assert store.get(key, as_of) == model.get(key, as_of), (key, as_of)
         finally:
             store.close()
 
@@ -300,3 +351,19 @@ def test_versioned_store_matches_model_read_uncommitted(
     retention: int, interval: int | None, ops: list[tuple]
 ) -> None:
     run_versioned(RU, retention, interval, ops)
+
+
+@SETTINGS
+@given(st.sampled_from(list(CACHES)), RETENTIONS, INTERVALS, CACHE_OPS)
+def test_versioned_store_history_cache_matches_model_read_committed(
+    cache: str, retention: int, interval: int | None, ops: list[tuple]
+) -> None:
+    run_versioned(RC, retention, interval, ops, cache, sweep=True)
+
+
+@SETTINGS
+@given(st.sampled_from(list(CACHES)), RETENTIONS, INTERVALS, CACHE_OPS)
+def test_versioned_store_history_cache_matches_model_read_uncommitted(
+    cache: str, retention: int, interval: int | None, ops: list[tuple]
+) -> None:
+    run_versioned(RU, retention, interval, ops, cache, sweep=True)

@@ -17,7 +17,9 @@ order is numeric order):
 A key-first history (``key valid_to``) was measured too: it makes every as-of lookup one
 seek instead of one per segment searched (1.3 on average in bench/state_bench.py), but its
 segments then need an index, a third write per version, and a delete per expired version.
-Writes outnumber older-version reads in temporal joins, so the KIP's layout stays.
+Writes outnumber older-version reads in temporal joins, so the KIP's layout stays; keys read
+often at older times are served from memory instead (history_cache.py, loaded by
+`HistoryReader.load`: one seek per segment, once per key).
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ from streamplatform.state.errors import StateStoreError
 __all__ = [
     "HISTORY",
     "LATEST",
+    "MAX_LOAD_SEGMENTS",
     "TOMBSTONES",
+    "VALUE_AT",
     "HistoryOverlay",
     "HistoryReader",
     "agree_segment_interval",
@@ -50,8 +54,12 @@ _KEY_LENGTH = struct.Struct(">I")
 VALUE_FLAG = b"\x01"
 TOMBSTONE_FLAG = b"\x00"
 TIME_SIZE = _TIME.size
+VALUE_AT = TIME_SIZE + 1  # where the value starts in an encoded version
 LATEST, HISTORY, TOMBSTONES = "latest", "history", "tombstones"
 _SEGMENT_INTERVAL = b"segment_interval_ms"
+MAX_LOAD_SEGMENTS = 64
+"""`HistoryReader.load` reads at most this many segments. KIP-889's default intervals put
+at most 26 in a retention; only an explicit interval far below the retention gives more."""
 _SECOND = 1000
 _MINUTE = 60 * _SECOND
 
@@ -229,6 +237,47 @@ class HistoryReader:
         if staged:
             versions.update((t, v) for t, v in staged.items() if t > floor)
         return versions
+
+    def load(
+        self, key: bytes, floor: int, latest_ts: int, max_bytes: int, version_cost: int
+    ) -> tuple[list[int], list[bytes], int] | None:
+        """Every history version of `key` with valid_to > `floor`, for the history cache.
+
+        Returns (valid_tos ascending, versions, total length of their values), or None as
+        soon as the values' lengths plus `version_cost` per version pass `max_bytes`, or
+        when they span more than MAX_LOAD_SEGMENTS segments (a seek each).
+        """
+        valid_tos: list[int] = []
+        versions: list[bytes] = []
+        value_bytes = count = 0
+        segments = range((floor + 1) // self._interval, latest_ts // self._interval + 1)
+        if len(segments) > MAX_LOAD_SEGMENTS:
+            return None
+        iterator = self._stored()
+        key_at, value_at, step = iterator.key, iterator.value, iterator.next
+        after = pack_time(floor + 1)
+        for segment in segments:
+            prefix = history_prefix(segment, key)
+            iterator.seek(prefix + after)
+            while (stored_key := key_at()) is not None and stored_key.startswith(prefix):
+                version = value_at()
+                valid_tos.append(unpack_time(stored_key, len(prefix)))
+                versions.append(version)
+                value_bytes += len(version) - VALUE_AT
+                count += 1
+                if value_bytes + count * version_cost > max_bytes:
+                    return None
+                step()
+        staged = self._staged.by_key.get(key)
+        if staged:
+            merged = dict(zip(valid_tos, versions, strict=True))
+            merged.update((t, v) for t, v in staged.items() if t > floor)
+            valid_tos = sorted(merged)
+            versions = [merged[t] for t in valid_tos]
+            value_bytes = sum(len(v) for v in versions) - VALUE_AT * len(versions)
+            if value_bytes + len(versions) * version_cost > max_bytes:
+                return None
+        return valid_tos, versions, value_bytes
 
     def close(self) -> None:
         """Drop the iterator: it keeps the DB, and its lock, alive."""

@@ -76,12 +76,17 @@ class StoreOptions:
     latest_cache_entries: int = 10_000
     """Versioned stores: latest versions kept decoded in memory, per store; 0 disables.
     Default 10,000 entries."""
+    history_cache_bytes: int = 64 * _MiB
+    """Versioned stores: memory, per store, for the whole history of keys read often at older
+    times, so that `get(key, as_of)` finds their older versions without RocksDB
+    (history_cache.py). Counted as the values plus ~190 bytes per version and ~400 per key
+    (the Python objects); keys not read recently go first; 0 disables. Default 64 MiB."""
 
     def __post_init__(self) -> None:
         positive = ("block_cache_bytes", "write_buffer_manager_bytes", "write_buffer_bytes")
         for name in (*positive, "max_write_buffer_number", "target_file_size_bytes"):
             _require(name, getattr(self, name), minimum=1)
-        for name in ("bloom_bits_per_key", "latest_cache_entries"):
+        for name in ("bloom_bits_per_key", "latest_cache_entries", "history_cache_bytes"):
             _require(name, getattr(self, name), minimum=0)
         for name in ("max_background_jobs", "max_info_log_files"):
             _require(name, getattr(self, name), minimum=1)

@@ -20,11 +20,17 @@ the retention, so deleted keys do not pile up.
 The store's reads and writes go through its writing transaction (base.py): under
 READ_COMMITTED its reads see its own uncommitted writes and `commit(offsets)` makes them
 durable with the offsets; under READ_UNCOMMITTED each put is applied at once.
+
+Two caches answer reads without RocksDB, both as the writing transaction sees the data: the
+latest version of recently used keys (`StoreOptions.latest_cache_entries`) and the whole live
+history of keys read often at older times (`StoreOptions.history_cache_bytes`,
+history_cache.py), which makes `get(key, as_of)` on an older version a bisect in memory.
 """
 
 from __future__ import annotations
 
 import os
+from bisect import bisect_right
 from collections import OrderedDict
 from typing import NamedTuple
 
@@ -39,6 +45,7 @@ from streamplatform.state.history import (
     LATEST,
     TIME_SIZE,
     TOMBSTONES,
+    VALUE_AT,
     HistoryOverlay,
     HistoryReader,
     agree_segment_interval,
@@ -46,6 +53,14 @@ from streamplatform.state.history import (
     encode_version,
     pack_time,
     unpack_time,
+)
+from streamplatform.state.history_cache import (
+    END,
+    KEY_COST,
+    TOO_LARGE,
+    VERSION_COST,
+    Entry,
+    HistoryCache,
 )
 from streamplatform.state.overlay import ABSENT, Overlay
 from streamplatform.state.rocks import StoreOptions
@@ -81,12 +96,34 @@ class VersionedRecord(NamedTuple):
 # A key's latest version as cached: (timestamp, record or None for a tombstone, encoding).
 _Latest = tuple[int, VersionedRecord | None, bytes]
 
+_new_tuple = tuple.__new__  # VersionedRecord(...) runs a Python-level __new__: 3x slower
+
+
+def _record(value: bytes, timestamp: int, valid_to: int | None) -> VersionedRecord:
+    return _new_tuple(VersionedRecord, (value, timestamp, valid_to))
+
 
 def _decode_latest(version: bytes) -> _Latest:
     timestamp = unpack_time(version)
     if version[TIME_SIZE] == 0:
         return timestamp, None, version
-    return timestamp, VersionedRecord(version[TIME_SIZE + 1 :], timestamp, None), version
+    return timestamp, _record(version[VALUE_AT:], timestamp, None), version
+
+
+def _cached_record(valid_to: int, version: bytes) -> tuple:
+    """A history version as the history cache holds it: a VersionedRecord, or for a
+    tombstone a plain (None, valid_from, valid_to) tuple, never handed out."""
+    if version[TIME_SIZE] == 0:
+        return (None, unpack_time(version), valid_to)
+    return _new_tuple(VersionedRecord, (version[VALUE_AT:], unpack_time(version), valid_to))
+
+
+def _version_at(entry: Entry, as_of: int) -> VersionedRecord | None:
+    """The record valid at `as_of` in a cached history (history_cache.py), None if none."""
+    record = entry[1][bisect_right(entry[0], as_of)]
+    if record[0] is None or record[1] > as_of:  # a tombstone, LAST, or before the first
+        return None
+    return record
 
 
 class VersionedKeyValueStore(StoreBase):
@@ -137,6 +174,8 @@ class VersionedKeyValueStore(StoreBase):
         self._history = HistoryReader(self._db, self._history_writes)
         self._cache: OrderedDict[bytes, _Latest | None] = OrderedDict()
         self._cache_size = self._options.latest_cache_entries
+        self._history_cache = HistoryCache(self._options.history_cache_bytes)
+        self._histories = self._history_cache.entries
         self._expired_below = 0  # segments below this id are dropped already
         self._open = True
         self._stream_time = self._persisted_stream_time = _NO_STREAM_TIME
@@ -225,7 +264,7 @@ class VersionedKeyValueStore(StoreBase):
         if latest is not None and timestamp < latest[0]:
             return self._put_older(key, version, timestamp, latest[0])
         if latest is not None and timestamp > latest[0]:
-            self._history_writes.put(key, timestamp, latest[2])
+            self._stage_history(key, timestamp, latest[2])
         self._latest_writes.put(key, version)
         if value is None:
             self._tombstone_writes.put(pack_time(timestamp // self._interval) + key, b"")
@@ -236,20 +275,26 @@ class VersionedKeyValueStore(StoreBase):
 
     def _put_older(self, key: bytes, version: bytes, timestamp: int, latest_ts: int) -> int:
         """Insert a version older than the latest one, shortening its predecessor."""
-        history = self._history_writes
-        found = self._history.first_after(key, timestamp, latest_ts)
+        stage = self._stage_history
+        found = self._first_after(key, timestamp, latest_ts)
         if found is None:  # older than every version in history: valid until the latest
-            history.put(key, latest_ts, version)
+            stage(key, latest_ts, version)
             return latest_ts
         valid_to, successor = found
         valid_from = unpack_time(successor)
         if valid_from > timestamp:  # before every stored version, up to the first of them
-            history.put(key, valid_from, version)
+            stage(key, valid_from, version)
             return valid_from
         if valid_from < timestamp:  # the version valid at `timestamp` now ends there
-            history.put(key, timestamp, successor)
-        history.put(key, valid_to, version)
+            stage(key, timestamp, successor)
+        stage(key, valid_to, version)
         return valid_to
+
+    def _stage_history(self, key: bytes, valid_to: int, version: bytes) -> None:
+        """Stage a history version; every history write goes here, to keep the cache true."""
+        self._history_writes.put(key, valid_to, version)
+        if key in self._histories:
+            self._history_cache.update(key, valid_to, _cached_record(valid_to, version))
 
     # -- reads ----------------------------------------------------------------------------
 
@@ -274,7 +319,17 @@ class VersionedKeyValueStore(StoreBase):
             raise TypeError(f"as_of must be an int (milliseconds), got {type(as_of).__name__}")
         if as_of >= latest[0]:  # type: ignore[index]
             return latest[1]  # type: ignore[index]
-        return self._get_older(key, as_of, latest[0])  # type: ignore[index]
+        # An older version. Inlined: the expiry rule, then a hit in the history cache.
+        if as_of < 0 or as_of < self._stream_time - self._retention:
+            return None  # expired: only the latest version may answer, and it is newer
+        entry = self._histories.get(key)
+        if entry is None or entry is TOO_LARGE:
+            return self._get_older_missed(key, as_of, latest[0])  # type: ignore[index]
+        entry[3] = True  # read again: the CLOCK's second chance
+        record = entry[1][bisect_right(entry[0], as_of)]
+        if record[0] is None or record[1] > as_of:  # a tombstone, LAST, or before the first
+            return None
+        return record
 
     def _get_as_of(self, key: bytes, as_of: int) -> VersionedRecord | None:
         latest = self._latest(key)
@@ -288,6 +343,20 @@ class VersionedKeyValueStore(StoreBase):
         """The version valid at `as_of`, older than the latest version (from `latest_ts`)."""
         if as_of < 0 or as_of < self._stream_time - self._retention:
             return None  # expired: only the latest version may answer, and it is newer
+        entry = self._histories.get(key)
+        if entry is None or entry is TOO_LARGE:
+            return self._get_older_missed(key, as_of, latest_ts)
+        entry[3] = True  # read again: the CLOCK's second chance
+        return _version_at(entry, as_of)
+
+    def _get_older_missed(self, key: bytes, as_of: int, latest_ts: int) -> VersionedRecord | None:
+        """`_get_older` for a key the history cache does not hold: load it, or ask RocksDB."""
+        if key in self._histories:  # TOO_LARGE: keep the mark while the key is read
+            self._histories.move_to_end(key)
+        elif self._history_cache.admit(key):
+            entry = self._load_history(key, latest_ts)
+            if entry is not TOO_LARGE:
+                return _version_at(entry, as_of)
         found = self._history.first_after(key, as_of, latest_ts)
         if found is None:
             return None
@@ -295,7 +364,32 @@ class VersionedKeyValueStore(StoreBase):
         valid_from = unpack_time(version)
         if valid_from > as_of or version[TIME_SIZE] == 0:
             return None
-        return VersionedRecord(version[TIME_SIZE + 1 :], valid_from, valid_to)
+        return _record(version[VALUE_AT:], valid_from, valid_to)
+
+    def _load_history(self, key: bytes, latest_ts: int) -> Entry:
+        """Load `key`'s history into the history cache (see history_cache.py); its entry."""
+        floor = max(self._stream_time - self._retention, 0)
+        max_bytes = self._history_cache.key_limit - KEY_COST - len(key)
+        loaded = self._history.load(key, floor, latest_ts, max_bytes, VERSION_COST)
+        if loaded is None:
+            return self._history_cache.add(key, None)
+        valid_tos, versions, value_bytes = loaded
+        records = [_cached_record(t, v) for t, v in zip(valid_tos, versions, strict=True)]
+        return self._history_cache.add(key, (valid_tos, records, value_bytes))
+
+    def _first_after(self, key: bytes, time: int, latest_ts: int) -> tuple[int, bytes] | None:
+        """(valid_to, version) of `key`'s history version with the smallest valid_to > `time`
+        (HistoryReader.first_after), from the history cache when it holds the key.
+
+        `time` must not be expired: a cached history may lack versions ending by
+        stream time minus history retention."""
+        entry = self._histories.get(key)
+        if entry is None or entry is TOO_LARGE:
+            return self._history.first_after(key, time, latest_ts)
+        value, valid_from, valid_to = entry[1][bisect_right(entry[0], time)]
+        if valid_to == END:  # LAST
+            return None
+        return valid_to, encode_version(valid_from, value)
 
     def get_versions(
         self, key: bytes, from_ts: int, to_ts: int, ascending: bool = False
@@ -328,8 +422,7 @@ class VersionedKeyValueStore(StoreBase):
                 if valid_from > to_ts:
                     break
                 if version[TIME_SIZE] != 0:
-                    value = version[TIME_SIZE + 1 :]
-                    records.append(VersionedRecord(value, valid_from, valid_to))
+                    records.append(_record(version[VALUE_AT:], valid_from, valid_to))
         if latest_record is not None and latest_ts <= to_ts:
             records.append(latest_record)
         if not ascending:
@@ -361,6 +454,7 @@ class VersionedKeyValueStore(StoreBase):
     def _reload_committed_view(self) -> None:
         """Forget what was cached and take stream time from disk (after prepare or settle)."""
         self._cache.clear()
+        self._history_cache.clear()
         stored = self._db.columns[META].get(_STREAM_TIME)
         self._stream_time = _NO_STREAM_TIME if stored is None else unpack_time(stored)
         self._persisted_stream_time = self._stream_time
@@ -388,6 +482,7 @@ class VersionedKeyValueStore(StoreBase):
             return
         for key in drop_segments_before(self._db, first_live, boundary):
             self._cache.pop(key, None)
+        self._history_cache.clear()  # rare (once per segment interval): simpler than trimming
         self._expired_below = first_live
 
     def close(self) -> None:
@@ -395,6 +490,7 @@ class VersionedKeyValueStore(StoreBase):
         if self._open:
             self._open = False
             self._cache.clear()
+            self._history_cache.clear()
             self._history.close()
             # The column object keeps the DB, and its lock, alive: it must go before the DB.
             del self._latest_column
