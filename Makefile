@@ -9,9 +9,17 @@ BIN := $(VENV)/bin
 MVN := mvn -q -B -Dstyle.color=never -s platform/jvm/settings.xml -f platform/jvm/pom.xml
 JVM_STAMPS := .jvm/spark/.fetched .jvm/kafka/.fetched
 
-.PHONY: setup demo test bench lint clean tools
+.PHONY: setup demo test bench lint clean tools ui browser
 
-setup: $(VENV)/.installed $(JVM_STAMPS)
+setup: $(VENV)/.installed $(JVM_STAMPS) browser
+
+# Debian's chromium for the Dagster UI test (tests/dagster/test_dagster_ui.py skips, saying
+# why, where it cannot be installed).
+browser:
+	@test -x /usr/bin/chromium || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  echo "==> Debian chromium for the UI test" && apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
+	  echo "==> /usr/bin/chromium missing: the Dagster UI test will be skipped"
 
 tools:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
@@ -40,6 +48,16 @@ demo: setup
 
 test: setup
 	@$(BIN)/pytest
+
+# The Dagster UI on http://127.0.0.1:3000 with its instance in .data/dagster, and a local broker
+# (unless KAFKA_BOOTSTRAP_SERVERS points elsewhere). Ctrl-C stops dagster dev, then the broker.
+ui: setup
+	@mkdir -p .data/dagster
+	@test -f .data/dagster/dagster.yaml || printf 'telemetry:\n  enabled: false\n' > .data/dagster/dagster.yaml
+	@if [ -z "$$KAFKA_BOOTSTRAP_SERVERS" ]; then $(BIN)/streamplatform broker start; fi
+	@trap 'if [ -z "$$KAFKA_BOOTSTRAP_SERVERS" ]; then $(BIN)/streamplatform broker stop; fi' EXIT; \
+	  trap 'exit 130' INT TERM; \
+	  DAGSTER_HOME=$(CURDIR)/.data/dagster $(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
 bench: setup
 	@for script in bench/*_bench.py; do echo "==> $$script"; $(BIN)/python $$script || exit 1; done

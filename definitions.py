@@ -1,19 +1,22 @@
 """The Dagster code location: one Definitions object built from assets/, resources/ and jobs/.
 
-Assets, resources, schedules and sensors arrive with the runtime and Dagster issues; the
-location already loads, so `dagster dev -w workspace.yaml` and the tests can find it.
+Every job runs with the in-process executor: a run is one process with one SparkSession (the
+JVM starts once, and the Spark resource stops it at the end), instead of a JVM per step.
+``workspace.yaml`` points `dagster dev` here; `make ui` starts it with a local broker.
 """
 
 import dagster as dg
 
-from assets import all_assets
+from assets import all_asset_checks, all_assets
 from jobs import all_jobs, all_schedules, all_sensors
 from resources import all_resources
 
 defs = dg.Definitions(
     assets=all_assets,
+    asset_checks=all_asset_checks,
     resources=all_resources,
     jobs=all_jobs,
     schedules=all_schedules,
     sensors=all_sensors,
+    executor=dg.in_process_executor,
 )

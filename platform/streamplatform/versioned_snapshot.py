@@ -120,7 +120,10 @@ def batch_as_of_join(
     from pyspark.sql.types import TimestampType
 
     if joiner is None:
-        from streamplatform.pipelines import convert as joiner
+        from streamplatform.pipelines import convert
+
+        joiner = convert
+    join_values = joiner
     stream_serde = value_serde or Serdes.json()
     table_serde = table_value_serde or Serdes.json()
 
@@ -162,7 +165,7 @@ def batch_as_of_join(
             frame = frame.copy()
             frame["value"] = [
                 stream_serde.serialize(
-                    joiner(stream_serde.deserialize(value), table_serde.deserialize(rate))
+                    join_values(stream_serde.deserialize(value), table_serde.deserialize(rate))
                 )
                 for value, rate in zip(frame["value"], frame["_rate_value"], strict=True)
             ]

@@ -77,14 +77,15 @@ def read_topic(
     reader = consumer(settings, group_id=f"streamplatform-dlq-inspect-{topic}")
     records: list[DlqRecord] = []
     try:
-        ends = {}
+        ends: dict[int, int] = {}
+        starts: dict[int, int] = {}
         for partition in range(partitions):
             low, high = reader.get_watermark_offsets(
                 KafkaTopicPartition(topic, partition), timeout=timeout_s
             )
             if high > low:
-                ends[partition] = high
-        reader.assign([KafkaTopicPartition(topic, p, 0) for p in ends])
+                starts[partition], ends[partition] = low, high
+        reader.assign([KafkaTopicPartition(topic, p, starts[p]) for p in ends])
         remaining = dict(ends)
         while remaining and len(records) < max_records:
             message = reader.poll(timeout_s)
@@ -92,17 +93,26 @@ def read_topic(
                 break
             if message.error():
                 raise RuntimeError(f"Reading DLQ topic {topic!r}: {message.error()}")
+            raw_headers = message.headers() or []
+            pairs = raw_headers.items() if isinstance(raw_headers, dict) else raw_headers
+            headers = [(str(name), _raw(value)) for name, value in pairs]
             records.append(
                 DlqRecord.from_headers(
-                    message.key(), message.value(), message.timestamp()[1],
-                    list(message.headers() or []), dlq_topic=topic,
+                    _raw(message.key()), _raw(message.value()), int(message.timestamp()[1] or 0),
+                    headers,
+                    dlq_topic=topic,
                 )
             )  # fmt: skip
-            if message.offset() + 1 >= remaining.get(message.partition(), 0):
-                remaining.pop(message.partition(), None)
+            at, offset = message.partition(), message.offset()
+            if at is not None and offset is not None and offset + 1 >= ends[at]:
+                remaining.pop(at, None)
     finally:
         reader.close()
     return records
+
+
+def _raw(value: str | bytes | None) -> bytes | None:
+    return value.encode() if isinstance(value, str) else value
 
 
 @dataclass(frozen=True)

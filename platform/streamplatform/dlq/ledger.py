@@ -118,26 +118,20 @@ class ReplayLedger:
 
     # The log -----------------------------------------------------------------------------
 
-    def last_batch(self) -> tuple[Plan, bool] | None:
-        """The newest replay batch's plan and whether it is done; None before the first."""
-        log = self._read(self.log_path)
-        if log is None:
-            return None
-        rows = log.orderBy(log["replay_batch"].desc(), log["logged_at"].desc()).limit(2).collect()
-        if not rows:
-            return None
-        newest = rows[0].replay_batch
-        states = {row.state for row in rows if row.replay_batch == newest}
-        planned = next(row for row in rows if row.replay_batch == newest)
-        return Plan.from_row(planned), "done" in states
+    def last_batch(self) -> tuple[Plan, bool, int] | None:
+        """The newest replay batch's plan, whether it is done, and the log's position (the
+        largest mirror batch_id any replay batch looked at); None before the first batch."""
+        from pyspark.sql import functions as F
 
-    def position(self) -> int:
-        """The largest mirror batch_id a replay batch has looked at; -1 before the first."""
         log = self._read(self.log_path)
         if log is None:
-            return -1
-        value = log.agg({"position": "max"}).first()
-        return -1 if value is None or value[0] is None else int(value[0])
+            return None
+        newest = log.agg(F.max("replay_batch"), F.max("position")).first()
+        if newest is None or newest[0] is None:
+            return None
+        rows = log.where(log["replay_batch"] == newest[0]).collect()
+        done = any(row.state == "done" for row in rows)
+        return Plan.from_row(rows[0]), done, int(newest[1])
 
     def log_planned(self, plan: Plan) -> None:
         self._append(self.log_path, [plan.to_row("planned")], LOG_SCHEMA, "replay-planned",

@@ -39,6 +39,7 @@ from streamplatform.records import Headers
 
 REPLAY_PREFIX = "__streamplatform.replay."
 REPLAY_OF_HEADER = REPLAY_PREFIX + "of"  # "<topic>/<partition>/<offset>" of the first failure
+REPLAY_SOURCE_HEADER = REPLAY_PREFIX + "source"  # the replayed DLQ record's own coordinates
 REPLAY_ATTEMPT_HEADER = REPLAY_PREFIX + "attempt"  # 1 for the first replay
 REPLAY_BATCH_HEADER = REPLAY_PREFIX + "batch"  # "<application.id>/<replay batch>"
 

@@ -16,24 +16,28 @@ Nothing lost, nothing doubled, across crashes at any step of a replay batch R:
    ``_dlq_replayed`` or ``_dlq_parked`` (an anti-join on topic/partition/offset);
 2. the plan of R (each candidate's decision, and the high watermark of every partition it will
    publish to) is appended to ``_dlq_replay_log`` as ``planned`` before anything is published;
-3. the re-published records go out in **one Kafka transaction** (``transactional.id`` =
-   ``<application.id>-dlq-replay``): all of R's records become visible, or none;
+3. the re-published records go out with an idempotent producer (no repeats from the client's
+   own retries), each stamped with its DLQ record's coordinates and R;
 4. outcomes are appended to ``_dlq_replayed`` / ``_dlq_parked`` (idempotent: txnVersion = R),
    then R is logged ``done``.
 
 A replay that finds R ``planned`` but not ``done`` finishes it from the logged plan: it reads the
-target partitions from the logged watermarks (read_committed) for records stamped with R; if
-they are there the transaction committed and nothing is published again, otherwise it publishes
-them now. Steps 4 and ``done`` are idempotent. So each DLQ record is re-published or parked
-exactly once; the job then reads a re-published record once (exactly_once_v2) or at least once
-(at_least_once: the replay headers let readers drop repeats).
+target partitions from the logged watermarks to their end, collects the records stamped with
+R, and publishes only the plan's records that are not there; steps 4 and ``done`` are
+idempotent. So each DLQ record is re-published or parked exactly once; the job then reads a
+re-published record once (exactly_once_v2) or at least once (at_least_once; the replay headers
+let readers drop repeats).
+
+Why not a Kafka transaction for step 3: the runtime plans its next batch from the offset after
+the last record it processed, so a transaction's commit marker at the end of a partition would
+leave it a range with no record to read. Per-record stamps make the recovery exact without one.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from streamplatform.config import StreamsConfig
@@ -44,6 +48,7 @@ from streamplatform.dlq.records import (
     REPLAY_ATTEMPT_HEADER,
     REPLAY_BATCH_HEADER,
     REPLAY_OF_HEADER,
+    REPLAY_SOURCE_HEADER,
     DlqRecord,
 )
 from streamplatform.dsl.topology import Topology
@@ -55,6 +60,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 COORDINATES = ["source_topic", "source_partition", "source_offset"]
+EXHAUSTED = "AttemptsExhausted"  # the "exception" of a record parked for having max_attempts
 
 
 @dataclass(frozen=True)
@@ -68,7 +74,7 @@ class ReplayReport:
     parked: int = 0
     exhausted: int = 0  # parked because they had max_attempts already
     recovered_batch: int | None = None  # an unfinished batch this call finished first
-    recovered_published_before: bool = False  # its records were already in Kafka
+    recovered_already_published: int = 0  # of its records, found already in Kafka
     position: int = -1
     parked_by_exception: dict[str, int] = field(default_factory=dict)
 
@@ -107,19 +113,21 @@ class DlqReplayer:
     def replay(self, *, retry_parked: bool = False) -> ReplayReport:
         """Finish an unfinished batch if there is one, then replay what is new in the mirror."""
         last = self.ledger.last_batch()
-        recovered: tuple[int, bool] | None = None
+        recovered: tuple[int, int] | None = None
         if last is not None and not last[1]:
             recovered = (last[0].replay_batch, self._finish(last[0], recovering=True))
         batch = 0 if last is None else last[0].replay_batch + 1
-        position = self.ledger.position()
+        position = -1 if last is None else last[2]
         candidates, newest, forced = self._candidates(position, retry_parked)
-        report = dict(
+        report = ReplayReport(
             application_id=self.app,
+            replay_batch=None,
             recovered_batch=None if recovered is None else recovered[0],
-            recovered_published_before=bool(recovered and recovered[1]),
+            recovered_already_published=0 if recovered is None else recovered[1],
+            position=max(position, newest),
         )
         if not candidates:
-            return ReplayReport(replay_batch=None, position=max(position, newest), **report)
+            return report
         plan = self._plan(batch, max(position, newest), candidates, forced)
         self.ledger.log_planned(plan)
         self._finish(plan, recovering=False, records=candidates)
@@ -128,15 +136,15 @@ class DlqReplayer:
         for decision in parked:
             name = decision.exception or "unknown"
             by_exception[name] = by_exception.get(name, 0) + 1
-        return ReplayReport(
+        return replace(
+            report,
             replay_batch=batch,
             candidates=len(candidates),
             republished=len(plan.decisions) - len(parked),
             parked=len(parked),
-            exhausted=sum(d.attempt > self.max_attempts for d in parked),
+            exhausted=sum(d.exception == EXHAUSTED for d in parked),
             position=plan.position,
             parked_by_exception=by_exception,
-            **report,
         )
 
     # Steps -----------------------------------------------------------------------------------
@@ -190,15 +198,15 @@ class DlqReplayer:
             verdict = verdicts.get(source)
             if verdict is None:
                 decision = Decision(source, str(record.original), attempt, PARK,
-                                    record.dlq_batch_id or -1, "AttemptsExhausted",
+                                    batch_of(record), EXHAUSTED,
                                     f"{record.attempt} replays already; max_attempts="
                                     f"{self.max_attempts}")  # fmt: skip
             elif verdict.passes:
                 decision = Decision(source, str(record.original), attempt, REPUBLISH,
-                                    record.dlq_batch_id or -1)  # fmt: skip
+                                    batch_of(record))  # fmt: skip
             else:
                 decision = Decision(source, str(record.original), attempt, PARK,
-                                    record.dlq_batch_id or -1, verdict.exception,
+                                    batch_of(record), verdict.exception,
                                     verdict.message)  # fmt: skip
             decisions.append(decision)
         targets = {_partition_name(d) for d in decisions if d.action == REPUBLISH}
@@ -206,24 +214,25 @@ class DlqReplayer:
 
     def _finish(
         self, plan: Plan, *, recovering: bool, records: dict[str, DlqRecord] | None = None
-    ) -> bool:
-        """Publish (unless a crashed attempt already did), record, log done. Returns whether
-        the plan's records were found already published."""
+    ) -> int:
+        """Publish what is not published yet, record the outcomes, log done. Returns how many of
+        the plan's records an interrupted attempt had already published."""
         if records is None:
             records = self._records_of(plan)
         republish = [d for d in plan.decisions if d.action == REPUBLISH]
-        published_before = recovering and bool(republish) and self._published(plan)
-        if republish and not published_before:
-            self._publish(plan, [(d, records[d.source]) for d in republish])
+        already = self._published(plan) if recovering and republish else set()
+        missing = [(d, records[d.source]) for d in republish if d.source not in already]
+        if missing:
+            self._publish(plan, missing)
         self.ledger.record(plan, records)
         self.ledger.log_done(plan)
         if recovering:
             log.warning(
-                "%s: finished DLQ replay batch %d left unfinished by an earlier run (%s)",
-                self.app, plan.replay_batch,
-                "its records were already published" if published_before else "published now",
+                "%s: finished DLQ replay batch %d left unfinished by an earlier run "
+                "(%d of its %d records were already published)",
+                self.app, plan.replay_batch, len(already), len(republish),
             )  # fmt: skip
-        return published_before
+        return len(already)
 
     def _records_of(self, plan: Plan) -> dict[str, DlqRecord]:
         """The plan's DLQ records, read again from the mirror (or, for parked retries, from
@@ -269,71 +278,88 @@ class DlqReplayer:
             probe.close()
 
     def _publish(self, plan: Plan, items: list[tuple[Decision, DlqRecord]]) -> None:
-        """All of the plan's records in one transaction, each to its source partition."""
+        """Each record to its source partition, stamped; raises unless every one is acked."""
         from streamplatform.kafka.clients import producer
 
-        out = producer(self.kafka, **{"transactional.id": f"{self.app}-dlq-replay"})
+        out = producer(self.kafka, **{"enable.idempotence": True, "acks": "all"})
         stamp = f"{self.app}/{plan.replay_batch}".encode()
-        try:
-            out.init_transactions(30)
-            out.begin_transaction()
-            for decision, record in items:
-                headers = [
-                    *record.original_headers,
-                    (REPLAY_OF_HEADER, decision.original.encode()),
-                    (REPLAY_ATTEMPT_HEADER, str(decision.attempt).encode()),
-                    (REPLAY_BATCH_HEADER, stamp),
-                ]
-                topic, partition, _ = decision.coordinates
-                out.produce(topic, key=record.key, value=record.value, partition=partition,
-                            timestamp=record.timestamp, headers=headers)  # fmt: skip
-            out.commit_transaction(60)
-        except Exception as error:
-            try:
-                out.abort_transaction(30)
-            except Exception:  # the broker may be what failed; the next replay recovers
-                log.exception("%s: aborting the DLQ replay transaction failed", self.app)
+        failures: list[str] = []
+
+        def delivered(error: Any, message: Any) -> None:
+            if error is not None:
+                failures.append(f"{message.topic()}/{message.partition()}: {error}")
+
+        for decision, record in items:
+            headers: list[tuple[str, str | bytes | None]] = [
+                *record.original_headers,
+                (REPLAY_OF_HEADER, decision.original.encode()),
+                (REPLAY_SOURCE_HEADER, decision.source.encode()),
+                (REPLAY_ATTEMPT_HEADER, str(decision.attempt).encode()),
+                (REPLAY_BATCH_HEADER, stamp),
+            ]
+            topic, partition, _ = decision.coordinates
+            out.produce(
+                topic,
+                key=record.key,
+                value=record.value,
+                partition=partition,
+                timestamp=record.timestamp,
+                headers=headers,
+                on_delivery=delivered,
+            )
+            out.poll(0)
+        unsent = out.flush(60)
+        if unsent or failures:
             raise RuntimeError(
                 f"{self.app}: publishing DLQ replay batch {plan.replay_batch} to Kafka at "
-                f"{self.kafka.get('bootstrap.servers')} failed ({error}); nothing of it is "
-                "visible, and the next replay publishes it again."
-            ) from error
+                f"{self.kafka.get('bootstrap.servers')} failed ({unsent} unsent, "
+                f"{failures[:3]}); the next replay publishes what did not arrive."
+            )
 
-    def _published(self, plan: Plan, timeout_s: float = 10.0) -> bool:
-        """Whether records stamped with the plan's batch are in its target partitions."""
+    def _published(self, plan: Plan, timeout_s: float = 10.0) -> set[str]:
+        """The plan's records (by DLQ coordinates) already in their target partitions: read
+        from the watermarks logged before publishing to the end, stamped with this batch."""
+        from confluent_kafka import KafkaError
         from confluent_kafka import TopicPartition as KafkaTopicPartition
 
         from streamplatform.kafka.clients import consumer
 
         stamp = f"{self.app}/{plan.replay_batch}".encode()
         reader = consumer(self.kafka, group_id=f"{self.app}-dlq-replay-check",
-                          **{"isolation.level": "read_committed"})  # fmt: skip
+                          **{"enable.partition.eof": True})  # fmt: skip
+        found: set[str] = set()
         try:
-            ends = {}
-            for name, start in plan.start_offsets.items():
+            start = []
+            for name, offset in plan.start_offsets.items():
                 topic, partition = name.rsplit("/", 1)
-                tp = KafkaTopicPartition(topic, int(partition), start)
-                high = reader.get_watermark_offsets(tp, timeout_s)[1]
-                if high > start:
-                    ends[(topic, int(partition))] = (tp, high)
-            if not ends:
-                return False
-            reader.assign([tp for tp, _ in ends.values()])
-            remaining = {key: high for key, (_, high) in ends.items()}
+                start.append(KafkaTopicPartition(topic, int(partition), offset))
+            reader.assign(start)
+            remaining = {(tp.topic, tp.partition) for tp in start}
             while remaining:
                 message = reader.poll(timeout_s)
                 if message is None:
-                    return False
-                if message.error():
-                    raise RuntimeError(f"{self.app}: checking replay batch: {message.error()}")
-                if (REPLAY_BATCH_HEADER, stamp) in (message.headers() or []):
-                    return True
-                key = (message.topic(), message.partition())
-                if key in remaining and message.offset() + 1 >= remaining[key]:
-                    del remaining[key]
-            return False
+                    raise TimeoutError(
+                        f"{self.app}: no answer from Kafka within {timeout_s} s while checking "
+                        f"what DLQ replay batch {plan.replay_batch} published; retry."
+                    )
+                error = message.error()
+                if error is not None and error.code() == KafkaError._PARTITION_EOF:
+                    remaining.discard((message.topic(), message.partition()))
+                elif error is not None:
+                    raise RuntimeError(f"{self.app}: checking replay batch: {error}")
+                else:
+                    headers = dict(message.headers() or [])
+                    source = headers.get(REPLAY_SOURCE_HEADER)
+                    if headers.get(REPLAY_BATCH_HEADER) == stamp and isinstance(source, bytes):
+                        found.add(source.decode())
+            return found
         finally:
             reader.close()
+
+
+def batch_of(record: DlqRecord) -> int:
+    """The mirror batch a DLQ record came from (-1 when read from the topic)."""
+    return -1 if record.dlq_batch_id is None else record.dlq_batch_id
 
 
 def _partition_name(decision: Decision) -> tuple[str, int]:
@@ -342,6 +368,4 @@ def _partition_name(decision: Decision) -> tuple[str, int]:
 
 
 def _with_attempts(record: DlqRecord, attempts: int) -> DlqRecord:
-    from dataclasses import replace
-
     return replace(record, attempt=attempts)

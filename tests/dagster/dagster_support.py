@@ -1,0 +1,140 @@
+"""Small, exact demo data for the Dagster tests, and the code location's resources for them.
+
+The broker is shared by the whole test run and ``tests/test_demo.py`` owns the demo topic names,
+so the Dagster tests rename the pipelines' topics (``streamplatform.pipelines`` reads its topic
+constants when a topology is built) to names of their own.
+
+The data is produced with Kafka's default (murmur2) partitioner computed here, so the
+transactions and the FX rates of a currency share a partition, as the co-partitioned join needs,
+and every timestamp is known: rates every 6 hours from 2025-12-31, transactions over
+2026-01-01 and 2026-01-02, a few exact duplicates and poison records.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from resources import (
+    DeltaRootResource,
+    KafkaResource,
+    SparkResource,
+    StandbyPlacementResource,
+    StateDirResource,
+    StreamsResource,
+)
+from streamplatform import pipelines
+from streamplatform.kafka import TopicSpec, create_topics, producer
+from streamplatform.runtime.partitioner import partition_for
+from streamplatform.spark import spark_conf
+
+PARTITIONS = 3
+CURRENCIES = ("USD", "GBP", "CHF")
+HOUR = 3_600_000
+JAN_1 = pipelines.START_MS  # 2026-01-01T00:00:00Z
+TOPIC_NAMES = ("TRANSACTIONS", "FX_RATES", "DEDUPLICATED", "ENRICHED", "TRANSACTIONS_DLQ",
+               "ENRICHMENT_DLQ")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class DemoData:
+    transactions: int  # unique transactions
+    duplicates: int  # exact repeats within a minute: all dropped
+    poison: int
+    rates: int
+
+    @property
+    def records(self) -> int:
+        return self.transactions + self.duplicates + self.poison
+
+
+def rename_topics(monkeypatch: pytest.MonkeyPatch, prefix: str) -> dict[str, str]:
+    """Give the pipelines' topics names of their own for this test module."""
+    names = {}
+    for constant in TOPIC_NAMES:
+        name = f"{prefix}-{getattr(pipelines, constant)}"
+        monkeypatch.setattr(pipelines, constant, name)
+        names[constant] = name
+    return names
+
+
+def create_pipeline_topics(settings: dict[str, str]) -> None:
+    names = [getattr(pipelines, constant) for constant in TOPIC_NAMES]
+    create_topics(settings, [TopicSpec(name, PARTITIONS) for name in names])
+
+
+def send(out: Any, topic: str, key: str, value: bytes, timestamp: int, **headers: str) -> None:
+    out.produce(topic, key=key, value=value, timestamp=timestamp,
+                partition=partition_for(key.encode(), PARTITIONS),
+                headers=[(k, v.encode()) for k, v in headers.items()])  # fmt: skip
+
+
+def produce_rates(settings: dict[str, str]) -> int:
+    """A rate every 6 hours per currency, from 2025-12-31T00:00 to 2026-01-02T18:00."""
+    out = producer(settings)
+    count = 0
+    for index, currency in enumerate(CURRENCIES):
+        for step in range(12):
+            valid_from = JAN_1 - 24 * HOUR + step * 6 * HOUR
+            rate = round(0.8 + index * 0.3 + step * 0.001, 5)
+            value = json.dumps({"rate": rate, "valid_from": valid_from}).encode()
+            send(out, pipelines.FX_RATES, currency, value, valid_from)
+            count += 1
+    assert out.flush(30) == 0
+    return count
+
+
+def produce_correction(settings: dict[str, str], currency: str, valid_from: int) -> None:
+    """A late correction: a rate version older than versions the join has already used."""
+    out = producer(settings)
+    value = json.dumps({"rate": 9.99, "valid_from": valid_from, "correction": True}).encode()
+    send(out, pipelines.FX_RATES, currency, value, valid_from)
+    assert out.flush(30) == 0
+
+
+def produce_transactions(settings: dict[str, str], count: int = 120, seed: int = 11) -> DemoData:
+    """``count`` transactions over two days, every 10th repeated at once, 2 poison records."""
+    rng = random.Random(seed)
+    out = producer(settings)
+    duplicates = poison = 0
+    for index in range(count):
+        timestamp = JAN_1 + index * 48 * HOUR // count + rng.randrange(60_000)
+        currency = CURRENCIES[index % len(CURRENCIES)]
+        value = json.dumps({"id": f"tx-{index:05d}", "account": f"acct-{index % 7}",
+                            "amount": round(rng.uniform(1, 500), 2),
+                            "currency": currency}).encode()  # fmt: skip
+        send(out, pipelines.TRANSACTIONS, currency, value, timestamp, source="test")
+        if index % 10 == 3:
+            send(out, pipelines.TRANSACTIONS, currency, value, timestamp, source="test")
+            duplicates += 1
+        if index in (40, 90):
+            send(out, pipelines.TRANSACTIONS, currency, b"{not json", timestamp + 1)
+            poison += 1
+    assert out.flush(30) == 0
+    return DemoData(count, duplicates, poison, 0)
+
+
+def make_resources(kafka_settings: dict[str, str], data_dir: Path, prefix: str) -> dict[str, Any]:
+    """The code location's resources on the test broker, the run's Spark and ``data_dir``."""
+    return {
+        "kafka": KafkaResource(bootstrap_servers=kafka_settings["bootstrap.servers"]),
+        "spark": SparkResource(spark_config=spark_conf(master="local[2]")),
+        "delta_root": DeltaRootResource(path=str(data_dir / "delta")),
+        "state_dir": StateDirResource(path=str(data_dir / "state")),
+        "streams": StreamsResource(
+            dedup_application_id=f"{prefix}-dedup",
+            enrichment_application_id=f"{prefix}-enrich",
+            max_records_per_batch=1_000,
+        ),
+        "placement": StandbyPlacementResource(output_dir=str(data_dir / "placement")),
+    }
+
+
+def unique_prefix(name: str) -> str:
+    return f"{name}-{uuid.uuid4().hex[:6]}"
