@@ -9,7 +9,11 @@ from hypothesis import strategies as st
 from streamplatform.serdes import Serde, Serdes, SerializationError
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.text() | st.floats(allow_nan=False),
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.text()
+    | st.floats(allow_nan=False, allow_infinity=False),
     lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner),
     max_leaves=10,
 )
@@ -63,3 +67,9 @@ def test_serialization_error_names_the_problem(serde, value):
 def test_json_keeps_integers_beyond_64_bits_exact(number):
     value = {"id": number, "nested": [number]}
     assert Serdes.json().deserialize(Serdes.json().serialize(value)) == value
+
+
+@pytest.mark.parametrize("value", [float("inf"), {"a": [float("-inf")]}, float("nan")])
+def test_json_refuses_what_json_cannot_hold_instead_of_writing_null(value):
+    with pytest.raises(SerializationError, match="not JSON-serializable"):
+        Serdes.json().serialize(value)

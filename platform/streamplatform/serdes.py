@@ -109,13 +109,18 @@ class _JsonSerde:
         if value is None:
             return None
         try:
-            return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
+            data = orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
+            if b"null" not in data:
+                return data
+            # orjson writes infinity and NaN as null, silently; the standard library refuses
+            # them (JSON has neither). Values with a null take that slower, strict path.
         except TypeError:
             pass
         try:
-            return json.dumps(value, separators=(",", ":")).encode()
+            text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise SerializationError(f"not JSON-serializable: {exc}") from exc
+        return text.encode()
 
     def deserialize(self, data: bytes | None) -> Any:
         if data is None:
