@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
+
+# CI runs the property tests with a fixed seed, so a run is repeatable; locally each run draws
+# new examples and may find new counterexamples.
+settings.register_profile("ci", derandomize=True, deadline=None)
+settings.load_profile("ci" if os.environ.get("CI") else "default")
 
 pytest_plugins = ["streamplatform.kafka.pytest_fixtures"]
 
