@@ -4,15 +4,18 @@ Same run, same data: N records (default 2M) in a 3-partition topic on the local 
 duplicates (same key and id within the interval), 3% out of order. Both on ``local[2]``:
 
 - ours: ``StreamingJob`` running ``deduplicate_by_key_value(id, 10 min)`` with a Delta sink,
-  ``processing.guarantee=exactly_once_v2``, one micro-batch per partition slice of
-  ``--batch`` records (default: everything in one batch, as ``availableNow`` does);
+  ``processing.guarantee=exactly_once_v2``, everything in one micro-batch, as ``availableNow``
+  does;
 - native: Structured Streaming Kafka source -> ``withWatermark`` ->
   ``dropDuplicatesWithinWatermark([key, id])`` -> Delta sink, ``trigger(availableNow=True)``.
 
-Prints records/s of both and the ratio; then our batch latency p50/p99 with 10k-record batches
-(``--latency-records`` records), and the peak RSS of the Python workers during our run.
+Both run once on other data first (the JVM's class loading and JIT are then charged to neither),
+then ``--repeats`` times each in alternating order on the same data. Prints records/s of both
+(median, spread) and the ratio; then our batch latency p50/p99 with 10k-record batches
+(``--latency-records`` records), and the peak RSS of the Python workers during our runs (summed
+over Spark's Python worker processes, sampled every 0.2 s).
 
-    .venv/bin/python bench/e2e_bench.py [--records 2000000] [--latency-records 100000]
+    .venv/bin/python bench/e2e_bench.py [--records 2000000] [--repeats 3] [--latency-records 100000]
 """
 
 from __future__ import annotations
@@ -114,7 +117,7 @@ def run_ours(spark, settings, topic, tmp: Path, per_partition_cap: int, name: st
     return elapsed, rows, results
 
 
-def run_native(spark, settings, topic, tmp: Path):
+def run_native(spark, settings, topic, tmp: Path, name: str = "native"):
     from pyspark.sql import functions as F
 
     stream = (
@@ -134,11 +137,11 @@ def run_native(spark, settings, topic, tmp: Path):
         .withWatermark("timestamp", f"{INTERVAL_MS // 1000} seconds")
         .dropDuplicatesWithinWatermark(["key", "id"])
     )
-    path = str(tmp / "native")
+    path = str(tmp / name)
     started = time.perf_counter()
     query = (
         stream.writeStream.format("delta")
-        .option("checkpointLocation", str(tmp / "native-checkpoint"))
+        .option("checkpointLocation", str(tmp / f"{name}-checkpoint"))
         .trigger(availableNow=True)
         .start(path)
     )
@@ -151,39 +154,65 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=2_000_000)
     parser.add_argument("--latency-records", type=int, default=100_000)
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs of each, alternating")
+    parser.add_argument("--warmup-records", type=int, default=100_000)
     args = parser.parse_args()
+    ours: list[float] = []
+    native: list[float] = []
     with tempfile.TemporaryDirectory() as directory:
         tmp = Path(directory)
         with LocalBroker(tmp / "broker") as broker:
             settings = {"bootstrap.servers": broker.bootstrap_servers}
-            create_topics(
-                settings, [TopicSpec("bench", PARTITIONS), TopicSpec("latency", PARTITIONS)]
-            )
+            topics = [TopicSpec(t, PARTITIONS) for t in ("bench", "latency", "warmup")]
+            create_topics(settings, topics)
             produce(settings, "bench", args.records)
             produce(settings, "latency", args.latency_records, seed=9)
+            produce(settings, "warmup", args.warmup_records, seed=11)
             spark = spark_session(master="local[2]", app_name="e2e-bench")
+            # Both paths once on other data first: the JVM's class loading and JIT would
+            # otherwise be charged to whichever runs first.
+            run_ours(spark, settings, "warmup", tmp, args.warmup_records, "warmup-ours")
+            run_native(spark, settings, "warmup", tmp, "warmup-native")
             with WorkerMemory() as memory:
-                ours, ours_rows, _ = run_ours(spark, settings, "bench", tmp, args.records, "ours")
-            native, native_rows = run_native(spark, settings, "bench", tmp)
+                for repeat in range(args.repeats):
+                    # Alternate which goes first: load from other processes drifts.
+                    for which in ("ours", "native") if repeat % 2 == 0 else ("native", "ours"):
+                        if which == "ours":
+                            seconds, ours_rows, _ = run_ours(
+                                spark, settings, "bench", tmp, args.records, f"ours-{repeat}"
+                            )
+                            ours.append(seconds)
+                        else:
+                            seconds, native_rows = run_native(
+                                spark, settings, "bench", tmp, f"native-{repeat}"
+                            )
+                            native.append(seconds)
+                        print(f"  run {repeat} {which:6s}: {args.records / seconds:>9,.0f} "
+                              f"records/s ({seconds:.1f} s)", flush=True)  # fmt: skip
             _, _, batches = run_ours(
                 spark, settings, "latency", tmp, 10_000 // PARTITIONS, "latency"
             )
             spark.stop()
     n = args.records
-    print(f"{n:,} records, {PARTITIONS} partitions, local[2]")
-    for name, seconds, rows in (
+    print(f"{n:,} records, {PARTITIONS} partitions, local[2], median of {args.repeats} runs each "
+          "(alternating order, after a warm-up of both)")  # fmt: skip
+    for name, runs, rows in (
         ("ours   StreamingJob exactly_once_v2 -> Delta ", ours, ours_rows),
         ("native dropDuplicatesWithinWatermark -> Delta", native, native_rows),
     ):
-        print(f"{name}: {n / seconds:>9,.0f} records/s ({seconds:.1f} s, {rows:,} rows)")
-    print(f"ratio ours / native: {native / ours:.2f}x")
+        median = statistics.median(runs)
+        print(f"{name}: {n / median:>9,.0f} records/s ({median:.1f} s, runs "
+              f"{min(runs):.1f}-{max(runs):.1f} s; {rows:,} rows)")  # fmt: skip
+    ratios = sorted(b / a for a, b in zip(ours, native, strict=True))
+    print(f"ratio ours / native: {statistics.median(native) / statistics.median(ours):.2f}x "
+          f"(per pair: {', '.join(f'{r:.2f}' for r in ratios)})")  # fmt: skip
     latencies = sorted(b.duration_ms for b in batches)
     p99 = latencies[min(len(latencies) - 1, round(0.99 * (len(latencies) - 1)))]
     print(
         f"batch latency, ~10k-record batches ({len(latencies)} batches): "
         f"p50 {statistics.median(latencies):.0f} ms, p99 {p99} ms"
     )
-    print(f"peak RSS of the Python workers during our run: {memory.peak_mb:.0f} MB")  # fmt: skip
+    print(f"peak RSS of the Python workers during our runs: {memory.peak_mb:.0f} MB")  # fmt: skip
 
 
 if __name__ == "__main__":

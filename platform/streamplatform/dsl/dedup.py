@@ -51,21 +51,27 @@ def should_forward(
     )
 
 
+_U32 = struct.Struct(">I").pack
+
+
 def canonical_bytes(value: Any) -> bytes:
     """Bytes that identify an id or key; equal values give equal bytes, types never collide."""
-    if type(value) is str:  # the common case first
+    kind = type(value)
+    if kind is str:  # the common cases first
         return b"s" + value.encode()
+    if kind is tuple and len(value) == 2:
+        first, second = value
+        if type(first) is str and type(second) is str:
+            # deduplicate_by_key_value's (key, id): the generic form below, unrolled.
+            first, second = first.encode(), second.encode()
+            return (
+                b"(" + _U32(len(first) + 1) + b"s" + first + _U32(len(second) + 1) + b"s" + second
+            )
     if isinstance(value, bytes | bytearray | memoryview):
         return b"b" + bytes(value)
     if isinstance(value, str):
         return b"s" + value.encode()
     if isinstance(value, tuple):
-        if len(value) == 2 and type(value[0]) is str and type(value[1]) is str:
-            # deduplicate_by_key_value's (key, id), both strings: the generic form, unrolled.
-            first, second = b"s" + value[0].encode(), b"s" + value[1].encode()
-            return b"".join(
-                (b"(", len(first).to_bytes(4, "big"), first, len(second).to_bytes(4, "big"), second)
-            )
         parts = [canonical_bytes(item) for item in value]
         return b"(" + b"".join([len(p).to_bytes(4, "big") + p for p in parts])
     try:
@@ -104,28 +110,40 @@ class DeduplicationProcessor(Processor):
         heapq.heapify(self._expiry)
 
     def process(self, record: Record) -> None:
-        identity = self.id_of(record.key, record.value)
+        # should_forward(), inlined: this runs once per record.
+        identity = self.id_of(record[0], record[1])
+        context = self.context
         if identity is None:
             self.forwarded += 1
-            self.context.forward(record)
+            context.forward(record)
             return
-        stream_time = self.context.stream_time
+        stream_time = context.stream_time
+        interval = self.interval
         id_key = _ID_PREFIX + canonical_bytes(identity)
-        stored = self.store.get(id_key)
-        entry = _ENTRY.unpack(stored) if stored is not None else None
-        offset = self.context.offset
-        timestamp = record.timestamp
-        if not should_forward(entry, timestamp, offset, stream_time, self.interval):
-            self.dropped += 1
-            return
-        if timestamp >= stream_time - self.interval:
-            self.store.put(id_key, _ENTRY.pack(timestamp, NO_OFFSET if offset is None else offset))
+        store = self.store
+        stored = store.get(id_key)
+        offset = context.offset
+        timestamp = record[2]
+        if stored is not None:
+            entry_ts, entry_offset = _ENTRY.unpack(stored)
+            if not (
+                stream_time - entry_ts > interval
+                or entry_ts - timestamp > interval
+                or (offset is not None and offset == entry_offset)
+            ):
+                self.dropped += 1
+                return
+        horizon = stream_time - interval
+        if timestamp >= horizon:
+            store.put(id_key, _ENTRY.pack(timestamp, NO_OFFSET if offset is None else offset))
             heapq.heappush(self._expiry, (timestamp, id_key))
         else:
             self.late += 1
         self.forwarded += 1
-        self.context.forward(record)
-        self._purge(stream_time - self.interval)
+        context.forward(record)
+        expiry = self._expiry
+        if expiry and expiry[0][0] < horizon:
+            self._purge(horizon)
 
     def _purge(self, horizon: int) -> None:
         """Delete entries older than ``horizon``; a heap item whose id was stored again with

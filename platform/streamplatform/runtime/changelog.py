@@ -5,7 +5,9 @@ Every micro-batch appends, per task and store, the batch's store writes as rows
 ``<root>/<application.id>/_changelog``, partitioned by task. The writes are the store's own
 column-family writes, so replaying them batch by batch rebuilds the store exactly, whatever its
 kind. A task whose local state is missing or behind the commit log (a new executor, a wiped
-state dir) replays the batches it lacks; a warm standby replays them continuously.
+state dir) replays the batches it lacks; a warm standby replays them continuously. Deletes of
+keys that a key-value store's committed data did not hold are left out (they change nothing
+on replay, and a deduplication store would otherwise log one for nearly every id it expires).
 
 Executors have no SparkSession: the driver resolves the live files of each task's partition
 from the Delta log and the executor reads them with pyarrow.
@@ -82,7 +84,8 @@ def replay(
     by_batch: dict[tuple[str, int], list[tuple[str, bytes, bytes | None]]] = defaultdict(list)
     for row in read_rows(files, oldest, up_to_batch):
         name = row["store"]
-        if name in stores and row["batch_id"] > (positions[name] or -1):
+        held = positions.get(name)
+        if name in stores and row["batch_id"] > (-1 if held is None else held):
             by_batch[(name, row["batch_id"])].append(
                 (row["column_family"], row["key"], row["value"])
             )
@@ -90,6 +93,7 @@ def replay(
         stores[name].apply_changelog(writes, {batch_marker: batch_id})
         replayed += len(writes)
     for store in stores.values():  # batches that wrote nothing to a store move it on too
-        if (store.committed_offset(batch_marker) or -1) < up_to_batch:
+        held = store.committed_offset(batch_marker)
+        if (-1 if held is None else held) < up_to_batch:
             store.apply_changelog([], {batch_marker: up_to_batch})
     return replayed

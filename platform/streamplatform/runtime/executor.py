@@ -1,7 +1,8 @@
 """What runs inside a Spark executor: one task over its records of one micro-batch.
 
 ``TaskBatchRunner`` is pickled to the executors (a plain object: the topology, the settings,
-the batch's numbers) and called once per task with that task's rows (``applyInPandas``):
+the batch's numbers) and called once per task with that task's rows (``mapInArrow``, or
+``applyInArrow`` when a task reads several topics):
 
 1. open the task's stores under ``state.dir/<application.id>/<task id>/``;
 2. exactly_once_v2: settle the previous batch's prepared writes — apply them when that batch
@@ -12,7 +13,15 @@ the batch's numbers) and called once per task with that task's rows (``applyInPa
    Kafka Streams picks records); stop early when a store passes its uncommitted limits;
 5. persist the store writes: *prepare* them as batch N (exactly_once_v2), or commit them
    (at_least_once); either way they also leave as changelog rows;
-6. return the output rows: sink, DLQ, changelog and version rows, and one progress row.
+6. return the output rows: sink, DLQ, changelog and version rows, and one progress row that
+   also counts the rows of each kind, so the driver needs no pass over the output for that.
+
+Under ``mapInArrow`` a Spark partition is one Kafka partition, read in offset order: the task
+processes each Arrow batch as it arrives and sends its sink and DLQ rows on at once, so the
+JVM reads Kafka and takes the output while Python works, and Python never holds the whole
+partition. The cyclic garbage collector is paused while a task runs: a task allocates
+millions of short-lived, acyclic objects, and the collector's passes over them cost a
+quarter of its time.
 
 The store writes of a batch always go through a transaction (READ_COMMITTED) here, in both
 modes: it is what lets them leave as the batch's changelog. Under at_least_once they are
@@ -21,14 +30,20 @@ committed by the task at the end of its batch, before the driver's commit point.
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import gc
 import heapq
 import json
 import time
-from collections.abc import Iterable, Iterator
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from streamplatform.config import StreamsConfig
 from streamplatform.dsl.topology import Topology
@@ -38,9 +53,19 @@ from streamplatform.runtime.task import Task
 from streamplatform.state import IsolationLevel
 
 _NO_HEADERS: list = []  # shared by records without headers; never modified
+_new_tuple = tuple.__new__  # builds a NamedTuple without the Python-level __new__
 
 # The commit offsets of every store also record the batch it holds, under this pseudo-partition.
 BATCH_MARKER = ("__streamplatform.batch__", 0)
+# In the error of a task that must restore from the changelog but was not given its files.
+CHANGELOG_FILES_NEEDED = "streamplatform: the changelog files are needed to restore task"
+
+
+class ChangelogFilesNeeded(RuntimeError):
+    """A task's local state is behind the commit log and the batch was run without the
+    changelog's files (the driver resolves them only when a restore is likely); the driver
+    resolves them and runs the batch again."""
+
 
 OUTPUT_SCHEMA = (
     "kind STRING, topic STRING, key BINARY, value BINARY, timestamp LONG, "
@@ -48,14 +73,32 @@ OUTPUT_SCHEMA = (
     "source_topic STRING, source_partition INT, source_offset LONG, "
     "task STRING, store STRING, column_family STRING, seq LONG"
 )
+HEADERS_ARROW = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 OUTPUT_ARROW = pa.schema([
     ("kind", pa.string()), ("topic", pa.string()), ("key", pa.binary()), ("value", pa.binary()),
-    ("timestamp", pa.int64()),
-    ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+    ("timestamp", pa.int64()), ("headers", HEADERS_ARROW),
     ("partition", pa.int32()), ("source_topic", pa.string()), ("source_partition", pa.int32()),
     ("source_offset", pa.int64()), ("task", pa.string()), ("store", pa.string()),
     ("column_family", pa.string()), ("seq", pa.int64()),
 ])  # fmt: skip
+_NO_HEADER_VALUES = pa.array([], HEADERS_ARROW.value_type)
+
+# The input columns, in this order (microbatch.py selects them). ``headers`` arrives as JSON,
+# ``[{"k": name, "v": base64 value}]`` (no "v": a None value), or null when a record has none:
+# Spark's JVM-to-Arrow writer is several times slower on any array column than on all the
+# other columns together, and nearly every record has no header.
+INPUT_COLUMNS = ("task_partition", "topic", "partition", "offset", "timestamp", "key", "value",
+                 "headers")  # fmt: skip
+
+
+def decode_headers(encoded: str | None) -> list[tuple[str, bytes | None]]:
+    """Headers from their input encoding (see ``INPUT_COLUMNS``)."""
+    if encoded is None:
+        return _NO_HEADERS
+    return [
+        (h["k"], None if h.get("v") is None else base64.b64decode(h["v"]))
+        for h in json.loads(encoded)
+    ]
 
 
 def records_in_pick_order(table: pa.Table) -> Iterator[ConsumedRecord]:
@@ -68,7 +111,7 @@ def records_in_pick_order(table: pa.Table) -> Iterator[ConsumedRecord]:
     ):
         queues.setdefault((topic, partition), []).append(
             ConsumedRecord(topic, partition, offset, timestamp, key, value,
-                           [(h["key"], h["value"]) for h in headers] if headers else _NO_HEADERS)
+                           decode_headers(headers))
         )  # fmt: skip
     for queue in queues.values():
         queue.sort(key=lambda record: record.offset)
@@ -87,8 +130,23 @@ def records_in_pick_order(table: pa.Table) -> Iterator[ConsumedRecord]:
             heapq.heappush(heads, (queue[position + 1].timestamp, tp))
 
 
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 class TaskBatchRunner:
-    """Runs one micro-batch of one task; see the module docstring."""
+    """Runs one micro-batch of one task; see the module docstring.
+
+    ``planned_records``: task partition -> records planned for it in this batch (the crash
+    test's ``during_tasks`` step fires half-way through them).
+    """
 
     def __init__(
         self,
@@ -96,57 +154,55 @@ class TaskBatchRunner:
         settings: dict[str, Any],
         batch_id: int,
         last_committed: int | None,
-        changelog_files: dict[str, list[str]],
+        changelog_files: dict[str, list[str]] | None,
         partitions: dict[str, int],
         state_dirs: dict[str, str] | None = None,
+        planned_records: Mapping[int, int] | None = None,
     ) -> None:
         self.topology = topology
         self.state_dirs = state_dirs or {}  # task id -> its instance's state root (placement)
         self.settings = settings
         self.batch_id = batch_id
         self.last_committed = last_committed
-        self.changelog_files = changelog_files  # task id -> parquet files of its changelog
+        # Task id -> parquet files of its changelog; None: not resolved for this batch.
+        self.changelog_files = changelog_files
         self.partitions = partitions
+        self.planned_records = dict(planned_records or {})
 
     def run(self, table: pa.Table) -> pa.Table:
         """One task's rows of the batch (all of one ``task_partition``) in, its output out."""
-        started = time.monotonic()
-        config = StreamsConfig(self.settings)
-        partition = int(table["task_partition"][0].as_py())
-        state_dir = self.state_dirs.get(f"0_{partition}", config["state.dir"])
-        task = Task(
-            self.topology, self.topology.subtopologies[0], partition, config,
-            Path(state_dir), lambda topic: self.partitions.get(topic, 1),
-            isolation_level=IsolationLevel.READ_COMMITTED,
-        )  # fmt: skip
-        tables: list[pa.Table] = []
-        try:
-            restored = self._settle_and_restore(task)
-            half = table.num_rows // 2
-            for index, record in enumerate(records_in_pick_order(table)):
-                if index == half:
-                    crash_point("during_tasks", self.batch_id)
-                task.process(record)
-                if task.needs_early_commit():
-                    break  # the rest of the batch waits for the next one
-            tables += self._output_tables(task)
-            tables += self._persist(task, config.exactly_once)
-            metrics = task.metrics() | {
-                "restored_records": restored,
-                "task_ms": int((time.monotonic() - started) * 1000),
-            }
-            consumed = [[t, p, o] for (t, p), o in task.consumed.items()]
-            progress = json.dumps({"metrics": metrics, "consumed": consumed}).encode()
-            tables.append(_table(1, kind="progress", value=[progress], task=str(task.task_id)))
-        finally:
-            task.close()
-        return pa.concat_tables(tables)
+        with _collector_paused():
+            partition = int(table["task_partition"][0].as_py())
+            run = _TaskRun(self, partition, planned=table.num_rows)
+            try:
+                tables = [run.process(records_in_pick_order(table))]
+                tables += run.finish()
+            finally:
+                run.close()
+            return pa.Table.from_batches([t for t in tables if t is not None], OUTPUT_ARROW)
 
     def run_partition(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """``mapInArrow`` entry point: a Spark partition is one Kafka partition, one task."""
-        table = pa.Table.from_batches(list(batches))
-        if table.num_rows:
-            yield from self.run(table).to_batches()
+        """``mapInArrow`` entry point: a Spark partition is one Kafka partition, its records in
+        offset order. Each Arrow batch is processed as it arrives, its output sent on."""
+        with _collector_paused():
+            run: _TaskRun | None = None
+            try:
+                for batch in batches:
+                    if batch.num_rows == 0:
+                        continue
+                    if run is None:
+                        partition = batch.column(0)[0].as_py()
+                        run = _TaskRun(self, partition, self.planned_records.get(partition))
+                    if run.cut:
+                        continue  # stopped early: the rest waits for the next batch
+                    output = run.process(run.stream_records(batch))
+                    if output is not None:
+                        yield output
+                if run is not None:
+                    yield from run.finish()
+            finally:
+                if run is not None:
+                    run.close()
 
     def _settle_and_restore(self, task: Task) -> int:
         last = -1 if self.last_committed is None else self.last_committed
@@ -156,78 +212,227 @@ class TaskBatchRunner:
                 store.settle(prepared, committed=prepared <= last)
         behind = [
             (name, store) for name, store in task.stores.items()
-            if (store.committed_offset(BATCH_MARKER) or -1) < last
+            if _batch_held(store) < last
         ]  # fmt: skip
         if not behind:
             return 0
+        if self.changelog_files is None:
+            raise ChangelogFilesNeeded(f"{CHANGELOG_FILES_NEEDED} {task.task_id}")
         from streamplatform.runtime.changelog import replay
 
         return replay(
             self.changelog_files.get(str(task.task_id), []), dict(behind), last, BATCH_MARKER
         )
 
-    def _output_tables(self, task: Task) -> list[pa.Table]:
-        """Sink and DLQ records, then versions: built column by column, not row by row."""
-        tables = []
+
+def _batch_held(store: Any) -> int:
+    """The last batch a store's committed data holds; -1 for none (batch 0 is a batch)."""
+    held = store.committed_offset(BATCH_MARKER)
+    return -1 if held is None else int(held)
+
+
+class _TaskRun:
+    """One task's batch: its Task, what it processed, what it sent out."""
+
+    def __init__(self, runner: TaskBatchRunner, partition: int, planned: int | None) -> None:
+        self.started = time.monotonic()
+        self.runner = runner
+        self.config = StreamsConfig(runner.settings)
+        state_dir = runner.state_dirs.get(f"0_{partition}", self.config["state.dir"])
+        self.task = Task(
+            runner.topology, runner.topology.subtopologies[0], partition, self.config,
+            Path(state_dir), lambda topic: runner.partitions.get(topic, 1),
+            isolation_level=IsolationLevel.READ_COMMITTED,
+        )  # fmt: skip
+        self.task_name = str(self.task.task_id)
+        try:
+            self.restored = runner._settle_and_restore(self.task)
+        except BaseException:
+            self.task.close()
+            raise
+        self.settled = time.monotonic()
+        self.half = None if planned is None else planned // 2
+        self.cut = False  # stopped early on the stores' uncommitted limits
+        self.rows: Counter[tuple[str, str | None]] = Counter()  # (kind, topic) -> rows sent
+        self.sink_ms = 0.0
+        self._last_offset = -1
+        self._source: tuple[str, int] | None = None
+
+    def stream_records(self, batch: pa.RecordBatch) -> Iterator[ConsumedRecord]:
+        """The records of one Arrow batch of a single Kafka partition, in offset order."""
+        topics, partitions, offsets = batch.column(1), batch.column(2), batch.column(3)
+        source = (topics[0].as_py(), partitions[0].as_py())
+        if self._source is None:
+            self._source = source
+        first, last = offsets[0].as_py(), offsets[len(offsets) - 1].as_py()
+        if (
+            source != self._source
+            or first <= self._last_offset
+            or pc.count_distinct(topics).as_py() != 1
+            or pc.count_distinct(partitions).as_py() != 1
+            or (len(offsets) > 1 and not pc.all(pc.less(offsets[:-1], offsets[1:])).as_py())
+        ):
+            raise RuntimeError(
+                f"Task {self.task_name}: a Spark partition must hold one Kafka partition in "
+                f"offset order; got {source} offsets {first}..{last} after "
+                f"{self._source}@{self._last_offset}"
+            )
+        self._last_offset = last
+        topic, partition = source
+        new, record = _new_tuple, ConsumedRecord
+        return (
+            new(record, (topic, partition, offset, timestamp, key, value,
+                         _NO_HEADERS if headers is None else decode_headers(headers)))
+            for offset, timestamp, key, value, headers in zip(
+                offsets.to_pylist(), batch.column(4).to_pylist(), batch.column(5).to_pylist(),
+                batch.column(6).to_pylist(), batch.column(7).to_pylist(), strict=True,
+            )
+        )  # fmt: skip
+
+    def process(self, records: Iterable[ConsumedRecord]) -> pa.RecordBatch | None:
+        """Run ``records`` through the task (until a store passes its limits); returns the
+        sink and DLQ rows they produced."""
+        task, half = self.task, self.half
+        limited = task.has_uncommitted_limits()
+        records = iter(records)
+        if half is not None and task.records_in <= half:
+            self.cut = task.process_all(islice(records, half - task.records_in), limited)
+            if task.records_in == half and not self.cut:
+                crash_point("during_tasks", self.runner.batch_id)
+        if not self.cut:
+            self.cut = task.process_all(records, limited)  # True: the rest waits a batch
+        started = time.monotonic()
+        output = self._sink_rows()
+        self.sink_ms += time.monotonic() - started
+        return output
+
+    def finish(self) -> list[pa.RecordBatch]:
+        """Versions, changelog (after preparing or committing the stores) and progress."""
+        task = self.task
+        if not self.cut and self.half is not None and task.records_in < self.half:
+            crash_point("during_tasks", self.runner.batch_id)  # fewer records than planned
+        processed = time.monotonic()
+        batches = self._version_rows()
+        output = time.monotonic()
+        batches += self._persist(self.config.exactly_once)
+        persisted = time.monotonic()
+        metrics = task.metrics() | {
+            "restored_records": self.restored,
+            "task_ms": int((persisted - self.started) * 1000),
+            "task_settle_ms": int((self.settled - self.started) * 1000),
+            "task_process_ms": int((processed - self.settled - self.sink_ms) * 1000),
+            "task_output_ms": int((output - processed + self.sink_ms) * 1000),
+            "task_persist_ms": int((persisted - output) * 1000),
+        }
+        consumed = [[t, p, o] for (t, p), o in task.consumed.items()]
+        rows = [[kind, topic, n] for (kind, topic), n in sorted(self.rows.items(), key=str)]
+        progress = json.dumps({"metrics": metrics, "consumed": consumed, "rows": rows}).encode()
+        batches.append(_batch(1, kind="progress", value=[progress], task=self.task_name))
+        return batches
+
+    def close(self) -> None:
+        self.task.close()
+
+    def _sink_rows(self) -> pa.RecordBatch | None:
+        """Sink and DLQ records produced so far: built column by column, not row by row."""
+        task = self.task
         sources = task.take_output_sources()
         records = task.take_output()
-        if records:
-            dlq = task.dlq_topic
-            tables.append(_table(
-                len(records),
-                kind=["dlq" if r.topic == dlq else "sink" for r in records],
-                topic=[r.topic for r in records],
-                key=[r.key for r in records],
-                value=[r.value for r in records],
-                timestamp=[r.timestamp for r in records],
-                headers=[_header_structs(r.headers) for r in records],
-                partition=[r.partition for r in records],
-                source_topic=[s[0] for s in sources],
-                source_partition=[s[1] for s in sources],
-                source_offset=[s[2] for s in sources],
-                task=str(task.task_id),
-            ))  # fmt: skip
-        versions = task.take_versions()
-        if versions:
-            tables.append(_table(
-                len(versions), kind="version", store=[v[0] for v in versions],
-                key=[v[1] for v in versions], value=[v[2] for v in versions],
-                timestamp=[v[3] for v in versions], task=str(task.task_id),
-            ))  # fmt: skip
-        return tables
+        if not records:
+            return None
+        n = len(records)
+        topics, keys, values, timestamps, headers, partitions = zip(*records, strict=True)
+        source_topics, source_partitions, source_offsets = zip(*sources, strict=True)
+        topic_counts = Counter(topics)
+        dlq = task.dlq_topic
+        for topic, count in topic_counts.items():
+            self.rows[("dlq" if topic == dlq else "sink", topic)] += count
+        topic_array = pa.array(topics, pa.string())
+        if dlq is None or dlq not in topic_counts:
+            kind: Any = pa.repeat(pa.scalar("sink"), n)
+        elif len(topic_counts) == 1:
+            kind = pa.repeat(pa.scalar("dlq"), n)
+        else:
+            kind = pc.if_else(pc.equal(topic_array, dlq), "dlq", "sink")
+        if any(headers):
+            header_array = pa.array([_header_structs(h) for h in headers], HEADERS_ARROW)
+        else:  # n empty lists
+            header_array = pa.ListArray.from_arrays(
+                pa.repeat(pa.scalar(0, pa.int32()), n + 1), _NO_HEADER_VALUES, HEADERS_ARROW
+            )
+        return _batch(
+            n, kind=kind, topic=topic_array, key=keys, value=values, timestamp=timestamps,
+            headers=header_array, partition=partitions, source_topic=source_topics,
+            source_partition=source_partitions, source_offset=source_offsets,
+            task=self.task_name,
+        )  # fmt: skip
 
-    def _persist(self, task: Task, exactly_once: bool) -> list[pa.Table]:
+    def _version_rows(self) -> list[pa.RecordBatch]:
+        versions = self.task.take_versions()
+        if not versions:
+            return []
+        stores, keys, values, timestamps = zip(*versions, strict=True)
+        self.rows[("version", None)] += len(versions)
+        return [_batch(len(versions), kind="version", store=stores, key=keys, value=values,
+                       timestamp=timestamps, task=self.task_name)]  # fmt: skip
+
+    def _persist(self, exactly_once: bool) -> list[pa.RecordBatch]:
         """Prepare (exactly once) or commit the stores' writes; they also leave as changelog."""
-        tables = []
-        offsets = task.offsets() | {BATCH_MARKER: self.batch_id}
+        task = self.task
+        task.before_commit()
+        batches = []
+        offsets = task.offsets() | {BATCH_MARKER: self.runner.batch_id}
         for name, store in task.stores.items():
             writes = store.staged_writes()
+            if writes and getattr(store, "KIND", None) == "key_value":
+                writes = _without_blind_deletes(store, writes)
             if writes:
-                tables.append(_table(
-                    len(writes), kind="changelog", task=str(task.task_id), store=name,
-                    column_family=[w[0] for w in writes], key=[w[1] for w in writes],
-                    value=[w[2] for w in writes],
+                column_families, keys, values = zip(*writes, strict=True)
+                self.rows[("changelog", None)] += len(writes)
+                batches.append(_batch(
+                    len(writes), kind="changelog", task=self.task_name, store=name,
+                    column_family=column_families, key=keys, value=values,
                 ))  # fmt: skip
             if exactly_once:
-                store.prepare(self.batch_id, offsets)
+                store.prepare(self.runner.batch_id, offsets)
             else:
                 store.commit(offsets)
-        return tables
+        return batches
+
+
+def _without_blind_deletes(
+    store: Any, writes: list[tuple[str, bytes, bytes | None]]
+) -> list[tuple[str, bytes, bytes | None]]:
+    """``writes`` less the deletes of keys the store's committed data does not hold.
+
+    Replaying the changelog rebuilds the committed data batch by batch, so such a delete is a
+    no-op there too; leaving it out changes nothing but the rows shipped and stored. A
+    deduplication store puts and expires most of its ids within one batch: without this,
+    nearly all of its changelog would be deletes of ids that were never committed.
+    """
+    committed = store.get  # a key-value store reads committed data only
+    return [write for write in writes if write[2] is not None or committed(write[1]) is not None]
 
 
 def _header_structs(headers: list[tuple[str, bytes | None]]) -> list[dict[str, Any]]:
     return [{"key": key, "value": value} for key, value in headers] if headers else []
 
 
-def _table(rows: int, **columns: Any) -> pa.Table:
-    """An output table of ``rows`` rows; a column given as a list is taken as is, a scalar is
-    repeated, a missing column is null. ``seq`` numbers the rows when not given."""
-    columns.setdefault("seq", list(range(rows)))
+def _batch(rows: int, **columns: Any) -> pa.RecordBatch:
+    """An output batch of ``rows`` rows; a column given as a sequence or an Arrow array is
+    taken as is, a scalar is repeated, a missing column is null. ``seq`` numbers the rows
+    when not given."""
     arrays = []
     for field in OUTPUT_ARROW:
         value = columns.get(field.name)
-        if isinstance(value, list):
+        if isinstance(value, pa.Array):
+            arrays.append(value)
+        elif isinstance(value, list | tuple):
             arrays.append(pa.array(value, type=field.type))
+        elif field.name == "seq":
+            arrays.append(pa.array(range(rows), type=pa.int64()))
+        elif value is None:
+            arrays.append(pa.nulls(rows, field.type))
         else:
-            arrays.append(pa.array([value] * rows, type=field.type))
-    return pa.Table.from_arrays(arrays, schema=OUTPUT_ARROW)
+            arrays.append(pa.repeat(pa.scalar(value, field.type), rows))
+    return pa.RecordBatch.from_arrays(arrays, schema=OUTPUT_ARROW)

@@ -6,10 +6,13 @@ One micro-batch N (see ../shared/DESIGN.md, "Running on Spark"):
    appended to the offset log before anything runs. A batch planned but not committed (a
    crash) is re-run with exactly the same ranges;
 2. read exactly those ranges with Spark's Kafka batch source, headers included;
-3. run every task in an executor (``applyInPandas`` grouped by task; executor.py);
+3. run every task in an executor (``mapInArrow``, one Spark partition per Kafka partition, or
+   ``applyInArrow`` grouped by task when a task reads several topics; executor.py); the
+   output is cached so that every table below reads it without running the tasks again;
 4. write the outputs: Delta sinks, the DLQ mirror, the state changelog and the versioned
    snapshots, all idempotent by ``txnAppId``/``txnVersion = N``; Kafka sinks and the DLQ topic
-   (at least once: each record carries its source topic/partition/offset);
+   (at least once: each record carries its source topic/partition/offset). The Delta sinks and
+   the changelog start while the tasks still run (see ``_write_outputs``);
 5. append N to the commit log: the commit point. Under exactly_once_v2 the stores applied
    nothing yet; the tasks settle their prepared writes against the commit log at batch N+1.
 
@@ -21,8 +24,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +36,13 @@ from streamplatform.home import data_dir
 from streamplatform.kafka.clients import describe_topics
 from streamplatform.placement import Placement
 from streamplatform.runtime import changelog
-from streamplatform.runtime.executor import BATCH_MARKER, OUTPUT_SCHEMA, TaskBatchRunner
+from streamplatform.runtime.executor import (
+    BATCH_MARKER,
+    CHANGELOG_FILES_NEEDED,
+    INPUT_COLUMNS,
+    OUTPUT_SCHEMA,
+    TaskBatchRunner,
+)
 from streamplatform.runtime.faults import arm, crash_point
 from streamplatform.runtime.logs import CommitLog, CommittedBatch, OffsetLog, Ranges
 from streamplatform.runtime.standby import InstanceLayout, StandbySync
@@ -107,6 +116,11 @@ class StreamingJob:
         )
         self.standby_sync = StandbySync(topology, self.app, BATCH_MARKER)
         self.keep_standbys_warm = True
+        # Resolving the changelog's files reads the Delta log (a second or so per batch), and
+        # only a task whose local state is behind needs them: they are resolved for the first
+        # batch of this job and after a failover, when restores happen; a task that finds
+        # itself behind in another batch fails it, and the batch runs again with them.
+        self._resolve_changelog = True
 
     # Set-up --------------------------------------------------------------------------------
 
@@ -175,9 +189,20 @@ class StreamingJob:
             offset_log.append(batch_id, ranges)
         crash_point("after_plan", batch_id)
         planned = time.monotonic()
-        outputs = self._execute(batch_id, ranges, None if last is None else last.batch_id)
+        last_committed = None if last is None else last.batch_id
+        outputs = self._execute(batch_id, ranges, last_committed, self._resolve_changelog)
+        self._resolve_changelog = False
         try:
-            progress = self._write_outputs(batch_id, outputs)
+            try:
+                progress = self._write_outputs(batch_id, outputs)
+            except Exception as error:
+                if CHANGELOG_FILES_NEEDED not in str(error):
+                    raise
+                log.warning("%s batch %d: a task must restore its state; running again with "
+                            "the changelog", self.app, batch_id)  # fmt: skip
+                outputs.unpersist()
+                outputs = self._execute(batch_id, ranges, last_committed, resolve_changelog=True)
+                progress = self._write_outputs(batch_id, outputs)
             crash_point("after_outputs", batch_id)
             consumed = {tp: end for tp, (_, end) in ranges.items()} | progress["consumed"]
             metrics = progress["metrics"]
@@ -252,6 +277,7 @@ class StreamingJob:
         if self.layout is None:
             raise ValueError(f"{self.app}: no placement given, so there are no instances")
         moved = self.layout.fail(instance)
+        self._resolve_changelog = True  # the moved tasks restore (or replay a tail) next batch
         log.warning("%s: instance %s lost; tasks moved: %s", self.app, instance, moved)
         return moved
 
@@ -261,7 +287,9 @@ class StreamingJob:
             self._watermarks.close()
             self._watermarks = None
 
-    def _execute(self, batch_id: int, ranges: Ranges, last_committed: int | None) -> Any:
+    def _execute(
+        self, batch_id: int, ranges: Ranges, last_committed: int | None, resolve_changelog: bool
+    ) -> Any:
         from pyspark.sql import functions as F
 
         from streamplatform.spark import read_kafka_ranges
@@ -270,30 +298,41 @@ class StreamingJob:
         for (topic, partition), (start, end) in ranges.items():
             if end > start:
                 wanted.setdefault(topic, {})[partition] = (start, end)
+        planned: dict[int, int] = {}
+        for (_, partition), (start, end) in ranges.items():
+            planned[partition] = planned.get(partition, 0) + max(0, end - start)
         runner = TaskBatchRunner(
             self.topology,
             self.settings,
             batch_id,
             last_committed,
-            changelog.files_by_task(self.spark, f"{self.root}/_changelog"),
+            (
+                changelog.files_by_task(self.spark, f"{self.root}/_changelog")
+                if resolve_changelog
+                else None
+            ),
             self.partitions,
             self.layout.active_dirs() if self.layout is not None else None,
+            planned_records=planned,
         )
 
+        # Headers cross to Python as JSON (null when a record has none): see INPUT_COLUMNS.
+        headers = F.when(
+            F.size("headers") > 0,
+            F.to_json(
+                F.transform(
+                    "headers",
+                    lambda h: F.struct(h["key"].alias("k"), F.base64(h["value"]).alias("v")),
+                ),
+                {"ignoreNullFields": "true"},
+            ),
+        )
         records = (
             read_kafka_ranges(self.spark, self.kafka, wanted)
             .withColumn("task_partition", F.col("partition"))
-            .withColumn("timestamp", (F.col("timestamp").cast("double") * 1000).cast("long"))
-            .select(
-                "task_partition",
-                "topic",
-                "partition",
-                "offset",
-                "timestamp",
-                "key",
-                "value",
-                "headers",
-            )  # fmt: skip
+            .withColumn("timestamp", F.unix_millis("timestamp"))
+            .withColumn("headers", headers)
+            .select(*INPUT_COLUMNS)
         )
         if len(self.sources) == 1:
             # Spark's Kafka source makes one partition per Kafka partition: one task each.
@@ -307,33 +346,19 @@ class StreamingJob:
         return outputs.persist()
 
     def _write_outputs(self, batch_id: int, outputs: Any) -> dict[str, Any]:
+        """Write the batch's outputs (all idempotent by ``txnVersion = batch_id``) and return
+        the tasks' numbers and consumed offsets.
+
+        The Delta sinks and the changelog, which nearly every batch writes, are appended while
+        the tasks still run: Spark starts a write task as soon as a slot is free and reads the
+        cached output of the tasks that are done (a partition still being computed is waited
+        for, never computed twice), so the writes fill the core that the last task leaves idle.
+        An empty append there only costs an empty commit. The DLQ, versions and Kafka outputs,
+        rarer, are written once the progress rows say they exist.
+        """
         from pyspark.sql import functions as F
 
-        # One pass over the batch's output: the progress rows, and which kinds of rows exist
-        # (an empty Delta append still costs a commit, so empty outputs are skipped).
-        summary = (
-            outputs.groupBy("kind", "topic")
-            .agg(F.count("*").alias("rows"), F.collect_list(
-                F.when(F.col("kind") == "progress", F.col("value"))).alias("progress"))
-            .collect()
-        )  # fmt: skip
-        present = {(row.kind, row.topic) for row in summary}
-        kinds = {row.kind for row in summary}
-        metrics: dict[str, int] = {}
-        consumed: dict[tuple[str, int], int] = {}
-        for value in (v for row in summary for v in row.progress):
-            progress = json.loads(value)
-            for name, value in progress["metrics"].items():
-                metrics[name] = metrics.get(name, 0) + int(value)
-            for topic, partition, offset in progress["consumed"]:
-                consumed[(topic, int(partition))] = int(offset)
-
-        writes: list[Callable[[], None]] = []
-
         def append(frame: Any, path: str, name: str, partition_by: str | None = None) -> None:
-            writes.append(lambda: _append_now(frame, path, name, partition_by))
-
-        def _append_now(frame: Any, path: str, name: str, partition_by: str | None) -> None:
             writer = (
                 frame.withColumn("batch_id", F.lit(batch_id).cast("long"))
                 .write.format("delta")
@@ -347,37 +372,64 @@ class StreamingJob:
 
         record_columns = ["key", "value", "timestamp", "headers", "source_topic",
                           "source_partition", "source_offset"]  # fmt: skip
-        for topic in sorted(self.delta_sinks):
-            if ("sink", topic) in present:
-                rows = outputs.where((F.col("kind") == "sink") & (F.col("topic") == topic))
-                append(rows.select(*record_columns), f"{self.root}/{topic}", f"sink-{topic}")
-        if "dlq" in kinds:
-            dlq = outputs.where("kind = 'dlq'")
-            append(dlq.select("topic", *record_columns), f"{self.root}/_dlq", "dlq")
-        if "changelog" in kinds:
-            changelog_rows = outputs.where("kind = 'changelog'").select(
-                "task", "store", "seq", "column_family", "key", "value"
-            )
-            append(changelog_rows, f"{self.root}/_changelog", "changelog", partition_by="task")
-        if "version" in kinds:
-            versions = outputs.where("kind = 'version'").select(
-                "store", "key", "value", F.col("timestamp").alias("valid_from"), "task", "seq"
-            )
-            append(versions, f"{self.root}/_versions", "versions")
-
-        kafka_sinks = [t for kind, t in present if kind == "sink" and t not in self.delta_sinks]
-        if "dlq" in kinds or kafka_sinks:
-            to_kafka = outputs.where(
-                (F.col("kind") == "dlq")
-                | ((F.col("kind") == "sink") & ~F.col("topic").isin(list(self.delta_sinks)))
-            )
-            writer = to_kafka.select("topic", "key", "value", "headers", "partition").write
-            writer = writer.format("kafka")
-            for key, value in self.kafka.items():
-                writer = writer.option(f"kafka.{key}", str(value))
-            writes.append(writer.save)
-        # The tables are independent: their Delta commits (mostly waiting) overlap.
+        metrics: dict[str, int] = {}
+        started = time.monotonic()
+        # The Delta commits are mostly waiting: the tables' writes overlap.
         with ThreadPoolExecutor(max_workers=4, thread_name_prefix=f"{self.app}-write") as pool:
-            for future in [pool.submit(write) for write in writes]:
+            futures = []
+            for topic in sorted(self.delta_sinks & set(self.topology.sink_topics(self.app))):
+                rows = outputs.where((F.col("kind") == "sink") & (F.col("topic") == topic))
+                futures.append(pool.submit(append, rows.select(*record_columns),
+                                           f"{self.root}/{topic}", f"sink-{topic}"))  # fmt: skip
+            if self.topology.subtopologies[0].stores:
+                changelog_rows = outputs.where(F.col("kind") == "changelog").select(
+                    "task", "store", "seq", "column_family", "key", "value"
+                )
+                futures.append(pool.submit(append, changelog_rows, f"{self.root}/_changelog",
+                                           "changelog", "task"))  # fmt: skip
+            try:
+                # The progress rows: the tasks' numbers and how many rows of each kind they
+                # sent. Asking for them computes and caches the whole output, in one pass.
+                progress_rows = outputs.where(F.col("kind") == "progress").select("value").collect()
+                metrics["summary_ms"] = int((time.monotonic() - started) * 1000)
+                consumed: dict[tuple[str, int], int] = {}
+                present: set[tuple[str, str | None]] = set()
+                for row in progress_rows:
+                    progress = json.loads(row.value)
+                    for name, value in progress["metrics"].items():
+                        metrics[name] = metrics.get(name, 0) + int(value)
+                    for topic, partition, offset in progress["consumed"]:
+                        consumed[(topic, int(partition))] = int(offset)
+                    present.update((kind, topic) for kind, topic, rows in progress["rows"] if rows)
+                kinds = {kind for kind, _ in present}
+                if "dlq" in kinds:
+                    dlq = outputs.where(F.col("kind") == "dlq").select("topic", *record_columns)
+                    futures.append(pool.submit(append, dlq, f"{self.root}/_dlq", "dlq"))
+                if "version" in kinds:
+                    versions = outputs.where(F.col("kind") == "version").select(
+                        "store", "key", "value", F.col("timestamp").alias("valid_from"), "task",
+                        "seq",
+                    )  # fmt: skip
+                    futures.append(
+                        pool.submit(append, versions, f"{self.root}/_versions", "versions")
+                    )
+                kafka_sinks = [
+                    t for kind, t in present if kind == "sink" and t not in self.delta_sinks
+                ]
+                if "dlq" in kinds or kafka_sinks:
+                    to_kafka = outputs.where(
+                        (F.col("kind") == "dlq")
+                        | ((F.col("kind") == "sink") & ~F.col("topic").isin(list(self.delta_sinks)))
+                    )
+                    writer = to_kafka.select("topic", "key", "value", "headers", "partition").write
+                    writer = writer.format("kafka")
+                    for key, value in self.kafka.items():
+                        writer = writer.option(f"kafka.{key}", str(value))
+                    futures.append(pool.submit(writer.save))
+            except BaseException:
+                wait(futures)  # the writes already started end (or fail) before this raises
+                raise
+            for future in futures:
                 future.result()
+        metrics["writes_ms"] = int((time.monotonic() - started) * 1000) - metrics["summary_ms"]
         return {"metrics": metrics, "consumed": consumed}

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,7 @@ from streamplatform.state.stores import duration_ms
 log = logging.getLogger(__name__)
 
 UNKNOWN_TIME = -1  # stream time before the first record, as in Kafka Streams
+_new_tuple = tuple.__new__  # builds a NamedTuple without its Python-level __new__
 
 
 class _Punctuation:
@@ -171,6 +172,16 @@ class Task:
             self._deliver = {name: self._deliverer(name) for name in subtopology.nodes}
             for name, processor in self.processors.items():
                 processor.init(NodeContext(self, topology.nodes[name]))  # type: ignore[arg-type]
+            # Asked after every record: only the stores that have a limit, as bound methods.
+            limited = (
+                config["statestore.uncommitted.max.records"] is not None
+                or config["statestore.uncommitted.max.bytes"] is not None
+            )
+            self._limit_checks = (
+                [store.uncommitted_limit_exceeded for store in self.stores.values()]
+                if limited
+                else []
+            )
         except BaseException:
             self._close_stores()
             raise
@@ -201,6 +212,49 @@ class Task:
         finally:
             self.consumed[(record.topic, record.partition)] = record.offset + 1
             self.current = None
+
+    def process_all(self, records: Iterable[ConsumedRecord], stop_early: bool = False) -> bool:
+        """``process`` each of ``records`` in order, in one loop that looks nothing up per
+        record. With ``stop_early``, stops right after the record that made
+        ``needs_early_commit()`` true and returns True (the rest of ``records`` is left
+        unread); otherwise returns False once every record is processed."""
+        routes: dict[str, tuple[Any, Callable, Callable, list[Callable[[Record], None]]]] = {}
+        consumed, new_record = self.consumed, _new_tuple
+        for record in records:
+            topic = record[0]
+            route = routes.get(topic)
+            if route is None:
+                source = self._sources.get(topic)
+                if source is None:
+                    raise ValueError(f"Task {self.task_id} does not read topic {topic!r}")
+                route = routes[topic] = (
+                    source, source.key_serde.deserialize, source.value_serde.deserialize,
+                    [self._deliver[child] for child in source.children],
+                )  # fmt: skip
+            source, key_of, value_of, children = route
+            self.current = record
+            self.records_in += 1
+            try:
+                try:
+                    key = key_of(record[4])
+                    value = value_of(record[5])
+                except Exception as exception:
+                    self._handle(DESERIALIZATION, source.name, record, exception)
+                else:
+                    timestamp = record[3]
+                    if timestamp > self.stream_time:
+                        self.stream_time = timestamp
+                    typed = new_record(Record, (key, value, timestamp, record[6]))
+                    for deliver in children:
+                        deliver(typed)
+                    if self.punctuations:
+                        self._punctuate(PunctuationType.STREAM_TIME, self.stream_time)
+            finally:
+                consumed[(topic, record[1])] = record[2] + 1
+                self.current = None
+            if stop_early and self.needs_early_commit():
+                return True
+        return False
 
     def dispatch(self, name: str, record: Record) -> None:
         """Hand ``record`` to node ``name``; its errors go to the matching handler."""
@@ -251,20 +305,22 @@ class Task:
         topic = topic_name(sink.topic, sink.internal, self.application_id)
         serialize_key, serialize_value = sink.key_serde.serialize, sink.value_serde.serialize
         append, add_source = self.output.append, self.output_sources.append
+        internal, new_record = sink.internal, _new_tuple
 
         def write(record: Record) -> None:
             try:
-                key = serialize_key(record.key)
-                value = serialize_value(record.value)
+                key = serialize_key(record[0])
+                value = serialize_value(record[1])
             except Exception as exception:
                 self._handle(PRODUCTION, sink.name, record, exception, topic=topic)
                 return
             partition = None
-            if sink.internal:
+            if internal:
                 by = key if sink.partition_by is None else _partition_bytes(sink, record)
                 partition = 0 if by is None else partition_for(by, self.partitions_of(topic))
-            append(ProducerRecord(topic, key, value, record.timestamp, record.headers, partition))
-            add_source(self._source_coordinates())
+            append(new_record(ProducerRecord, (topic, key, value, record[2], record[3], partition)))
+            current = self.current
+            add_source((current[0], current[1], current[2]) if current else (None, -1, -1))
 
         return write
 
@@ -310,17 +366,29 @@ class Task:
     def offsets(self) -> dict[TopicPartition, int]:
         return {TopicPartition(*tp): offset for tp, offset in self.consumed.items()}
 
+    def has_uncommitted_limits(self) -> bool:
+        """False when no store can pass a limit: needs_early_commit() is then always False."""
+        return bool(self._limit_checks)
+
     def needs_early_commit(self) -> bool:
         """True when a store passed statestore.uncommitted.max.records / .max.bytes (KIP-892)."""
-        return any(store.uncommitted_limit_exceeded() for store in self.stores.values())
+        for exceeded in self._limit_checks:  # noqa: SIM110 (no generator per record)
+            if exceeded():
+                return True
+        return False
 
-    def commit(self) -> dict[TopicPartition, int]:
-        """Commit every store with the task's consumed offsets; returns those offsets."""
-        offsets = self.offsets()
+    def before_commit(self) -> None:
+        """Let processors stage what they keep with a commit (the dedup's stream time); call
+        before committing or preparing the stores."""
         for processor in self.processors.values():
             before_commit = getattr(processor, "before_commit", None)
             if before_commit is not None:
                 before_commit()
+
+    def commit(self) -> dict[TopicPartition, int]:
+        """Commit every store with the task's consumed offsets; returns those offsets."""
+        offsets = self.offsets()
+        self.before_commit()
         for store in self.stores.values():
             store.commit(offsets)
         return offsets
