@@ -11,8 +11,9 @@ One micro-batch N (see ../shared/DESIGN.md, "Running on Spark"):
    output is cached so that every table below reads it without running the tasks again;
 4. write the outputs: Delta sinks, the DLQ mirror, the state changelog and the versioned
    snapshots, all idempotent by ``txnAppId``/``txnVersion = N``; Kafka sinks and the DLQ topic
-   (at least once: each record carries its source topic/partition/offset). The Delta sinks and
-   the changelog start while the tasks still run (see ``_write_outputs``);
+   (at least once, produced from the executors with each record's own timestamp:
+   kafka_output.py). The Delta sinks and the changelog start while the tasks still run (see
+   ``_write_outputs``);
 5. append N to the commit log: the commit point. Under exactly_once_v2 the stores applied
    nothing yet; the tasks settle their prepared writes against the commit log at batch N+1.
 
@@ -35,7 +36,7 @@ from streamplatform.dsl.topology import Topology
 from streamplatform.home import data_dir
 from streamplatform.kafka.clients import describe_topics
 from streamplatform.placement import Placement
-from streamplatform.runtime import changelog
+from streamplatform.runtime import changelog, kafka_output
 from streamplatform.runtime.executor import (
     BATCH_MARKER,
     CHANGELOG_FILES_NEEDED,
@@ -421,11 +422,12 @@ class StreamingJob:
                         (F.col("kind") == "dlq")
                         | ((F.col("kind") == "sink") & ~F.col("topic").isin(list(self.delta_sinks)))
                     )
-                    writer = to_kafka.select("topic", "key", "value", "headers", "partition").write
-                    writer = writer.format("kafka")
-                    for key, value in self.kafka.items():
-                        writer = writer.option(f"kafka.{key}", str(value))
-                    futures.append(pool.submit(writer.save))
+                    # Produced from the executors, each record with its own timestamp (Spark's
+                    # Kafka writer would stamp them with the time of the write).
+                    produced = to_kafka.select(*kafka_output.COLUMNS).mapInArrow(
+                        kafka_output.producing(self.kafka), kafka_output.PRODUCED_SCHEMA
+                    )
+                    futures.append(pool.submit(produced.collect))
             except BaseException:
                 wait(futures)  # the writes already started end (or fail) before this raises
                 raise

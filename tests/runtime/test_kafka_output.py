@@ -1,0 +1,93 @@
+"""Kafka outputs keep event time, and a task that loses its state between two batches of the
+same job restores it (the batch runs once more, with the changelog's files)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import uuid
+
+import pytest
+
+from streamplatform.kafka import TopicSpec, create_topics
+from streamplatform.runtime.microbatch import StreamingJob
+
+from .support import RECORDS, dedup_topology, delta_rows, expected_with_the_test_driver, job_config
+
+pytestmark = [pytest.mark.broker, pytest.mark.spark]
+
+
+def _topic_rows(spark, kafka_settings, topic):
+    rows = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", kafka_settings["bootstrap.servers"])
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("endingOffsets", "latest")
+        .option("includeHeaders", "true")
+        .load()
+        .collect()
+    )
+    return [
+        (
+            bytes(r.value),
+            int(r.timestamp.timestamp() * 1000 + 0.5),
+            [(h.key, bytes(h.value)) for h in r.headers or []],
+        )
+        for r in rows
+    ]
+
+
+def test_kafka_sinks_and_the_dlq_topic_keep_each_records_timestamp_and_headers(
+    spark, kafka_settings, source_topic, tmp_path
+):
+    source, sent = source_topic
+    app = f"kout-{uuid.uuid4().hex[:6]}"
+    sink = f"{app}-out"
+    create_topics(kafka_settings, [TopicSpec(sink, 3)])
+    job = StreamingJob(
+        dedup_topology(source, sink), job_config(kafka_settings, tmp_path, app, source), spark=spark
+    )
+    job.run_until_caught_up()
+    job.close()
+
+    out = _topic_rows(spark, kafka_settings, sink)
+    assert sorted(v for v, _, _ in out) == sorted(v for _, v in expected_with_the_test_driver(source, sent))
+    for value, timestamp, headers in out:
+        index = json.loads(value)["n"]  # the input's position; support.make_input's timestamps
+        _, _, _, sent_at = sent[index]
+        assert timestamp == sent_at, value  # event time, not the time of the write
+        assert headers == [("i", str(index).encode())]
+
+    # Every runtime test writes this source's poison records to the same DLQ topic: each
+    # copy has the poison record's own timestamp, and its headers, then the error headers.
+    poison = [row for row in _topic_rows(spark, kafka_settings, f"{source}-dlq")]
+    poison_times = {t for _, _, v, t in sent if v == b"{poison"}
+    assert poison and all(v == b"{poison" for v, _, _ in poison)
+    assert {t for _, t, _ in poison} == poison_times
+    for _, _, headers in poison:
+        assert headers[0][0] == "i"
+        assert any(k.startswith("__streams.errors.") for k, _ in headers[1:])
+
+
+def test_state_lost_between_batches_of_one_job_is_restored_from_the_changelog(
+    spark, kafka_settings, source_topic, tmp_path
+):
+    source, sent = source_topic
+    app = f"lost-{uuid.uuid4().hex[:6]}"
+    config = job_config(kafka_settings, tmp_path, app, source)
+    job = StreamingJob(
+        dedup_topology(source, "deduplicated"), config, spark=spark, delta_sinks=["deduplicated"]
+    )
+    first = job.run(max_batches=2)
+    # The job resolves the changelog's files only for its first batch and after failovers; a
+    # state dir wiped now is found behind by the tasks, which ask for the files: the batch runs
+    # again with them.
+    shutil.rmtree(tmp_path / app / "state")
+    rest = job.run_until_caught_up()
+    job.close()
+    assert rest[0].restored_records > 0
+    assert sum(r.records_in for r in first + rest) == RECORDS
+    rows = delta_rows(spark, f"{tmp_path}/delta/{app}/deduplicated")
+    assert sorted((k, v) for _, _, k, v in rows) == expected_with_the_test_driver(source, sent)
+    assert len({(p, o) for p, o, _, _ in rows}) == len(rows)
