@@ -52,7 +52,9 @@ def test_kafka_sinks_and_the_dlq_topic_keep_each_records_timestamp_and_headers(
     job.close()
 
     out = _topic_rows(spark, kafka_settings, sink)
-    assert sorted(v for v, _, _ in out) == sorted(v for _, v in expected_with_the_test_driver(source, sent))
+    assert sorted(v for v, _, _ in out) == sorted(
+        v for _, v in expected_with_the_test_driver(source, sent)
+    )
     for value, timestamp, headers in out:
         index = json.loads(value)["n"]  # the input's position; support.make_input's timestamps
         _, _, _, sent_at = sent[index]
