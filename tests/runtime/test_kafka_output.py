@@ -93,3 +93,37 @@ def test_state_lost_between_batches_of_one_job_is_restored_from_the_changelog(
     rows = delta_rows(spark, f"{tmp_path}/delta/{app}/deduplicated")
     assert sorted((k, v) for _, _, k, v in rows) == expected_with_the_test_driver(source, sent)
     assert len({(p, o) for p, o, _, _ in rows}) == len(rows)
+
+
+def test_a_partition_idle_for_a_batch_does_not_make_the_next_batch_run_twice(
+    spark, kafka_settings, tmp_path
+):
+    from streamplatform.kafka import producer
+
+    source = f"idle-{uuid.uuid4().hex[:6]}"
+    create_topics(kafka_settings, [TopicSpec(source, 2), TopicSpec(f"{source}-dlq", 1)])
+    writer = producer(kafka_settings)
+
+    def send(partition: int, first: int) -> None:
+        for n in range(first, first + 5):
+            value = json.dumps({"id": f"tx-{n}", "n": n}).encode()
+            writer.produce(source, key=b"k", value=value, partition=partition, timestamp=n)
+        assert writer.flush(60) == 0
+
+    job = StreamingJob(
+        dedup_topology(source, "out"), job_config(kafka_settings, tmp_path, "idle", source),
+        spark=spark, delta_sinks=["out"],
+    )  # fmt: skip
+    send(0, 0), send(1, 100)
+    results = job.run_until_caught_up()
+    send(0, 10)  # partition 1 has nothing new: its task does not run in this batch
+    results += job.run_until_caught_up()
+    send(1, 110)  # its task runs again, one batch behind the commit log
+    results += job.run_until_caught_up()
+    job.close()
+    assert [r.records_in for r in results] == [10, 5, 5]
+    # Its state was not lost: no restore, and the batch ran once.
+    assert [r.metrics.get("task_runs_for_restore", 0) for r in results] == [0, 0, 0]
+    assert sum(r.restored_records for r in results) == 0
+    rows = spark.read.format("delta").load(f"{tmp_path}/delta/idle/out").count()
+    assert rows == 20

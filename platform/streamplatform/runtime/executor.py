@@ -38,6 +38,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -141,6 +142,19 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
+@dataclass(frozen=True)
+class ChangelogWrites:
+    """What the driver knows of the changelog without reading it: every batch since
+    ``known_from`` that wrote changelog rows, as the last such batch per task."""
+
+    known_from: int
+    last_write: dict[str, int]
+
+    def none_after(self, task: str, held: int) -> bool:
+        """True when the changelog surely has no rows for ``task`` after batch ``held``."""
+        return held >= self.known_from - 1 and self.last_write.get(task, -1) <= held
+
+
 class TaskBatchRunner:
     """Runs one micro-batch of one task; see the module docstring.
 
@@ -158,6 +172,7 @@ class TaskBatchRunner:
         partitions: dict[str, int],
         state_dirs: dict[str, str] | None = None,
         planned_records: Mapping[int, int] | None = None,
+        changelog_writes: ChangelogWrites | None = None,
     ) -> None:
         self.topology = topology
         self.state_dirs = state_dirs or {}  # task id -> its instance's state root (placement)
@@ -166,6 +181,7 @@ class TaskBatchRunner:
         self.last_committed = last_committed
         # Task id -> parquet files of its changelog; None: not resolved for this batch.
         self.changelog_files = changelog_files
+        self.changelog_writes = changelog_writes
         self.partitions = partitions
         self.planned_records = dict(planned_records or {})
 
@@ -217,7 +233,15 @@ class TaskBatchRunner:
         if not behind:
             return 0
         if self.changelog_files is None:
-            raise ChangelogFilesNeeded(f"{CHANGELOG_FILES_NEEDED} {task.task_id}")
+            writes = self.changelog_writes
+            if writes is None or not all(writes.none_after(str(task.task_id), _batch_held(store))
+                                         for _, store in behind):  # fmt: skip
+                raise ChangelogFilesNeeded(f"{CHANGELOG_FILES_NEEDED} {task.task_id}")
+            # Behind only because the task had no records in the batches since: nothing to
+            # replay, the stores just move on to the last committed batch.
+            for _, store in behind:
+                store.apply_changelog([], {BATCH_MARKER: last})
+            return 0
         from streamplatform.runtime.changelog import replay
 
         return replay(

@@ -42,6 +42,7 @@ from streamplatform.runtime.executor import (
     CHANGELOG_FILES_NEEDED,
     INPUT_COLUMNS,
     OUTPUT_SCHEMA,
+    ChangelogWrites,
     TaskBatchRunner,
 )
 from streamplatform.runtime.faults import arm, crash_point
@@ -122,6 +123,10 @@ class StreamingJob:
         # batch of this job and after a failover, when restores happen; a task that finds
         # itself behind in another batch fails it, and the batch runs again with them.
         self._resolve_changelog = True
+        # Which batches wrote changelog rows, per task, since the files were last resolved: a
+        # task behind only because it had no records since (an idle partition) moves on
+        # without them.
+        self._changelog_writes: ChangelogWrites | None = None
 
     # Set-up --------------------------------------------------------------------------------
 
@@ -191,7 +196,8 @@ class StreamingJob:
         crash_point("after_plan", batch_id)
         planned = time.monotonic()
         last_committed = None if last is None else last.batch_id
-        outputs = self._execute(batch_id, ranges, last_committed, self._resolve_changelog)
+        resolved = self._resolve_changelog
+        outputs = self._execute(batch_id, ranges, last_committed, resolved)
         self._resolve_changelog = False
         try:
             try:
@@ -202,8 +208,10 @@ class StreamingJob:
                 log.warning("%s batch %d: a task must restore its state; running again with "
                             "the changelog", self.app, batch_id)  # fmt: skip
                 outputs.unpersist()
+                resolved = True
                 outputs = self._execute(batch_id, ranges, last_committed, resolve_changelog=True)
                 progress = self._write_outputs(batch_id, outputs)
+                progress["metrics"]["task_runs_for_restore"] = 1
             crash_point("after_outputs", batch_id)
             consumed = {tp: end for tp, (_, end) in ranges.items()} | progress["consumed"]
             metrics = progress["metrics"]
@@ -212,6 +220,10 @@ class StreamingJob:
             metrics["run_and_write_ms"] = int((written - planned) * 1000)
             metrics["duration_ms"] = int((written - started) * 1000)
             commit_log.append(batch_id, consumed, metrics)
+            if resolved or self._changelog_writes is None:
+                self._changelog_writes = ChangelogWrites(batch_id, {})
+            for task in progress["changelog_writers"]:
+                self._changelog_writes.last_write[task] = batch_id
             self._last = CommittedBatch(batch_id, consumed, metrics)
             crash_point("after_commit", batch_id)
             metrics["commit_ms"] = int((time.monotonic() - written) * 1000)
@@ -315,6 +327,7 @@ class StreamingJob:
             self.partitions,
             self.layout.active_dirs() if self.layout is not None else None,
             planned_records=planned,
+            changelog_writes=None if resolve_changelog else self._changelog_writes,
         )
 
         # Headers cross to Python as JSON (null when a record has none): see INPUT_COLUMNS.
@@ -391,10 +404,13 @@ class StreamingJob:
             try:
                 # The progress rows: the tasks' numbers and how many rows of each kind they
                 # sent. Asking for them computes and caches the whole output, in one pass.
-                progress_rows = outputs.where(F.col("kind") == "progress").select("value").collect()
+                progress_rows = (
+                    outputs.where(F.col("kind") == "progress").select("task", "value").collect()
+                )
                 metrics["summary_ms"] = int((time.monotonic() - started) * 1000)
                 consumed: dict[tuple[str, int], int] = {}
                 present: set[tuple[str, str | None]] = set()
+                changelog_writers: set[str] = set()
                 for row in progress_rows:
                     progress = json.loads(row.value)
                     for name, value in progress["metrics"].items():
@@ -402,6 +418,8 @@ class StreamingJob:
                     for topic, partition, offset in progress["consumed"]:
                         consumed[(topic, int(partition))] = int(offset)
                     present.update((kind, topic) for kind, topic, rows in progress["rows"] if rows)
+                    if any(kind == "changelog" and rows for kind, _, rows in progress["rows"]):
+                        changelog_writers.add(row.task)
                 kinds = {kind for kind, _ in present}
                 if "dlq" in kinds:
                     dlq = outputs.where(F.col("kind") == "dlq").select("topic", *record_columns)
@@ -434,4 +452,4 @@ class StreamingJob:
             for future in futures:
                 future.result()
         metrics["writes_ms"] = int((time.monotonic() - started) * 1000) - metrics["summary_ms"]
-        return {"metrics": metrics, "consumed": consumed}
+        return {"metrics": metrics, "consumed": consumed, "changelog_writers": changelog_writers}
