@@ -173,6 +173,8 @@ class TaskBatchRunner:
         state_dirs: dict[str, str] | None = None,
         planned_records: Mapping[int, int] | None = None,
         changelog_writes: ChangelogWrites | None = None,
+        subtopology: int = 0,
+        internal_topics: Iterable[str] = (),
     ) -> None:
         self.topology = topology
         self.state_dirs = state_dirs or {}  # task id -> its instance's state root (placement)
@@ -182,6 +184,17 @@ class TaskBatchRunner:
         # Task id -> parquet files of its changelog; None: not resolved for this batch.
         self.changelog_files = changelog_files
         self.changelog_writes = changelog_writes
+        # Which sub-topology's tasks this runs, and the job's internal (repartition) topics.
+        # Their records exist only inside the batch: a task reading them never stops early
+        # (see _TaskRun.process), and they are not counted as records in or out.
+        self.subtopology = subtopology
+        self.internal_topics = frozenset(internal_topics)
+        self.reads_internal = any(
+            topic in self.internal_topics
+            for topic in topology.subtopologies[subtopology].source_topics(
+                topology, settings["application.id"]
+            )
+        )
         self.partitions = partitions
         self.planned_records = dict(planned_records or {})
 
@@ -190,6 +203,9 @@ class TaskBatchRunner:
         with _collector_paused():
             partition = int(table["task_partition"][0].as_py())
             run = _TaskRun(self, partition, planned=table.num_rows)
+            if self.reads_internal:
+                internal = pa.array(sorted(self.internal_topics))
+                run.internal_in = pc.sum(pc.is_in(table["topic"], value_set=internal)).as_py() or 0
             try:
                 tables = [run.process(records_in_pick_order(table))]
                 tables += run.finish()
@@ -262,9 +278,11 @@ class _TaskRun:
         self.started = time.monotonic()
         self.runner = runner
         self.config = StreamsConfig(runner.settings)
-        state_dir = runner.state_dirs.get(f"0_{partition}", self.config["state.dir"])
+        task_id = f"{runner.subtopology}_{partition}"
+        state_dir = runner.state_dirs.get(task_id, self.config["state.dir"])
         self.task = Task(
-            runner.topology, runner.topology.subtopologies[0], partition, self.config,
+            runner.topology, runner.topology.subtopologies[runner.subtopology], partition,
+            self.config,
             Path(state_dir), lambda topic: runner.partitions.get(topic, 1),
             isolation_level=IsolationLevel.READ_COMMITTED,
         )  # fmt: skip
@@ -277,6 +295,7 @@ class _TaskRun:
         self.settled = time.monotonic()
         self.half = None if planned is None else planned // 2
         self.cut = False  # stopped early on the stores' uncommitted limits
+        self.internal_in = 0  # records read from internal topics (TaskBatchRunner.run)
         self.rows: Counter[tuple[str, str | None]] = Counter()  # (kind, topic) -> rows sent
         self.sink_ms = 0.0
         self._last_offset = -1
@@ -317,7 +336,7 @@ class _TaskRun:
         """Run ``records`` through the task (until a store passes its limits); returns the
         sink and DLQ rows they produced."""
         task, half = self.task, self.half
-        limited = task.has_uncommitted_limits()
+        limited = task.has_uncommitted_limits() and not self.runner.reads_internal
         records = iter(records)
         if half is not None and task.records_in <= half:
             self.cut = task.process_all(islice(records, half - task.records_in), limited)
@@ -340,7 +359,18 @@ class _TaskRun:
         output = time.monotonic()
         batches += self._persist(self.config.exactly_once)
         persisted = time.monotonic()
-        metrics = task.metrics() | {
+        metrics = task.metrics()
+        if self.runner.internal_topics:  # the job's numbers count its own topics only
+            internal = self.runner.internal_topics
+            internal_in = self.internal_in
+            internal_out = sum(
+                n for (kind, topic), n in self.rows.items() if kind == "sink" and topic in internal
+            )
+            metrics["records_in"] -= internal_in
+            metrics["records_out"] -= internal_out
+            metrics["repartition_records_in"] = internal_in
+            metrics["repartition_records_out"] = internal_out
+        metrics = metrics | {
             "restored_records": self.restored,
             "task_ms": int((persisted - self.started) * 1000),
             "task_settle_ms": int((self.settled - self.started) * 1000),

@@ -25,13 +25,14 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from streamplatform.config import ConfigError, StreamsConfig
+from streamplatform.dsl.graph import SinkNode, topic_name
 from streamplatform.dsl.topology import Topology
 from streamplatform.home import data_dir
 from streamplatform.kafka.clients import describe_topics
@@ -88,12 +89,6 @@ class StreamingJob:
         self.topology = topology
         self.config = config if isinstance(config, StreamsConfig) else StreamsConfig(config)
         self.app: str = self.config["application.id"]
-        if len(topology.subtopologies) != 1:
-            raise NotImplementedError(
-                f"{self.app}: the Spark runtime runs topologies of one sub-topology; this one "
-                f"has {len(topology.subtopologies)} (a repartition). Split it into two jobs "
-                "joined by a topic, or run it with the TopologyTestDriver."
-            )
         self.kafka = self.config.kafka_settings()
         root = self.config["platform.delta.root"] or str(data_dir() / "delta")
         self.root = f"{root.rstrip('/')}/{self.app}"
@@ -101,8 +96,15 @@ class StreamingJob:
         # What the executors rebuild their StreamsConfig from.
         self.settings = self.config.to_dict() | {"state.dir": self.state_dir}
         self.delta_sinks = set(delta_sinks)
-        self.sources = topology.source_topics(self.app)
+        # Repartition topics are not Kafka topics here: a Spark shuffle inside the batch
+        # carries their records from one sub-topology's tasks to the next (_execute_stages).
+        self.internal_topics = set(topology.repartition_topics(self.app))
+        self.sources = [
+            t for t in topology.source_topics(self.app) if t not in self.internal_topics
+        ]
         self.partitions = self._check_topics()
+        self.partitions |= self._internal_partitions(self.partitions)
+        self._stage_outputs: list[Any] = []  # cached per sub-topology, released after a batch
         self._spark = spark
         self.offset_log: OffsetLog | None = None
         self.commit_log: CommitLog | None = None
@@ -133,7 +135,11 @@ class StreamingJob:
     def _check_topics(self) -> dict[str, int]:
         """Every source, Kafka sink and the DLQ topic must exist: an error at start names it."""
         wanted = list(self.sources)
-        wanted += [t for t in self.topology.sink_topics(self.app) if t not in self.delta_sinks]
+        wanted += [
+            t
+            for t in self.topology.sink_topics(self.app)
+            if t not in self.delta_sinks and t not in self.internal_topics
+        ]
         dlq = self.config["errors.dead.letter.queue.topic.name"]
         if dlq:
             wanted.append(dlq)
@@ -207,13 +213,15 @@ class StreamingJob:
                     raise
                 log.warning("%s batch %d: a task must restore its state; running again with "
                             "the changelog", self.app, batch_id)  # fmt: skip
-                outputs.unpersist()
+                self._release(outputs)
                 resolved = True
                 outputs = self._execute(batch_id, ranges, last_committed, resolve_changelog=True)
                 progress = self._write_outputs(batch_id, outputs)
                 progress["metrics"]["task_runs_for_restore"] = 1
             crash_point("after_outputs", batch_id)
-            consumed = {tp: end for tp, (_, end) in ranges.items()} | progress["consumed"]
+            consumed = {tp: end for tp, (_, end) in ranges.items()} | {
+                tp: offset for tp, offset in progress["consumed"].items() if tp in ranges
+            }
             metrics = progress["metrics"]
             written = time.monotonic()
             metrics["plan_ms"] = int((planned - started) * 1000)
@@ -235,7 +243,7 @@ class StreamingJob:
                     batch_id,
                 )
         finally:
-            outputs.unpersist()
+            self._release(outputs)
         lag = self._lag(consumed)
         result = BatchResult(
             batch_id=batch_id,
@@ -314,50 +322,111 @@ class StreamingJob:
         planned: dict[int, int] = {}
         for (_, partition), (start, end) in ranges.items():
             planned[partition] = planned.get(partition, 0) + max(0, end - start)
-        runner = TaskBatchRunner(
-            self.topology,
-            self.settings,
-            batch_id,
-            last_committed,
-            (
-                changelog.files_by_task(self.spark, f"{self.root}/_changelog")
-                if resolve_changelog
-                else None
-            ),
-            self.partitions,
-            self.layout.active_dirs() if self.layout is not None else None,
-            planned_records=planned,
-            changelog_writes=None if resolve_changelog else self._changelog_writes,
+        files = (
+            changelog.files_by_task(self.spark, f"{self.root}/_changelog")
+            if resolve_changelog
+            else None
         )
 
-        # Headers cross to Python as JSON (null when a record has none): see INPUT_COLUMNS.
-        headers = F.when(
-            F.size("headers") > 0,
-            F.to_json(
-                F.transform(
-                    "headers",
-                    lambda h: F.struct(h["key"].alias("k"), F.base64(h["value"]).alias("v")),
-                ),
-                {"ignoreNullFields": "true"},
-            ),
-        )
+        def runner(subtopology: int) -> TaskBatchRunner:
+            return TaskBatchRunner(
+                self.topology,
+                self.settings,
+                batch_id,
+                last_committed,
+                files,
+                self.partitions,
+                self.layout.active_dirs() if self.layout is not None else None,
+                planned_records=planned,
+                changelog_writes=None if resolve_changelog else self._changelog_writes,
+                subtopology=subtopology,
+                internal_topics=self.internal_topics,
+            )
+
         records = (
             read_kafka_ranges(self.spark, self.kafka, wanted)
             .withColumn("task_partition", F.col("partition"))
             .withColumn("timestamp", F.unix_millis("timestamp"))
-            .withColumn("headers", headers)
+            .withColumn("headers", _headers_as_json("headers"))
             .select(*INPUT_COLUMNS)
         )
+        if len(self.topology.subtopologies) > 1:
+            return self._execute_stages(batch_id, records, runner)
         if len(self.sources) == 1:
             # Spark's Kafka source makes one partition per Kafka partition: one task each.
-            outputs = records.mapInArrow(runner.run_partition, OUTPUT_SCHEMA)
+            outputs = records.mapInArrow(runner(0).run_partition, OUTPUT_SCHEMA)
         else:
-            # A task reads the same partition of several topics (a stream and its table).
-            def run_task(table: Any) -> Any:  # a plain function: what applyInArrow accepts
-                return runner.run(table)
-
-            outputs = records.groupBy("task_partition").applyInArrow(run_task, OUTPUT_SCHEMA)
+            outputs = _run_grouped(records, runner(0))
         return outputs.persist()
+
+    def _execute_stages(
+        self, batch_id: int, records: Any, runner: Callable[[int], TaskBatchRunner]
+    ) -> Any:
+        """A topology with repartitions: its sub-topologies run one after another in the
+        batch, each reading its Kafka records and the records earlier ones wrote to its
+        repartition topics. Those records never leave Spark: they are shuffled to the task of
+        their partition (the one the writing task chose with murmur2, as Kafka Streams would)
+        and get offsets ``batch_id * 2**40 + n``, numbered in the order of the records they
+        came from (source partition, offset), so a re-run of the batch sees them in the same
+        order at the same offsets. The batch stays one atomic unit: nothing of it is visible
+        before its commit, and no repartition topic has to be created or kept."""
+        from functools import reduce
+
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        internal = sorted(self.internal_topics)
+        outputs, repartitioned = [], None
+        for subtopology in self.topology.subtopologies:
+            topics = subtopology.source_topics(self.topology, self.app)
+            inputs = [records.where(F.col("topic").isin([t for t in topics if t in self.sources]))]
+            if any(t in self.internal_topics for t in topics) and repartitioned is not None:
+                inputs.append(repartitioned.where(F.col("topic").isin(topics)))
+            stage = _run_grouped(reduce(_union, inputs), runner(subtopology.id)).persist()
+            self._stage_outputs.append(stage)
+            outputs.append(stage)
+            order = Window.partitionBy("topic", "partition").orderBy(
+                "source_topic", "source_partition", "source_offset", "row"
+            )
+            written = (
+                stage.where((F.col("kind") == "sink") & F.col("topic").isin(internal))
+                .withColumn("row", F.monotonically_increasing_id())  # order within a task
+                .withColumn("offset", F.lit(batch_id << 40) + F.row_number().over(order) - 1)
+                .withColumn("task_partition", F.col("partition"))
+                .withColumn("headers", _headers_as_json("headers"))
+                .select(*INPUT_COLUMNS)
+            )
+            repartitioned = written if repartitioned is None else _union(repartitioned, written)
+        every = reduce(_union, outputs)
+        return every.where(~((F.col("kind") == "sink") & F.col("topic").isin(internal)))
+
+    def _release(self, outputs: Any) -> None:
+        outputs.unpersist()
+        for stage in self._stage_outputs:
+            stage.unpersist()
+        self._stage_outputs = []
+
+    def _internal_partitions(self, partitions: Mapping[str, int]) -> dict[str, int]:
+        """Partitions of each repartition topic: as many as the widest source topic of the
+        sub-topology writing it, as in Kafka Streams. A sub-topology must come after the
+        ones that write the repartition topics it reads."""
+        known = dict(partitions)
+        counts: dict[str, int] = {}
+        for subtopology in self.topology.subtopologies:
+            topics = subtopology.source_topics(self.topology, self.app)
+            unknown = [t for t in topics if t not in known]
+            if unknown:
+                raise NotImplementedError(
+                    f"{self.app}: sub-topology {subtopology.id} reads {unknown}, written by a "
+                    "later sub-topology; the Spark runtime runs sub-topologies in order."
+                )
+            width = max(known[t] for t in topics)
+            for name in subtopology.nodes:
+                node = self.topology.nodes[name]
+                if isinstance(node, SinkNode) and node.internal:
+                    topic = topic_name(node.topic, True, self.app)
+                    counts[topic] = known[topic] = width
+        return counts
 
     def _write_outputs(self, batch_id: int, outputs: Any) -> dict[str, Any]:
         """Write the batch's outputs (all idempotent by ``txnVersion = batch_id``) and return
@@ -395,7 +464,7 @@ class StreamingJob:
                 rows = outputs.where((F.col("kind") == "sink") & (F.col("topic") == topic))
                 futures.append(pool.submit(append, rows.select(*record_columns),
                                            f"{self.root}/{topic}", f"sink-{topic}"))  # fmt: skip
-            if self.topology.subtopologies[0].stores:
+            if any(subtopology.stores for subtopology in self.topology.subtopologies):
                 changelog_rows = outputs.where(F.col("kind") == "changelog").select(
                     "task", "store", "seq", "column_family", "key", "value"
                 )
@@ -433,7 +502,11 @@ class StreamingJob:
                         pool.submit(append, versions, f"{self.root}/_versions", "versions")
                     )
                 kafka_sinks = [
-                    t for kind, t in present if kind == "sink" and t not in self.delta_sinks
+                    t
+                    for kind, t in present
+                    if kind == "sink"
+                    and t not in self.delta_sinks
+                    and t not in self.internal_topics
                 ]
                 if "dlq" in kinds or kafka_sinks:
                     to_kafka = outputs.where(
@@ -453,3 +526,33 @@ class StreamingJob:
                 future.result()
         metrics["writes_ms"] = int((time.monotonic() - started) * 1000) - metrics["summary_ms"]
         return {"metrics": metrics, "consumed": consumed, "changelog_writers": changelog_writers}
+
+
+def _headers_as_json(column: str) -> Any:
+    """Headers cross to Python as JSON, values in base64, null when a record has none (see
+    executor.INPUT_COLUMNS): far cheaper to convert than Arrow lists of structs."""
+    from pyspark.sql import functions as F
+
+    return F.when(
+        F.size(column) > 0,
+        F.to_json(
+            F.transform(
+                column, lambda h: F.struct(h["key"].alias("k"), F.base64(h["value"]).alias("v"))
+            ),
+            {"ignoreNullFields": "true"},
+        ),
+    )
+
+
+def _run_grouped(records: Any, runner: TaskBatchRunner) -> Any:
+    """Each task's records grouped by task partition (a task reading several topics, or
+    repartitioned records), one ``applyInArrow`` call per task."""
+
+    def run_task(table: Any) -> Any:  # a plain function: what applyInArrow accepts
+        return runner.run(table)
+
+    return records.groupBy("task_partition").applyInArrow(run_task, OUTPUT_SCHEMA)
+
+
+def _union(first: Any, second: Any) -> Any:
+    return first.unionByName(second)
