@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import textwrap
 
 from streamplatform import StreamsBuilder, TopologyTestDriver
 from streamplatform.kafka import producer
@@ -72,3 +73,16 @@ def expected_with_the_test_driver(source, sent):
         out = driver.create_output_topic("out", Serdes.bytes(), Serdes.bytes())
         expected = out.read_records_to_list()
     return sorted((r.key, r.value) for r in expected)
+
+
+# A child process running the dedup job to the end (the crash tests kill it on the way).
+CRASHING_RUN = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {tests!r})
+    from runtime.support import dedup_topology
+    from streamplatform.runtime.microbatch import StreamingJob
+    config = {config!r}
+    StreamingJob(dedup_topology({source!r}, "deduplicated"), config,
+                 delta_sinks=["deduplicated"]).run_until_caught_up()
+    print("finished without crashing")
+""")

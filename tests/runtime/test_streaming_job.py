@@ -10,7 +10,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import textwrap
 import uuid
 
 import pytest
@@ -18,7 +17,14 @@ import pytest
 from streamplatform.config import ConfigError
 from streamplatform.runtime.microbatch import StreamingJob
 
-from .support import RECORDS, dedup_topology, delta_rows, expected_with_the_test_driver, job_config
+from .support import (
+    CRASHING_RUN,
+    RECORDS,
+    dedup_topology,
+    delta_rows,
+    expected_with_the_test_driver,
+    job_config,
+)
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark]
 
@@ -66,18 +72,6 @@ def test_a_broker_that_is_down_is_a_clear_error(tmp_path):
     }
     with pytest.raises(ConnectionError, match="bootstrap.servers=127.0.0.1:9"):
         StreamingJob(dedup_topology("a", "b"), config, delta_sinks=["b"])
-
-
-CRASHING_RUN = textwrap.dedent("""
-    import sys
-    sys.path.insert(0, {tests!r})
-    from runtime.support import dedup_topology
-    from streamplatform.runtime.microbatch import StreamingJob
-    config = {config!r}
-    StreamingJob(dedup_topology({source!r}, "deduplicated"), config,
-                 delta_sinks=["deduplicated"]).run_until_caught_up()
-    print("finished without crashing")
-""")
 
 
 @pytest.mark.parametrize("step", ["after_plan", "during_tasks", "after_outputs", "after_commit"])
