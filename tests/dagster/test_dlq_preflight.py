@@ -96,3 +96,24 @@ def test_preflight_parks_records_of_a_topic_the_topology_no_longer_reads():
     record = DlqRecord.from_headers(b"k", b"{}", 0, [], SourceCoordinates("gone", 0, 3))
     [verdict] = preflight(topology(strict=False), SETTINGS, [record])
     assert (verdict.passes, verdict.exception) == (False, "TopicNotRead")
+
+
+def test_a_record_that_failed_after_a_repartition_is_parked_with_the_reason():
+    b = StreamsBuilder()
+    stream = b.stream("tx", Serdes.string(), Serdes.json())
+    stream.deduplicate(lambda k, v: v["id"], 60_000).map_values(lambda v: v["amount"] + 1).to("out")
+    repartitioned = b.build()
+    (internal,) = repartitioned.repartition_topics(SETTINGS["application.id"])
+    with TopologyTestDriver(repartitioned, SETTINGS) as driver:
+        source = driver.create_input_topic("tx", Serdes.bytes(), Serdes.bytes())
+        source.pipe_raw(b"k", b'{"id": 1, "amount": "x"}', timestamp=1_000)  # fails downstream
+        raw = driver.create_output_topic("dlq", Serdes.bytes(), Serdes.bytes())
+        (record,) = [
+            DlqRecord.from_headers(r.key, r.value, r.timestamp, r.headers, dlq_topic="dlq")
+            for r in raw.read_records_to_list()
+        ]
+    assert record.source.topic == internal  # NOTES.md: the record that entered the sub-topology
+    (verdict,) = preflight(repartitioned, SETTINGS, [record])
+    assert not verdict.passes
+    assert verdict.exception == "RepartitionedRecord"
+    assert internal in (verdict.message or "")

@@ -72,6 +72,7 @@ class _Runner:
         self.app: str = config["application.id"]
         self.dlq_topic: str = config[_DLQ_SETTING]
         self.tasks: dict[tuple[int, int], Task] = {}
+        self.repartition_topics = set(topology.repartition_topics(self.app))
 
     def check(self, record: DlqRecord) -> Verdict:
         source = record.source
@@ -79,6 +80,14 @@ class _Runner:
         if subtopology is None:
             message = f"the current topology does not read {source.topic!r}"
             return Verdict(record, False, exception="TopicNotRead", message=message)
+        if source.topic in self.repartition_topics:
+            # On Spark a repartition topic exists only inside a micro-batch: there is no topic
+            # to re-publish to, so the record is parked (kept, with this reason), not lost.
+            message = (
+                f"{source.topic!r} is a repartition topic, which the Spark runtime keeps inside "
+                "each micro-batch: re-send the record's original to its source topic"
+            )
+            return Verdict(record, False, exception="RepartitionedRecord", message=message)
         key = (subtopology.id, source.partition)
         task = self.tasks.get(key)
         if task is None:
