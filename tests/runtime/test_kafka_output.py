@@ -38,7 +38,7 @@ def _topic_rows(spark, kafka_settings, topic):
     ]
 
 
-def test_kafka_sinks_and_the_dlq_topic_keep_each_records_timestamp_and_headers(
+def test_kafka_sinks_and_the_dlq_topic_keep_each_records_timestamp_headers_and_source(
     spark, kafka_settings, source_topic, tmp_path
 ):
     source, sent = source_topic
@@ -59,7 +59,9 @@ def test_kafka_sinks_and_the_dlq_topic_keep_each_records_timestamp_and_headers(
         index = json.loads(value)["n"]  # the input's position; support.make_input's timestamps
         _, _, _, sent_at = sent[index]
         assert timestamp == sent_at, value  # event time, not the time of the write
-        assert headers == [("i", str(index).encode())]
+        # The source's headers, then where it came from (readers can drop repeats by it).
+        assert headers == [("i", str(index).encode()),
+                           ("__streamplatform.source", f"{source}/{index % 3}/{index // 3}/0".encode())]  # fmt: skip
 
     # Every runtime test writes this source's poison records to the same DLQ topic: each
     # copy has the poison record's own timestamp, and its headers, then the error headers.

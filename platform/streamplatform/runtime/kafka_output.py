@@ -10,7 +10,11 @@ headers, and the partition the task chose (internal topics) or murmur2 of the ke
 clients do.
 
 The writes are at least once: a batch whose producing fails raises, is not committed, and runs
-again; an idempotent producer only removes duplicates from its own retries.
+again; an idempotent producer only removes duplicates from its own retries. So that readers can
+drop repeats, every sink record carries the header ``__streamplatform.source`` =
+``<source topic>/<partition>/<offset>/<n>``: the record its task was processing and the n-th
+output of that record (replacing such a header from an upstream job). DLQ records carry their
+source coordinates in their error headers already.
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ from typing import Any
 import pyarrow as pa
 
 PRODUCED_SCHEMA = "produced LONG"
-COLUMNS = ("topic", "key", "value", "timestamp", "headers", "partition")
+COLUMNS = ("kind", "topic", "key", "value", "timestamp", "headers", "partition", "source_topic",
+           "source_partition", "source_offset")  # fmt: skip
+SOURCE_HEADER = "__streamplatform.source"
 _FLUSH_TIMEOUT_S = 120.0
 
 
@@ -44,15 +50,25 @@ def producing(settings: Mapping[str, Any]) -> Callable[[Iterator[pa.RecordBatch]
             if error is not None:
                 failures.append(f"{message.topic()}[{message.partition()}]: {error}")
 
-        produced = 0
+        produced, last_source, nth = 0, None, 0
         for batch in batches:
             columns = [batch.column(name).to_pylist() for name in COLUMNS]
-            for topic, key, value, timestamp, headers, partition in zip(*columns, strict=True):
+            for row in zip(*columns, strict=True):
+                kind, topic, key, value, timestamp, headers, partition = row[:7]
+                pairs = [(h["key"], h["value"]) for h in headers or ()]
+                if kind == "sink":  # a task's outputs of one source record come one after another
+                    source = row[7:]
+                    nth = nth + 1 if source == last_source else 0
+                    last_source = source
+                    stamp = "/".join(str(part) for part in (*source, nth)).encode()
+                    pairs = [(k, v) for k, v in pairs if k != SOURCE_HEADER] + [
+                        (SOURCE_HEADER, stamp)
+                    ]
                 options: dict[str, Any] = {"on_delivery": delivered}
                 if timestamp is not None and timestamp >= 0:  # 0: the producer's clock
                     options["timestamp"] = timestamp
-                if headers:
-                    options["headers"] = [(h["key"], h["value"]) for h in headers]
+                if pairs:
+                    options["headers"] = pairs
                 if partition is not None:
                     options["partition"] = partition
                 _produce(out, topic, key, value, options)
