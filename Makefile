@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 MVN := mvn -q -B -Dstyle.color=never -s platform/jvm/settings.xml -f platform/jvm/pom.xml
 JVM_STAMPS := .jvm/spark/.fetched .jvm/kafka/.fetched
 
-.PHONY: setup demo test bench lint clean tools ui browser
+.PHONY: setup demo test bench lint clean tools ui browser screenshots
 
 setup: $(VENV)/.installed $(JVM_STAMPS) browser
 
@@ -58,6 +58,11 @@ ui: setup
 	@trap 'if [ -z "$$KAFKA_BOOTSTRAP_SERVERS" ]; then $(BIN)/streamplatform broker stop; fi' EXIT; \
 	  trap 'exit 130' INT TERM; \
 	  DAGSTER_HOME=$(CURDIR)/.data/dagster $(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+
+# docs/images/*.png for the README: the Dagster UI on the instance `make demo` left in
+# .data/dagster, photographed by headless chromium (docs/screenshots.py).
+screenshots: setup
+	@$(BIN)/python docs/screenshots.py
 
 bench: setup
 	@for script in bench/*_bench.py; do echo "==> $$script"; $(BIN)/python $$script || exit 1; done

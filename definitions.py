@@ -3,7 +3,12 @@
 Every job runs with the in-process executor: a run is one process with one SparkSession (the
 JVM starts once, and the Spark resource stops it at the end), instead of a JVM per step.
 ``workspace.yaml`` points `dagster dev` here; `make ui` starts it with a local broker.
+:func:`build_definitions` gives the same definitions on other resources (`make demo` runs them
+in-process on its own broker).
 """
+
+from collections.abc import Mapping
+from typing import Any
 
 import dagster as dg
 
@@ -11,12 +16,18 @@ from assets import all_asset_checks, all_assets
 from jobs import all_jobs, all_schedules, all_sensors
 from resources import all_resources
 
-defs = dg.Definitions(
-    assets=all_assets,
-    asset_checks=all_asset_checks,
-    resources=all_resources,
-    jobs=all_jobs,
-    schedules=all_schedules,
-    sensors=all_sensors,
-    executor=dg.in_process_executor,
-)
+
+def build_definitions(resources: Mapping[str, Any] | None = None) -> dg.Definitions:
+    """The code location; ``resources`` (default: from the environment) replace its resources."""
+    return dg.Definitions(
+        assets=all_assets,
+        asset_checks=all_asset_checks,
+        resources=dict(all_resources if resources is None else resources),
+        jobs=all_jobs,
+        schedules=all_schedules,
+        sensors=all_sensors,
+        executor=dg.in_process_executor,
+    )
+
+
+defs = build_definitions()

@@ -20,8 +20,7 @@ from typing import Any
 import dagster as dg
 
 from assets.dedup_audit import NOT_DESERIALIZED, compare, expected_forwards
-from assets.enriched import batch_rows, stream_rows, transactions_enriched
-from assets.lateness import day_of
+from assets.enriched import batch_rows, stream_days, stream_rows, transactions_enriched
 from assets.operations import dlq_records, stream_offsets
 from assets.streaming import fx_rate_versions, transactions_deduplicated
 from assets.streams import JobSpec, committed, dedup_job, delta_version, enrichment_job
@@ -237,16 +236,11 @@ def stream_equals_batch_join(
     state_dir: StateDirResource,
     streams: StreamsResource,
 ) -> dg.AssetCheckResult:
-    from pyspark.sql import functions as F
-
     spec = enrichment_job(streams, kafka, delta_root, state_dir)
     session = spark.spark_session
-    sink = spec.table(pipelines.ENRICHED)
-    if delta_version(session, sink) is None:
+    if delta_version(session, spec.table(pipelines.ENRICHED)) is None:
         return dg.AssetCheckResult(passed=True, description="the streaming join has not run yet")
-    stamps = session.read.format("delta").load(sink).select(
-        (F.col("timestamp") / 86_400_000).cast("long").alias("d")).distinct().collect()  # fmt: skip
-    days = sorted({day_of(int(r.d) * 86_400_000) for r in stamps})
+    days = stream_days(session, spec)
     late = late_days_so_far(context)
     clean = [day for day in days if day not in late]
     if not clean:

@@ -20,7 +20,7 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
-from assets.lateness import day_bounds
+from assets.lateness import DAY_MS, day_bounds, day_of
 from assets.streaming import fx_rate_versions, transactions_deduplicated
 from assets.streams import JobSpec, committed, delta_version, enrichment_job
 from resources import (
@@ -66,6 +66,19 @@ def stream_rows(spark: Any, spec: JobSpec, day: str) -> Any:
     return rows.where((F.col("timestamp") >= start) & (F.col("timestamp") < end)).select(
         *SINK_COLUMNS
     )
+
+
+def stream_days(spark: Any, spec: JobSpec) -> list[str]:
+    """The UTC days the streaming join has written rows for (sorted; none before the first)."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    path = spec.table(pipelines.ENRICHED)
+    if not DeltaTable.isDeltaTable(spark, path):
+        return []
+    stamps = spark.read.format("delta").load(path).select(
+        (F.col("timestamp") / DAY_MS).cast("long").alias("d")).distinct().collect()  # fmt: skip
+    return sorted({day_of(int(r.d) * DAY_MS) for r in stamps})
 
 
 def batch_rows(spark: Any, spec: JobSpec, day: str, as_of_version: int | None = None) -> Any:

@@ -129,8 +129,16 @@ def fx_rate_versions(
     results = run_until_caught_up(spec, session, context.log)
     last_batch, consumed = committed(session, spec)
     lag = lag_by_partition(kafka, spec.sources, consumed)
-    since = int(previous_metadata(context, "last_reported_batch_id", -1))
     versions_path, sink_path = spec.table("_versions"), spec.table(pipelines.ENRICHED)
+    # The previous materialization counts only if it ran this job on these tables: one of
+    # another application id or Delta root (`make demo` shares the instance with `make ui`)
+    # says nothing about what this job has reported.
+    ours = previous_metadata(context, "versions_log") == versions_path
+
+    def previous(name: str, default: int) -> int:
+        return int(previous_metadata(context, name, default)) if ours else default
+
+    since = previous("last_reported_batch_id", -1)
     store = spec.versioned_store
     late, days = [], []
     if last_batch is not None and last_batch > since:
@@ -139,8 +147,8 @@ def fx_rate_versions(
     log_version = delta_version(session, versions_path)
     versions, keys = write_snapshot(
         session, versions_path, store, log_version, snapshot_path,
-        previous=(previous_metadata(context, "versions_log_version", -1),
-                  previous_metadata(context, "versions", 0), previous_metadata(context, "keys", 0)),
+        previous=(previous("versions_log_version", -1), previous("versions", 0),
+                  previous("keys", 0)),
     )  # fmt: skip
     if late:
         context.log.warning(

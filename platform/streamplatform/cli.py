@@ -3,7 +3,7 @@
 streamplatform broker start [--fresh] | stop | status
 streamplatform topics create NAME [--partitions N] | list   (against --bootstrap-servers
                                                              or the local broker)
-streamplatform demo [--records N]
+streamplatform demo [--records N] [--bootstrap-servers HOST:PORT] [--data-only]
 streamplatform placement plan --instances FILE [--standbys N] [--awareness zone,cluster]
                               [--tasks N] [--strict]
 """
@@ -68,7 +68,10 @@ def _topics(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from streamplatform import demo
 
-    demo.run(count=args.records, bootstrap_servers=args.bootstrap_servers)
+    if args.data_only:
+        demo.produce_data(args.records, _bootstrap(args))
+    else:
+        demo.run(count=args.records, bootstrap_servers=args.bootstrap_servers)
     return 0
 
 
@@ -109,9 +112,19 @@ def build_parser() -> argparse.ArgumentParser:
     topics.add_argument("--bootstrap-servers")
     topics.set_defaults(run=_topics)
 
-    demo = commands.add_parser("demo", help="Kafka -> Spark -> Delta on embedded defaults")
-    demo.add_argument("--records", type=int, default=5_000)
+    demo = commands.add_parser(
+        "demo",
+        help="the whole Dagster story in-process: Kafka -> Spark -> Delta, DLQ replay, "
+        "a sensor-triggered backfill",
+    )
+    demo.add_argument("--records", type=int, default=2_000, help="transactions to produce")
     demo.add_argument("--bootstrap-servers", help="use this broker instead of a local one")
+    demo.add_argument(
+        "--data-only",
+        action="store_true",
+        help="only create the topics and produce the demo data (into --bootstrap-servers or "
+        "the running local broker, e.g. the one of `make ui`)",
+    )
     demo.set_defaults(run=_demo)
 
     from streamplatform.placement import planfile

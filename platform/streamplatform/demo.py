@@ -1,115 +1,552 @@
-"""`make demo`: the mission's two streaming jobs end to end, on embedded defaults.
+"""`make demo`: the whole Dagster story in one process, on embedded defaults.
 
-Starts a local Kafka broker (unless ``--bootstrap-servers`` points at one), creates the demo
-topics, produces demo data (transactions with duplicates, out-of-order and poison records; FX
-rates with late corrections), then runs on local Spark, exactly once into Delta under
-``.data/delta``:
+1. Starts a local Kafka broker (unless ``--bootstrap-servers`` points at one), creates the demo
+   topics and produces demo data (transactions with duplicates, out-of-order and poison records;
+   FX rates with late corrections).
+2. Loads the code location (``definitions.py``) with its resources on that broker, Spark
+   ``local[*]`` and Delta, state and placement files under ``.data/demo/``, and runs it
+   in-process against a real Dagster instance in ``.data/dagster`` (telemetry off), so that
+   `make ui` afterwards shows every run, materialization and check of the story:
 
-1. ``demo-dedup``: transactions deduplicated by id within 10 minutes (KIP-655) -> Kafka,
-   poison records -> the DLQ topic and its Delta mirror (KIP-1034);
-2. ``demo-enrich``: deduplicated transactions joined with the FX rate valid at their time
-   (KIP-889) -> the Delta table ``transactions-enriched``.
-
-Prints a summary and stops the broker. Each run starts from fresh job state, since a
-local broker starts empty.
+   - ``fx_rate_versions`` first (the FX rates into the versioned store before any transaction),
+     then every asset — ``transactions_deduplicated`` (KIP-655 dedup, poison records to the DLQ,
+     KIP-1034), ``fx_rate_versions`` (the temporal join, KIP-889), ``dlq_records``,
+     ``stream_offsets``, ``standby_placements`` (KIP-708) — with their asset checks, then
+     ``transactions_enriched`` for each daily partition that has data;
+   - one tick of the ``dlq_replay_every_15_minutes`` schedule: a ``dlq_replay`` run (the poison
+     records fail again and are parked);
+   - one late FX-rate correction, ``fx_rate_versions`` again (which reports the day it makes
+     stale), an evaluation of the ``late_fx_rates_backfill`` sensor and the runs it requests
+     (``enriched_backfill``: the day recomputed by a batch as-of join).
+3. Prints a summary table from the materializations' metadata and stops the broker (also on an
+   error, Ctrl-C or SIGTERM). Each run starts from fresh job state and a fresh instance, since
+   a local broker starts empty.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import logging
+import os
 import shutil
+import signal
+import sys
+import threading
 import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from streamplatform import pipelines
-from streamplatform.home import data_dir
+from streamplatform.home import data_dir, project_home
 from streamplatform.kafka import LocalBroker
-from streamplatform.runtime.microbatch import BatchResult, StreamingJob
 
 DEDUP_APP = "demo-dedup"
 ENRICH_APP = "demo-enrich"
+BACKFILL_SENSOR = "late_fx_rates_backfill"
+REPLAY_SCHEDULE = "dlq_replay_every_15_minutes"
+HOUR_MS = 3_600_000
+# The late correction: USD from 2026-01-01T10:30Z (regular rates change every 3 hours, so it
+# is valid until 12:00 at the latest: it makes exactly one day stale), 5% above the rate it
+# corrects.
+CORRECTION_CURRENCY = "USD"
+CORRECTION_VALID_FROM = pipelines.START_MS + 10 * HOUR_MS + 30 * 60_000
+CORRECTION_FACTOR = 1.05
+TELEMETRY_OFF = "telemetry:\n  enabled: false\n"
+# Dagster's console logger prints every event at DEBUG; the demo prints its own progress and
+# the runs' warnings (the instance keeps every event: `make ui` shows them).
+LOG_LEVEL = "WARNING"
+STEPS = 6
+ASSET_ORDER = (
+    "transactions_deduplicated",
+    "fx_rate_versions",
+    "transactions_enriched",
+    "dlq_records",
+    "stream_offsets",
+    "standby_placements",
+)
 
 
-def job_settings(app: str, bootstrap_servers: str, dlq: str) -> dict[str, Any]:
-    return {
-        "application.id": app,
-        "bootstrap.servers": bootstrap_servers,
-        "processing.guarantee": "exactly_once_v2",
-        "errors.dead.letter.queue.topic.name": dlq,
-        "default.deserialization.exception.handler": "log_and_continue",
-        "platform.max.records.per.batch": 2_000,
-    }
+def demo_dir() -> Path:
+    """The demo's Delta tables, state stores, placement files and broker: ``.data/demo``."""
+    return data_dir() / "demo"
 
 
-def _summary_line(name: str, results: list[BatchResult]) -> str:
-    keys = ("records_in", "records_out", "duplicates_dropped", "dlq_records")
-    total = {key: sum(getattr(r, key) for r in results) for key in keys}
-    lag = results[-1].lag if results else 0
-    return (f"{name:<12} {len(results):>7} {total['records_in']:>10} {total['records_out']:>11} "
-            f"{total['duplicates_dropped']:>11} {total['dlq_records']:>5} {lag:>5}")  # fmt: skip
+def dagster_home() -> Path:
+    """The Dagster instance the demo runs against and `make ui` opens: ``.data/dagster``."""
+    return data_dir() / "dagster"
 
 
-def run(count: int = 5_000, bootstrap_servers: str | None = None) -> dict[str, Any]:
-    """Run the demo; returns the numbers it prints."""
-    started = time.monotonic()
-    for app in (DEDUP_APP, ENRICH_APP):  # a fresh broker: previous job state would not match
-        shutil.rmtree(data_dir() / "delta" / app, ignore_errors=True)
-        shutil.rmtree(data_dir() / "state" / app, ignore_errors=True)
+def demo_resources(bootstrap_servers: str) -> dict[str, Any]:
+    """The code location's resources for the demo: its broker, everything else local."""
+    _import_code_location()
+    from resources import local_resources
+
+    return local_resources(
+        bootstrap_servers,
+        data_dir=demo_dir(),
+        dedup_application_id=DEDUP_APP,
+        enrichment_application_id=ENRICH_APP,
+    )
+
+
+def code_location(bootstrap_servers: str) -> Any:
+    """``definitions.py``'s Definitions on the demo's resources."""
+    _import_code_location()
+    import definitions
+
+    return definitions.build_definitions(demo_resources(bootstrap_servers))
+
+
+def open_instance(fresh: bool = False) -> Any:
+    """The Dagster instance in :func:`dagster_home` (telemetry off unless its dagster.yaml says
+    otherwise); ``fresh`` wipes its runs, events and schedules first (dagster.yaml stays)."""
+    import dagster as dg
+
+    home = dagster_home()
+    home.mkdir(parents=True, exist_ok=True)
+    config = home / "dagster.yaml"
+    if fresh and (users := dagster_processes(home)):
+        raise RuntimeError(
+            f"Dagster processes {users} use the instance in {home} (`make ui`?): stop them "
+            "first, the demo starts that instance afresh."
+        )
+    if fresh:
+        for child in home.iterdir():
+            if child != config:
+                shutil.rmtree(child) if child.is_dir() else child.unlink()
+    if not config.exists():
+        config.write_text(TELEMETRY_OFF)
+    return dg.DagsterInstance.from_config(str(home))
+
+
+def produce_data(
+    count: int, bootstrap_servers: str, say: Callable[[str], None] = print
+) -> pipelines.DemoData:
+    """Only the demo data: the topics, ``count`` transactions and the FX rates (what
+    `streamplatform demo --data-only` sends to the broker of `make ui`)."""
+    settings = {"bootstrap.servers": bootstrap_servers}
+    say(f"Broker at {bootstrap_servers}; creating the demo topics ...")
+    pipelines.create_demo_topics(settings)
+    say(f"Producing {count} transactions and the FX rates ...")
+    data = pipelines.generate(settings, transactions=count)
+    say(f"  {data}")
+    return data
+
+
+def dagster_processes(home: Path) -> list[int]:
+    """Pids of other processes running Dagster with ``DAGSTER_HOME=home`` (`make ui`)."""
+    wanted = f"DAGSTER_HOME={home}".encode()
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError):
+            if int(proc.name) == os.getpid() or b"dagster" not in (proc / "cmdline").read_bytes():
+                continue
+            if wanted in (proc / "environ").read_bytes().split(b"\0"):
+                found.append(int(proc.name))
+    return sorted(found)
+
+
+def run(count: int = 2_000, bootstrap_servers: str | None = None) -> dict[str, Any]:
+    """Run the demo; returns the numbers it prints (see the module docstring)."""
+    say = _Progress()
+    for name in ("alembic", "py4j"):  # the instance's migrations, Spark's gateway: chatty at INFO
+        logging.getLogger(name).setLevel(logging.WARNING)
+    for folder in ("delta", "state", "placement"):  # a fresh broker: fresh job state
+        shutil.rmtree(demo_dir() / folder, ignore_errors=True)
+    numbers: dict[str, Any] = {"dagster_home": dagster_home()}
     broker = None
-    if bootstrap_servers is None:
-        print("Starting a local Kafka broker (KRaft) ...", flush=True)
-        broker = LocalBroker(data_dir() / "demo-broker")
-        bootstrap_servers = broker.start()
+    with _sigterm_as_interrupt():
+        try:
+            if bootstrap_servers is None:
+                say("Starting a local Kafka broker (KRaft) ...")
+                broker = LocalBroker(demo_dir() / "broker")
+                bootstrap_servers = broker.start()
+                assert broker.state is not None
+                numbers["broker"] = asdict(broker.state)
+            settings = {"bootstrap.servers": bootstrap_servers}
+            numbers["data"] = produce_data(count, bootstrap_servers, say)
+            numbers |= _story(settings, say)
+        finally:
+            if broker is not None:
+                say("Stopping the local broker ...")
+                broker.stop()
+    numbers["elapsed_s"] = say.elapsed()
+    print()
+    print(summary(numbers))
+    return numbers
+
+
+def _story(settings: Mapping[str, Any], say: Callable[[str], None]) -> dict[str, Any]:
+    """Steps 2-6 of the module docstring against the broker of ``settings``."""
+    from pyspark import SparkContext
+
+    from streamplatform.spark import spark_session
+
+    say("Starting Spark (local) and loading the code location (definitions.py) ...")
+    spark_started = SparkContext._active_spark_context is None
+    spark = spark_session(app_name="streamplatform-demo")  # the runs share it (one JVM)
     try:
-        settings = {"bootstrap.servers": bootstrap_servers}
-        print(f"Broker at {bootstrap_servers}; creating the demo topics ...", flush=True)
-        pipelines.create_demo_topics(settings)
-        print(f"Producing {count} transactions and the FX rates ...", flush=True)
-        data = pipelines.generate(settings, transactions=count)
-        print(f"  {data}", flush=True)
-
-        print("Job 1: deduplicating transactions (Spark, exactly once) ...", flush=True)
-        dedup = StreamingJob(
-            pipelines.deduplication_topology(),
-            job_settings(DEDUP_APP, bootstrap_servers, pipelines.TRANSACTIONS_DLQ),
-        )
-        dedup_results = dedup.run_until_caught_up()
-        dedup.close()
-        print("Job 2: joining with the FX rate valid at each transaction's time ...", flush=True)
-        enrich = StreamingJob(
-            pipelines.enrichment_topology(),
-            job_settings(ENRICH_APP, bootstrap_servers, pipelines.ENRICHMENT_DLQ),
-            spark=dedup.spark,
-            delta_sinks=[pipelines.ENRICHED],
-        )
-        enrich_results = enrich.run_until_caught_up()
-        enrich.close()
-        spark = enrich.spark
-        enriched_path = data_dir() / "delta" / ENRICH_APP / pipelines.ENRICHED
-        enriched_rows = spark.read.format("delta").load(str(enriched_path)).count()
-        dlq_path = data_dir() / "delta" / DEDUP_APP / "_dlq"
-        dlq_rows = (
-            spark.read.format("delta").load(str(dlq_path)).count() if dlq_path.exists() else 0
-        )
-        versions_path = data_dir() / "delta" / ENRICH_APP / "_versions"
-        versions = spark.read.format("delta").load(str(versions_path)).count()
+        defs = code_location(settings["bootstrap.servers"])
+        instance = open_instance(fresh=True)
+        with instance:
+            return _materialize_the_story(defs, instance, spark, settings, say)
     finally:
-        if broker is not None:
-            print("Stopping the local broker ...", flush=True)
-            broker.stop()
+        if spark_started:
+            spark.stop()
 
-    print("\njob          batches  records in  records out  duplicates   DLQ   lag")
-    print(_summary_line(DEDUP_APP, dedup_results))
-    print(_summary_line(ENRICH_APP, enrich_results))
-    print(f"\nDelta table {enriched_path}: {enriched_rows} enriched transactions")
-    print(f"DLQ mirror  {dlq_path}: {dlq_rows} poison records (generated: {data.poison})")
-    print(f"FX rate versions kept for as-of joins: {versions} "
-          f"({data.late_corrections} of them late corrections)")  # fmt: skip
-    print(f"Took {time.monotonic() - started:.1f} s")
+
+def _materialize_the_story(
+    defs: Any, instance: Any, spark: Any, settings: Mapping[str, Any], say: Callable[[str], None]
+) -> dict[str, Any]:
+    from assets import (
+        DAILY,
+        fx_rate_versions,
+        standby_placements,
+        stream_offsets,
+        transactions_deduplicated,
+        transactions_enriched,
+    )
+    from assets.enriched import stream_days
+    from assets.operations import dlq_records
+    from assets.streaming import SNAPSHOT_TABLE
+    from assets.streams import enrichment_job
+    from jobs import in_process
+
+    story = _Story(instance, say)
+    say(
+        f"[1/{STEPS}] fx_rate_versions: the FX rates into the versioned store (KIP-889), before "
+        "any transaction"
+    )
+    story.record(
+        "rates", in_process.materialize(defs, instance, [fx_rate_versions], log_level=LOG_LEVEL)
+    )
+
+    everything = [
+        transactions_deduplicated,
+        fx_rate_versions,
+        dlq_records,
+        stream_offsets,
+        standby_placements,
+    ]
+    say(
+        f"[2/{STEPS}] materializing every asset with its checks: "
+        f"{', '.join(a.key.to_user_string() for a in everything)}"
+    )
+    story.record("load", in_process.materialize(defs, instance, everything, log_level=LOG_LEVEL))
+
+    resources = defs.resources
+    spec = enrichment_job(*(resources[k] for k in ("streams", "kafka", "delta_root", "state_dir")))
+    days = [day for day in stream_days(spark, spec) if DAILY.has_partition_key(day)]
+    say(
+        f"[3/{STEPS}] transactions_enriched, one run per daily partition with data: "
+        f"{', '.join(days)}"
+    )
+    for day in days:
+        story.record(
+            "load",
+            in_process.materialize(
+                defs, instance, [transactions_enriched], partition_key=day, log_level=LOG_LEVEL
+            ),
+        )
+
+    say(f"[4/{STEPS}] a tick of the {REPLAY_SCHEDULE} schedule: the dlq_replay job ...")
+    [replay_request] = in_process.tick(defs, instance, REPLAY_SCHEDULE).run_requests
+    replay = in_process.execute_run_request(
+        defs, instance, REPLAY_SCHEDULE, replay_request, log_level=LOG_LEVEL
+    )
+    if replay is None or not replay.success:
+        raise RuntimeError(f"the {REPLAY_SCHEDULE} run failed; `make ui` shows its logs")
+    story.record("dlq replay", replay)
+    replayed = replay.output_for_node("replay_dead_letters")
+    say(f"  {replayed}")
+
+    snapshot = spark.read.format("delta").load(resources["delta_root"].table(*SNAPSHOT_TABLE))
+    at = CORRECTION_VALID_FROM
+    [current] = snapshot.where(
+        f"key = '{CORRECTION_CURRENCY}' AND valid_from <= {at} AND "
+        f"(valid_to IS NULL OR valid_to > {at})"
+    ).collect()
+    old_rate = json.loads(current.value)["rate"]
+    new_rate = round(old_rate * CORRECTION_FACTOR, 5)
+    day = _day(at)
+    say(
+        f"[5/{STEPS}] a late correction: {CORRECTION_CURRENCY} {old_rate} -> {new_rate} from "
+        f"{_time(at)}, produced after the join passed it; fx_rate_versions, dlq_records and "
+        "stream_offsets again"
+    )
+    pipelines.produce_correction(settings, CORRECTION_CURRENCY, new_rate, at)
+    story.record(
+        "correction",
+        in_process.materialize(
+            defs, instance, [fx_rate_versions, dlq_records, stream_offsets], log_level=LOG_LEVEL
+        ),
+    )
+
+    say(f"[6/{STEPS}] the {BACKFILL_SENSOR} sensor, and the runs it requests ...")
+    tick = in_process.tick(defs, instance, BACKFILL_SENSOR)
+    requests = list(tick.run_requests or [])
+    say(f"  requested {[r.partition_key for r in requests]} {tick.skip_message or ''}".rstrip())
+    backfills: dict[str, dict[str, Any]] = {}
+    for request in requests:
+        result = in_process.execute_run_request(
+            defs, instance, BACKFILL_SENSOR, request, log_level=LOG_LEVEL
+        )
+        if result is None:
+            continue
+        story.record("backfill", result)
+        backfills[str(request.partition_key)] = {
+            "run_id": result.run_id,
+            "success": result.success,
+            "job": result.job_def.name,
+            "metadata": (
+                in_process.materialization_metadata(result, transactions_enriched)
+                if result.success
+                else {}
+            ),
+        }
+        say(
+            f"  {result.job_def.name} {request.partition_key}: "
+            f"{'SUCCESS' if result.success else 'FAILURE'} (run {result.run_id[:8]})"
+        )
     return {
-        "data": data,
-        "dedup": dedup_results,
-        "enrich": enrich_results,
-        "enriched_rows": enriched_rows,
-        "dlq_rows": dlq_rows,
-        "enriched_path": enriched_path,
+        "materializations": story.materializations,
+        "checks": story.checks,
+        "runs": story.runs,
+        "enriched_days": days,
+        "dlq_replay": replayed,
+        "correction": {
+            "currency": CORRECTION_CURRENCY,
+            "valid_from": at,
+            "day": day,
+            "old_rate": old_rate,
+            "new_rate": new_rate,
+        },
+        "sensor": {
+            "requested": [r.partition_key for r in requests],
+            "run_keys": [r.run_key for r in requests],
+            "cursor": tick.cursor,
+            "skip_message": tick.skip_message,
+        },
+        "backfills": backfills,
     }
+
+
+class _Story:
+    """The runs of the story and what they reported, in order."""
+
+    def __init__(self, instance: Any, say: Callable[[str], None]) -> None:
+        self.instance = instance
+        self.say = say
+        self.materializations: list[dict[str, Any]] = []
+        self.checks: dict[str, dict[str, Any]] = {}
+        self.runs: list[dict[str, Any]] = []
+
+    def record(self, step: str, result: Any) -> None:
+        run = self.instance.get_run_by_id(result.run_id)
+        self.runs.append(
+            {
+                "step": step,
+                "run_id": result.run_id,
+                "job": result.job_def.name,
+                "success": result.success,
+                "status": run.status.value,
+                "tags": dict(run.tags),
+            }
+        )
+        for event in result.get_asset_materialization_events():
+            asset, partition = event.asset_key.to_user_string(), event.partition
+            metadata = {name: value.value for name, value in event.materialization.metadata.items()}
+            self.materializations.append(
+                {"step": step, "asset": asset, "partition": partition, "run_id": result.run_id,
+                 "metadata": metadata}
+            )  # fmt: skip
+            self.say(f"  {_describe(asset, partition, metadata)}")
+        for check in result.get_asset_check_evaluations():
+            self.checks[check.check_name] = {
+                "asset": check.asset_key.to_user_string(),
+                "passed": check.passed,
+                "severity": check.severity.value,
+                "run_id": result.run_id,
+            }
+
+
+def _describe(asset: str, partition: str | None, m: Mapping[str, Any]) -> str:
+    """One line of progress for a materialization."""
+    name = f"{asset}[{partition}]" if partition else asset
+    if "rows_in" in m:
+        return (
+            f"{name}: {m['rows_in']} in, {m['rows_out']} out, {m['duplicates_dropped']} "
+            f"duplicates, {m['dlq_records']} to the DLQ, {_plural(m['batches'], 'batch')}, lag "
+            f"{m['lag']}" + (f", late days {m['late_days']}" if m.get("late_days") else "")
+        )
+    if "computed_by" in m:
+        return f"{name}: {m['rows']} rows ({m['computed_by']}), EUR {m['amount_eur_total']:,.2f}"
+    if "dlq_ratio" in m:
+        return f"{name}: {_plural(m['dlq_records'], 'DLQ record')}, {m['parked']} parked"
+    if "partitions" in m:
+        return f"{name}: lag {m['lag']} over {m['partitions']} partitions"
+    return f"{name}: generation {m.get('generation')}, {m.get('tasks')} tasks"
+
+
+def summary(numbers: Mapping[str, Any]) -> str:
+    """The table and lines the demo prints at the end."""
+    lines = []
+    columns = ("asset", "runs", "rows in", "rows out", "duplicates", "DLQ", "lag", "Delta v")
+    widths = (34, 4, 8, 8, 10, 5, 5, 7)
+    row = "  ".join(f"{{:<{w}}}" if i == 0 else f"{{:>{w}}}" for i, w in enumerate(widths))
+    lines.append(row.format(*columns) + "  notes")
+    groups: dict[str, list[dict[str, Any]]] = {}
+    order = {name: index for index, name in enumerate(ASSET_ORDER)}
+    events = sorted(
+        numbers.get("materializations", []),
+        key=lambda e: (order.get(e["asset"], len(order)), e["partition"] or ""),
+    )
+    for event in events:
+        name = event["asset"] + (f"[{event['partition']}]" if event["partition"] else "")
+        groups.setdefault(name, []).append(event)
+    for name, group in groups.items():
+        cells, note = _row(group)
+        lines.append(row.format(name, len(group), *cells) + f"  {note}")
+    replay = numbers.get("dlq_replay")
+    if replay is not None:
+        lines.append(
+            f"\nDLQ replay ({REPLAY_SCHEDULE}, one run): "
+            f"{_plural(replay['candidates'], 'DLQ record')}, "
+            f"{replay['republished']} re-published, {replay['parked']} parked "
+            "(poison fails again)"
+        )
+    correction = numbers.get("correction")
+    if correction is not None:
+        lines.append(
+            f"Late correction: {correction['currency']} {correction['old_rate']} -> "
+            f"{correction['new_rate']} valid from {_time(correction['valid_from'])}"
+        )
+        sensor = numbers["sensor"]
+        lines.append(
+            f"{BACKFILL_SENSOR} sensor requested: {sensor['requested'] or 'nothing'}"
+            f" (run keys {sensor['run_keys']})"
+        )
+        for day, backfill in numbers.get("backfills", {}).items():
+            m = backfill["metadata"]
+            state = "SUCCESS" if backfill["success"] else "FAILURE"
+            lines.append(
+                f"  {backfill['job']} {day}: {state} (run {backfill['run_id'][:8]})"
+                + (f", {m['rows']} rows by {m['computed_by']}" if m else "")
+            )
+    checks = numbers.get("checks", {})
+    if checks:
+        lines.append("\nasset check                       asset                       result")
+        for name, check in sorted(checks.items()):
+            verdict = "passed" if check["passed"] else f"FAILED ({check['severity']})"
+            lines.append(f"{name:<33} {check['asset']:<27} {verdict}")
+    if "dagster_home" in numbers:
+        lines.append(f"\nDagster instance: {numbers['dagster_home']} (`make ui` shows the runs)")
+        lines.append(f"Delta tables, state stores, placement files: {demo_dir()}")
+    if "elapsed_s" in numbers:
+        lines.append(f"Took {numbers['elapsed_s']:.1f} s")
+    return "\n".join(lines)
+
+
+def _row(events: list[dict[str, Any]]) -> tuple[list[Any], str]:
+    """The numeric cells and a note for one asset (or partition) over its materializations."""
+    last = events[-1]["metadata"]
+
+    def total(name: str) -> Any:
+        return sum(int(e["metadata"].get(name, 0)) for e in events)
+
+    if "rows_in" in last:  # a streaming asset: sums over the story, lag and version of the last
+        version = last.get("snapshot_version", last.get("commit_log_version", "-"))
+        cells = [
+            total("rows_in"),
+            total("rows_out"),
+            total("duplicates_dropped"),
+            total("dlq_records"),
+            last["lag"],
+            version,
+        ]
+        note = _plural(total("batches"), "batch")
+        if "versions" in last:
+            late = total("late_versions")
+            note += f", {last['versions']} rate versions of {last['keys']} currencies"
+            note += f", {late} late" if late else ""
+        return cells, note
+    if "computed_by" in last:
+        first = events[0]["metadata"]
+        note = f"{last['computed_by']}, EUR {last['amount_eur_total']:,.2f}"
+        if len(events) > 1:
+            note = f"{first['computed_by']} -> {note} (was {first['amount_eur_total']:,.2f})"
+        return ["-", last["rows"], "-", "-", "-", last["table_version"]], note
+    if "dlq_ratio" in last:
+        note = (
+            f"ratio {last['dlq_ratio']:.4f}, {last['parked']} parked, {last['replayed']} replayed"
+        )
+        return [last["records_read"], "-", "-", last["dlq_records"], "-", "-"], note
+    if "partitions" in last:
+        return (
+            ["-", "-", "-", "-", last["lag"], last["history_version"]],
+            f"{last['partitions']} partitions",
+        )
+    note = (
+        f"generation {last.get('generation')}: {last.get('tasks')} tasks, "
+        f"{last.get('standbys')} standbys"
+    )
+    return ["-", "-", "-", "-", "-", last.get("placements_version", "-")], note
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "es" if noun.endswith("ch") else "s")
+
+
+def _day(timestamp_ms: int) -> str:
+    return datetime.fromtimestamp(timestamp_ms / 1000, UTC).strftime("%Y-%m-%d")
+
+
+def _time(timestamp_ms: int) -> str:
+    return datetime.fromtimestamp(timestamp_ms / 1000, UTC).strftime("%Y-%m-%dT%H:%MZ")
+
+
+def _import_code_location() -> None:
+    """Make ``definitions.py`` and its packages (assets/, jobs/, resources/) importable: they
+    live at the root of the source checkout, next to ``platform/``."""
+    root = project_home()
+    if not (root / "definitions.py").is_file():
+        raise FileNotFoundError(
+            f"No definitions.py in {root}: the demo runs the Dagster code location of the "
+            "source checkout (set STREAMPLATFORM_HOME to it)."
+        )
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+
+
+class _Progress:
+    """Prints a progress line with the seconds since the demo started."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def __call__(self, message: str) -> None:
+        print(f"[{self.elapsed():6.1f} s] {message}", flush=True)
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM ends the demo like Ctrl-C, so that the broker is stopped on the way out."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

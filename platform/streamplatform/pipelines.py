@@ -10,7 +10,8 @@ Both topics are keyed by currency with the same partition count, so the stream a
 are co-partitioned and each job is one sub-topology.
 
 ``generate`` writes demo data: transactions with ~10% duplicates, ~5% out-of-order timestamps
-and ~0.1% poison records (not JSON), and FX rate updates including late corrections.
+and ~0.1% poison records (not JSON; at least one), and FX rate updates including late
+corrections; ``produce_correction`` one more late correction.
 """
 
 from __future__ import annotations
@@ -129,10 +130,25 @@ def generate(
         _send(out, TRANSACTIONS, currency, tx, timestamp)
         if index % 1_000 == 0:
             out.poll(0)
+    if transactions and not poison:  # small runs show the DLQ at work too
+        out.produce(TRANSACTIONS, key=currency, value=b"{not json", timestamp=timestamp)
+        poison += 1
     remaining = out.flush(60)
     if remaining:
         raise RuntimeError(f"{remaining} demo records were not acknowledged by the broker")
     return DemoData(transactions - duplicates, duplicates, out_of_order, poison, rate_updates, late)
+
+
+def produce_correction(
+    settings: Mapping[str, Any], currency: str, rate: float, valid_from: int
+) -> None:
+    """One late FX-rate correction: a version of ``currency`` valid from ``valid_from``, sent
+    after the newer versions (and after the transactions it applies to)."""
+    out = producer(settings, **{"enable.idempotence": True})
+    _send(out, FX_RATES, currency, {"rate": rate, "valid_from": valid_from, "correction": True},
+          valid_from)  # fmt: skip
+    if out.flush(30):
+        raise RuntimeError(f"the {currency} rate correction was not acknowledged by the broker")
 
 
 def _send(out: Any, topic: str, key: str, value: dict[str, Any], timestamp: int) -> None:

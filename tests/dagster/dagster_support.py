@@ -21,18 +21,10 @@ from typing import Any
 
 import pytest
 
-from resources import (
-    DeltaRootResource,
-    KafkaResource,
-    SparkResource,
-    StandbyPlacementResource,
-    StateDirResource,
-    StreamsResource,
-)
+from resources import local_resources
 from streamplatform import pipelines
 from streamplatform.kafka import TopicSpec, create_topics, producer
 from streamplatform.runtime.partitioner import partition_for
-from streamplatform.spark import spark_conf
 
 PARTITIONS = 3
 CURRENCIES = ("USD", "GBP", "CHF")
@@ -92,10 +84,7 @@ def produce_rates(settings: dict[str, str]) -> int:
 
 def produce_correction(settings: dict[str, str], currency: str, valid_from: int) -> None:
     """A late correction: a rate version older than versions the join has already used."""
-    out = producer(settings)
-    value = json.dumps({"rate": 9.99, "valid_from": valid_from, "correction": True}).encode()
-    send(out, pipelines.FX_RATES, currency, value, valid_from)
-    assert out.flush(30) == 0
+    pipelines.produce_correction(settings, currency, 9.99, valid_from)
 
 
 def produce_transactions(settings: dict[str, str], count: int = 120, seed: int = 11) -> DemoData:
@@ -122,18 +111,10 @@ def produce_transactions(settings: dict[str, str], count: int = 120, seed: int =
 
 def make_resources(kafka_settings: dict[str, str], data_dir: Path, prefix: str) -> dict[str, Any]:
     """The code location's resources on the test broker, the run's Spark and ``data_dir``."""
-    return {
-        "kafka": KafkaResource(bootstrap_servers=kafka_settings["bootstrap.servers"]),
-        "spark": SparkResource(spark_config=spark_conf(master="local[2]")),
-        "delta_root": DeltaRootResource(path=str(data_dir / "delta")),
-        "state_dir": StateDirResource(path=str(data_dir / "state")),
-        "streams": StreamsResource(
-            dedup_application_id=f"{prefix}-dedup",
-            enrichment_application_id=f"{prefix}-enrich",
-            max_records_per_batch=1_000,
-        ),
-        "placement": StandbyPlacementResource(output_dir=str(data_dir / "placement")),
-    }
+    return local_resources(kafka_settings["bootstrap.servers"], data_dir=data_dir,
+                           dedup_application_id=f"{prefix}-dedup",
+                           enrichment_application_id=f"{prefix}-enrich",
+                           max_records_per_batch=1_000, spark_master="local[2]")  # fmt: skip
 
 
 def unique_prefix(name: str) -> str:

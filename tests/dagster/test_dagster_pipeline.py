@@ -41,6 +41,8 @@ from assets.enriched import ENRICHED_TABLE, batch_rows, stream_rows
 from assets.streams import enrichment_job
 from assets.topics import topic_specs
 from jobs import dlq_replay_job, late_fx_rates_backfill_sensor, stream_lag_sensor
+from jobs.in_process import check_evaluations as checks
+from jobs.in_process import materialization_metadata as metadata
 from streamplatform import pipelines
 from streamplatform.dlq import read_topic
 
@@ -80,15 +82,6 @@ def materialize(
     )
     assert result.success
     return result
-
-
-def metadata(result: dg.ExecuteInProcessResult, asset: Any) -> dict[str, Any]:
-    [event] = result.asset_materializations_for_node(asset.op.name)
-    return {name: value.value for name, value in event.metadata.items()}
-
-
-def checks(result: dg.ExecuteInProcessResult) -> dict[str, dg.AssetCheckEvaluation]:
-    return {e.check_name: e for e in result.get_asset_check_evaluations()}
 
 
 @pytest.fixture(scope="module")
