@@ -53,7 +53,7 @@ class _StringSerde:
         if data is None:
             return None
         try:
-            return bytes(data).decode()
+            return data.decode() if type(data) is bytes else bytes(data).decode()
         except UnicodeDecodeError as exc:
             raise SerializationError(f"not UTF-8: {exc}", raw=bytes(data)) from exc
 

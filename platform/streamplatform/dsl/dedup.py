@@ -28,6 +28,7 @@ from streamplatform.dsl.processor import Processor, ProcessorContext
 from streamplatform.records import Record
 
 _ENTRY = struct.Struct(">qq")
+_pack, _unpack = _ENTRY.pack, _ENTRY.unpack
 _META_KEY = b"m"
 _ID_PREFIX = b"i"
 NO_OFFSET = -1
@@ -94,6 +95,8 @@ class DeduplicationProcessor(Processor):
         self.dropped = 0
         self.late = 0  # forwarded but too old to open a window
         self._expiry: list[tuple[int, bytes]] = []  # (timestamp, id key) heap
+        self._task: Any = None
+        self._forward: Callable[[Record], None] = lambda record: None
 
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
@@ -108,24 +111,51 @@ class DeduplicationProcessor(Processor):
             (_ENTRY.unpack(value)[0], key) for key, value in self.store.prefix(_ID_PREFIX)
         ]
         heapq.heapify(self._expiry)
+        # The runtime's own context lets the per-record path read the task's stream time and
+        # current record directly, and call a single child without the forward loop; any
+        # other ProcessorContext goes through the protocol.
+        self._task = getattr(context, "runtime_task", None)
+        children = getattr(context, "runtime_children", None)
+        self._forward = (
+            children[0] if children is not None and len(children) == 1 else context.forward
+        )
 
     def process(self, record: Record) -> None:
         # should_forward(), inlined: this runs once per record.
         identity = self.id_of(record[0], record[1])
-        context = self.context
         if identity is None:
             self.forwarded += 1
-            context.forward(record)
+            self._forward(record)
             return
-        stream_time = context.stream_time
+        task = self._task
+        if task is not None:
+            stream_time = task.stream_time
+            current = task.current
+            offset = None if current is None else current[2]
+        else:
+            context = self.context
+            stream_time = context.stream_time
+            offset = context.offset
         interval = self.interval
-        id_key = _ID_PREFIX + canonical_bytes(identity)
+        if type(identity) is tuple and len(identity) == 2:
+            # canonical_bytes() of deduplicate_by_key_value's (key, id), inlined when both
+            # are strings: the same bytes.
+            first, second = identity
+            if type(first) is str and type(second) is str:
+                first, second = first.encode(), second.encode()
+                id_key = (
+                    b"i(" + _U32(len(first) + 1) + b"s" + first + _U32(len(second) + 1) + b"s"
+                    + second
+                )  # fmt: skip
+            else:
+                id_key = _ID_PREFIX + canonical_bytes(identity)
+        else:
+            id_key = _ID_PREFIX + canonical_bytes(identity)
         store = self.store
         stored = store.get(id_key)
-        offset = context.offset
         timestamp = record[2]
         if stored is not None:
-            entry_ts, entry_offset = _ENTRY.unpack(stored)
+            entry_ts, entry_offset = _unpack(stored)
             if not (
                 stream_time - entry_ts > interval
                 or entry_ts - timestamp > interval
@@ -134,26 +164,26 @@ class DeduplicationProcessor(Processor):
                 self.dropped += 1
                 return
         horizon = stream_time - interval
+        expiry = self._expiry
         if timestamp >= horizon:
-            store.put(id_key, _ENTRY.pack(timestamp, NO_OFFSET if offset is None else offset))
-            heapq.heappush(self._expiry, (timestamp, id_key))
+            store.put(id_key, _pack(timestamp, NO_OFFSET if offset is None else offset))
+            heapq.heappush(expiry, (timestamp, id_key))
         else:
             self.late += 1
         self.forwarded += 1
-        context.forward(record)
-        expiry = self._expiry
+        self._forward(record)
         if expiry and expiry[0][0] < horizon:
             self._purge(horizon)
 
     def _purge(self, horizon: int) -> None:
         """Delete entries older than ``horizon``; a heap item whose id was stored again with
         a newer timestamp since is only dropped from the heap."""
-        expiry = self._expiry
+        expiry, get, put, pop = self._expiry, self.store.get, self.store.put, heapq.heappop
         while expiry and expiry[0][0] < horizon:
-            _, id_key = heapq.heappop(expiry)
-            stored = self.store.get(id_key)
-            if stored is not None and _ENTRY.unpack(stored)[0] < horizon:
-                self.store.delete(id_key)
+            id_key = pop(expiry)[1]
+            stored = get(id_key)
+            if stored is not None and _unpack(stored)[0] < horizon:
+                put(id_key, None)  # a delete
 
     def before_commit(self) -> None:
         """Save the task's stream time with the entries it explains (the task calls this)."""

@@ -301,7 +301,7 @@ class _TaskRun:
         self._last_offset = -1
         self._source: tuple[str, int] | None = None
 
-    def stream_records(self, batch: pa.RecordBatch) -> Iterator[ConsumedRecord]:
+    def stream_records(self, batch: pa.RecordBatch) -> list[ConsumedRecord]:
         """The records of one Arrow batch of a single Kafka partition, in offset order."""
         topics, partitions, offsets = batch.column(1), batch.column(2), batch.column(3)
         source = (topics[0].as_py(), partitions[0].as_py())
@@ -323,14 +323,21 @@ class _TaskRun:
         self._last_offset = last
         topic, partition = source
         new, record = _new_tuple, ConsumedRecord
-        return (
+        columns = (offsets.to_pylist(), batch.column(4).to_pylist(), batch.column(5).to_pylist(),
+                   batch.column(6).to_pylist())  # fmt: skip
+        headers = batch.column(7)
+        if headers.null_count == len(headers):  # nearly always: no record has headers
+            return [
+                new(record, (topic, partition, offset, timestamp, key, value, _NO_HEADERS))
+                for offset, timestamp, key, value in zip(*columns, strict=True)
+            ]
+        return [
             new(record, (topic, partition, offset, timestamp, key, value,
-                         _NO_HEADERS if headers is None else decode_headers(headers)))
-            for offset, timestamp, key, value, headers in zip(
-                offsets.to_pylist(), batch.column(4).to_pylist(), batch.column(5).to_pylist(),
-                batch.column(6).to_pylist(), batch.column(7).to_pylist(), strict=True,
+                         _NO_HEADERS if encoded is None else decode_headers(encoded)))
+            for offset, timestamp, key, value, encoded in zip(
+                *columns, headers.to_pylist(), strict=True
             )
-        )  # fmt: skip
+        ]  # fmt: skip
 
     def process(self, records: Iterable[ConsumedRecord]) -> pa.RecordBatch | None:
         """Run ``records`` through the task (until a store passes its limits); returns the

@@ -61,6 +61,9 @@ class NodeContext:
         self._task = task
         self._node = node
         self._children = [task._deliver[child] for child in node.children]
+        # For the built-in processors' per-record paths (they read these directly).
+        self.runtime_task = task
+        self.runtime_children = self._children
 
     application_id = property(lambda self: self._task.application_id)
     task_id = property(lambda self: str(self._task.task_id))
@@ -220,21 +223,30 @@ class Task:
         unread); otherwise returns False once every record is processed."""
         routes: dict[str, tuple[Any, Callable, Callable, list[Callable[[Record], None]]]] = {}
         consumed, new_record = self.consumed, _new_tuple
-        for record in records:
-            topic = record[0]
-            route = routes.get(topic)
-            if route is None:
-                source = self._sources.get(topic)
-                if source is None:
-                    raise ValueError(f"Task {self.task_id} does not read topic {topic!r}")
-                route = routes[topic] = (
-                    source, source.key_serde.deserialize, source.value_serde.deserialize,
-                    [self._deliver[child] for child in source.children],
-                )  # fmt: skip
-            source, key_of, value_of, children = route
-            self.current = record
-            self.records_in += 1
-            try:
+        checks = self._limit_checks if stop_early else ()
+        # The consumed offset of a partition is written when the loop moves on to another
+        # partition and when it ends (however it ends), not after every record: between
+        # records nothing reads it. Likewise the record count, and `current` is reset at the end.
+        last: ConsumedRecord | None = None
+        processed = 0
+        try:
+            for record in records:
+                topic = record[0]
+                route = routes.get(topic)
+                if route is None:
+                    source = self._sources.get(topic)
+                    if source is None:
+                        raise ValueError(f"Task {self.task_id} does not read topic {topic!r}")
+                    route = routes[topic] = (
+                        source, source.key_serde.deserialize, source.value_serde.deserialize,
+                        [self._deliver[child] for child in source.children],
+                    )  # fmt: skip
+                if last is not None and (record[1] != last[1] or topic != last[0]):
+                    consumed[(last[0], last[1])] = last[2] + 1
+                last = record
+                source, key_of, value_of, children = route
+                self.current = record
+                processed += 1
                 try:
                     key = key_of(record[4])
                     value = value_of(record[5])
@@ -249,11 +261,14 @@ class Task:
                         deliver(typed)
                     if self.punctuations:
                         self._punctuate(PunctuationType.STREAM_TIME, self.stream_time)
-            finally:
-                consumed[(topic, record[1])] = record[2] + 1
-                self.current = None
-            if stop_early and self.needs_early_commit():
-                return True
+                for exceeded in checks:
+                    if exceeded():
+                        return True
+        finally:
+            if last is not None:
+                consumed[(last[0], last[1])] = last[2] + 1
+            self.records_in += processed
+            self.current = None
         return False
 
     def dispatch(self, name: str, record: Record) -> None:

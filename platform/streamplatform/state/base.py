@@ -166,13 +166,7 @@ class StoreBase:
         writer = self._writer
         if writer is None:
             return False
-        if self._max_records is not None and (
-            writer.approximate_num_uncommitted_entries() > self._max_records
-        ):
-            return True
-        return self._max_bytes is not None and (
-            writer.approximate_num_uncommitted_bytes() > self._max_bytes
-        )
+        return writer.uncommitted_exceeds(self._max_records, self._max_bytes)
 
     def _check_open(self) -> None:
         if self._db.closed:

@@ -73,6 +73,16 @@ class Overlay:
             )
         writes[key] = value
 
+    def discard(self, key: bytes) -> None:
+        """Unstage `key` (a put or a delete) as if it had never been written."""
+        old = self.writes.pop(key, ABSENT)
+        if old is ABSENT:
+            return
+        self.num_bytes -= len(key) if old is None else len(key) + len(old)  # type: ignore[arg-type]
+        if self._sorted_keys is not None:  # sorted again by the next scan
+            self._sorted_keys = None
+            self._sorted_upto = 0
+
     def sorted_items(
         self, start: bytes | None, end: bytes | None
     ) -> list[tuple[bytes, bytes | None]]:

@@ -62,6 +62,10 @@ class Transaction:
         # Under READ_UNCOMMITTED writes leave the overlay at once; these count them until commit.
         self._applied_entries = 0
         self._applied_bytes = 0
+        # Writes unstaged again (see KeyValueTransaction) still count as uncommitted until the
+        # next commit, as they did when they stayed staged: the limits cut batches as before.
+        self._unstaged_entries = 0
+        self._unstaged_bytes = 0
         self._closed = False
 
     @property
@@ -100,6 +104,7 @@ class Transaction:
     def _clear(self) -> None:
         for writes in self._staged:
             writes.clear()
+        self._unstaged_entries = self._unstaged_bytes = 0
 
     def staged_entries(self) -> list[tuple[str, bytes, bytes | None]]:
         """What a commit would write now, as (column family, key, value); None deletes."""
@@ -108,11 +113,29 @@ class Transaction:
 
     def approximate_num_uncommitted_entries(self) -> int:
         """Writes not yet committed (distinct keys staged, plus writes applied since commit)."""
-        return self._staged_sizes()[0] + self._applied_entries
+        return self._staged_sizes()[0] + self._applied_entries + self._unstaged_entries
 
     def approximate_num_uncommitted_bytes(self) -> int:
         """Key + value bytes not yet committed; a delete counts its key."""
-        return self._staged_sizes()[1] + self._applied_bytes
+        return self._staged_sizes()[1] + self._applied_bytes + self._unstaged_bytes
+
+    def uncommitted_exceeds(self, max_records: int | None, max_bytes: int | None) -> bool:
+        """True when the uncommitted entries pass `max_records` or their bytes `max_bytes`
+        (None: no limit). The same numbers as the two approximations above, in one cheap
+        call: the runtime asks after every record."""
+        staged = self._staged
+        if len(staged) == 1:
+            writes = staged[0]
+            entries, nbytes = len(writes), writes.num_bytes
+        else:
+            entries, nbytes = self._staged_sizes()
+        return (
+            max_records is not None
+            and entries + self._applied_entries + self._unstaged_entries > max_records
+        ) or (
+            max_bytes is not None
+            and nbytes + self._applied_bytes + self._unstaged_bytes > max_bytes
+        )
 
     def commit(self, offsets: Offsets | None = None) -> None:
         """Write everything staged plus `offsets` atomically; the transaction stays open, empty.
@@ -176,25 +199,64 @@ class KeyValueTransaction(Transaction):
         self._data = Overlay(DATA)
         super().__init__(db, (self._data,), isolation_level)
         self._stored = db.columns[DATA]
+        # Keys this transaction put right after reading them as absent from committed data
+        # ("fresh"), valid while the stored data stays at generation `_fresh_generation`.
+        # Deleting a fresh key again unstages it rather than staging a delete: the committed
+        # data does not hold it, so the delete would change nothing, and a deduplication store
+        # puts and expires most of its ids within one transaction. `_missed` is the key of the
+        # last read that found nothing (staged or committed), at `_missed_generation`.
+        self._fresh: set[bytes] = set()
+        self._fresh_generation = -1
+        self._missed: bytes | None = None
+        self._missed_generation = -1
 
     def get(self, key: bytes) -> bytes | None:
         """The value of `key` as this transaction sees it: its own writes, then committed data."""
-        check_bytes("key", key)
-        self._check_open()
+        # The checks inline (check_bytes, _check_open): this runs once or twice per record.
+        if not isinstance(key, bytes):
+            check_bytes("key", key)
+        if self._closed:
+            self._check_open()
         value = self._data.writes.get(key, ABSENT)
         if value is ABSENT:
-            return self._stored.get(key)
+            value = self._stored.get(key)
+            if value is None:
+                self._missed = key
+                self._missed_generation = self._db.generation
+            return value
         return value  # type: ignore[return-value]
 
     def put(self, key: bytes, value: bytes | None) -> None:
         """Stage `key` = `value`; a None value deletes the key, as in Kafka Streams."""
-        check_bytes("key", key)
-        if value is not None:
+        if not isinstance(key, bytes):
+            check_bytes("key", key)
+        if value is not None and not isinstance(value, bytes):
             check_bytes("value", value)
-        self._check_open()
-        self._data.put(key, value)
+        if self._closed:
+            self._check_open()
         if self._apply_each_write:
+            self._data.put(key, value)
             self.end_write()
+            return
+        if value is None:
+            fresh = self._fresh
+            if fresh and key in fresh:
+                fresh.discard(key)
+                if self._fresh_generation == self._db.generation:
+                    self._data.discard(key)  # never committed: nothing to delete
+                    # Counted as the staged delete it replaces: one entry, its key's bytes.
+                    self._unstaged_entries += 1
+                    self._unstaged_bytes += len(key)
+                    return
+        elif key is self._missed:
+            self._missed = None
+            generation = self._db.generation
+            if self._missed_generation == generation and key not in self._data.writes:
+                if self._fresh_generation != generation:
+                    self._fresh.clear()
+                    self._fresh_generation = generation
+                self._fresh.add(key)
+        self._data.put(key, value)
 
     def delete(self, key: bytes) -> None:
         """Stage the deletion of `key`; it hides the stored value from this transaction's reads."""
@@ -216,6 +278,11 @@ class KeyValueTransaction(Transaction):
         """(key, value) pairs whose key starts with `prefix`, in key order (see `range`)."""
         check_bytes("prefix", prefix)
         return self.range(prefix, prefix_end(prefix))
+
+    def _clear(self) -> None:
+        super()._clear()
+        self._fresh = set()
+        self._missed = None
 
     def close(self) -> None:
         if not self._closed:
