@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -215,6 +216,9 @@ def test_the_demo_leaves_an_instance_in_use_alone(tmp_path, monkeypatch):
     sleeper = [sys.executable, "-c", "import time; time.sleep(60)", "dagster", "dev"]
     process = subprocess.Popen(sleeper, env=env, start_new_session=True)
     try:
+        deadline = time.monotonic() + 30  # until the child has exec'd (its /proc entries)
+        while demo.dagster_processes(home) != [process.pid] and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert demo.dagster_processes(home) == [process.pid]
         with pytest.raises(RuntimeError, match="make ui"):
             demo.open_instance(fresh=True)
