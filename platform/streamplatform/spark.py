@@ -74,6 +74,10 @@ def spark_conf(
         # Python workers must run the interpreter that has pandas and pyarrow (the virtualenv's).
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
+        # A micro-batch caches its tasks' output once and reads it a few times within seconds
+        # (sinks, changelog, progress): compressing it costs CPU the tasks need (~8-10% of a
+        # batch's throughput measured on 2 cores; bench/RESULTS.md).
+        "spark.sql.inMemoryColumnarStorage.compressed": "false",
     }
     if local:
         # Small data on 2 cores: the default 200 shuffle partitions is mostly scheduling overhead.
