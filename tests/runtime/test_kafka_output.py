@@ -1,10 +1,9 @@
-"""Kafka outputs keep event time, and a task that loses its state between two batches of the
-same job restores it (the batch runs once more, with the changelog's files)."""
+"""Kafka outputs keep event time, headers and their source; a partition idle for a batch does
+not make the next batch run twice."""
 
 from __future__ import annotations
 
 import json
-import shutil
 import uuid
 
 import pytest
@@ -12,7 +11,7 @@ import pytest
 from streamplatform.kafka import TopicSpec, create_topics
 from streamplatform.runtime.microbatch import StreamingJob
 
-from .support import RECORDS, dedup_topology, delta_rows, expected_with_the_test_driver, job_config
+from .support import dedup_topology, expected_with_the_test_driver, job_config
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark]
 
@@ -72,29 +71,6 @@ def test_kafka_sinks_and_the_dlq_topic_keep_each_records_timestamp_headers_and_s
     for _, _, headers in poison:
         assert headers[0][0] == "i"
         assert any(k.startswith("__streams.errors.") for k, _ in headers[1:])
-
-
-def test_state_lost_between_batches_of_one_job_is_restored_from_the_changelog(
-    spark, kafka_settings, source_topic, tmp_path
-):
-    source, sent = source_topic
-    app = f"lost-{uuid.uuid4().hex[:6]}"
-    config = job_config(kafka_settings, tmp_path, app, source)
-    job = StreamingJob(
-        dedup_topology(source, "deduplicated"), config, spark=spark, delta_sinks=["deduplicated"]
-    )
-    first = job.run(max_batches=2)
-    # The job resolves the changelog's files only for its first batch and after failovers; a
-    # state dir wiped now is found behind by the tasks, which ask for the files: the batch runs
-    # again with them.
-    shutil.rmtree(tmp_path / app / "state")
-    rest = job.run_until_caught_up()
-    job.close()
-    assert rest[0].restored_records > 0
-    assert sum(r.records_in for r in first + rest) == RECORDS
-    rows = delta_rows(spark, f"{tmp_path}/delta/{app}/deduplicated")
-    assert sorted((k, v) for _, _, k, v in rows) == expected_with_the_test_driver(source, sent)
-    assert len({(p, o) for p, o, _, _ in rows}) == len(rows)
 
 
 def test_a_partition_idle_for_a_batch_does_not_make_the_next_batch_run_twice(
