@@ -379,8 +379,11 @@ class StreamingJob:
         outputs, repartitioned = [], None
         for subtopology in self.topology.subtopologies:
             topics = subtopology.source_topics(self.topology, self.app)
-            inputs = [records.where(F.col("topic").isin([t for t in topics if t in self.sources]))]
-            if any(t in self.internal_topics for t in topics) and repartitioned is not None:
+            external = [t for t in topics if t in self.sources]
+            # Only a sub-topology with Kafka sources reads Kafka (the source pushes no filter
+            # down: a stage reading none would fetch every range again for nothing).
+            inputs = [records.where(F.col("topic").isin(external))] if external else []
+            if len(external) < len(topics) and repartitioned is not None:
                 inputs.append(repartitioned.where(F.col("topic").isin(topics)))
             stage = _run_grouped(reduce(_union, inputs), runner(subtopology.id)).persist()
             self._stage_outputs.append(stage)
