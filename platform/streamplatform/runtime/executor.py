@@ -84,6 +84,18 @@ OUTPUT_ARROW = pa.schema([
 ])  # fmt: skip
 _NO_HEADER_VALUES = pa.array([], HEADERS_ARROW.value_type)
 
+# A job whose only output is one Delta sink streams just the sink rows back to Spark, in the
+# sink table's columns, and the Delta write consumes them as the tasks produce them: nothing
+# is cached. Every other row (DLQ, changelog, versions, progress) goes to a side file per task
+# (``TaskBatchRunner.side_output_dir``), which the driver reads after the write.
+SINK_COLUMNS = ("key", "value", "timestamp", "headers", "source_topic", "source_partition",
+                "source_offset")  # fmt: skip
+SINK_ARROW = pa.schema([OUTPUT_ARROW.field(name) for name in SINK_COLUMNS])
+SINK_SCHEMA = (
+    "key BINARY, value BINARY, timestamp LONG, headers ARRAY<STRUCT<key: STRING, value: BINARY>>, "
+    "source_topic STRING, source_partition INT, source_offset LONG"
+)
+
 # The input columns, in this order (microbatch.py selects them). ``headers`` arrives as JSON,
 # ``[{"k": name, "v": base64 value}]`` (no "v": a None value), or null when a record has none:
 # Spark's JVM-to-Arrow writer is several times slower on any array column than on all the
@@ -175,8 +187,12 @@ class TaskBatchRunner:
         changelog_writes: ChangelogWrites | None = None,
         subtopology: int = 0,
         internal_topics: Iterable[str] = (),
+        side_output_dir: str | None = None,
     ) -> None:
         self.topology = topology
+        # Set: run_partition yields sink rows only (SINK_ARROW) and writes every other row to
+        # ``<side_output_dir>/<task id>.parquet`` (see SINK_COLUMNS).
+        self.side_output_dir = side_output_dir
         self.state_dirs = state_dirs or {}  # task id -> its instance's state root (placement)
         self.settings = settings
         self.batch_id = batch_id
@@ -231,7 +247,11 @@ class TaskBatchRunner:
                     if output is not None:
                         yield output
                 if run is not None:
-                    yield from run.finish()
+                    finished = run.finish()
+                    if self.side_output_dir is None:
+                        yield from finished
+                    else:
+                        run.write_side_output(self.side_output_dir, finished)
             finally:
                 if run is not None:
                     run.close()
@@ -298,6 +318,8 @@ class _TaskRun:
         self.internal_in = 0  # records read from internal topics (TaskBatchRunner.run)
         self.rows: Counter[tuple[str, str | None]] = Counter()  # (kind, topic) -> rows sent
         self.sink_ms = 0.0
+        self.side: list[pa.RecordBatch] = []  # side-output mode: rows other than sink rows
+        self._dlq_split = 0  # side-output mode: DLQ records already split off
         self._last_offset = -1
         self._source: tuple[str, int] | None = None
 
@@ -394,8 +416,25 @@ class _TaskRun:
     def close(self) -> None:
         self.task.close()
 
+    def write_side_output(self, directory: str, batches: list[pa.RecordBatch]) -> None:
+        """Every row but the sink rows, to one parquet file (atomically: a re-run of the task
+        replaces it whole)."""
+        import os
+
+        import pyarrow.parquet as pq
+
+        table = pa.Table.from_batches(self.side + batches, OUTPUT_ARROW)
+        os.makedirs(directory, exist_ok=True)
+        path = os.path.join(directory, f"{self.task_name}.parquet")
+        pq.write_table(table, f"{path}.tmp", compression="none")
+        os.replace(f"{path}.tmp", path)
+
     def _sink_rows(self) -> pa.RecordBatch | None:
-        """Sink and DLQ records produced so far: built column by column, not row by row."""
+        """Sink and DLQ records produced so far: built column by column, not row by row.
+        In side-output mode only the sink rows are returned, in SINK_ARROW; DLQ rows are kept
+        for the side file."""
+        if self.runner.side_output_dir is not None:
+            return self._sink_rows_only()
         task = self.task
         sources = task.take_output_sources()
         records = task.take_output()
@@ -426,6 +465,46 @@ class _TaskRun:
             headers=header_array, partition=partitions, source_topic=source_topics,
             source_partition=source_partitions, source_offset=source_offsets,
             task=self.task_name,
+        )  # fmt: skip
+
+    def _sink_rows_only(self) -> pa.RecordBatch | None:
+        task = self.task
+        if task.dlq_records > self._dlq_split:
+            # Rare: DLQ rows among them. The general path, then split by kind.
+            self._dlq_split = task.dlq_records
+            self.runner.side_output_dir, directory = None, self.runner.side_output_dir
+            try:
+                both = self._sink_rows()
+            finally:
+                self.runner.side_output_dir = directory
+            assert both is not None
+            is_sink = pc.equal(both.column(0), "sink")
+            self.side.append(both.filter(pc.invert(is_sink)))
+            return both.filter(is_sink).select(list(SINK_COLUMNS))
+        sources = task.take_output_sources()
+        records = task.take_output()
+        if not records:
+            return None
+        n = len(records)
+        topics, keys, values, timestamps, headers, _ = zip(*records, strict=True)
+        source_topics, source_partitions, source_offsets = zip(*sources, strict=True)
+        for topic, count in Counter(topics).items():
+            self.rows[("sink", topic)] += count
+        if any(headers):
+            header_array = pa.array([_header_structs(h) for h in headers], HEADERS_ARROW)
+        else:  # n empty lists
+            header_array = pa.ListArray.from_arrays(
+                pa.repeat(pa.scalar(0, pa.int32()), n + 1), _NO_HEADER_VALUES, HEADERS_ARROW
+            )
+        if len(set(source_topics)) == 1:
+            source_topic_array = pa.repeat(pa.scalar(source_topics[0], pa.string()), n)
+        else:
+            source_topic_array = pa.array(source_topics, pa.string())
+        return pa.RecordBatch.from_arrays(
+            [pa.array(keys, pa.binary()), pa.array(values, pa.binary()),
+             pa.array(timestamps, pa.int64()), header_array, source_topic_array,
+             pa.array(source_partitions, pa.int32()), pa.array(source_offsets, pa.int64())],
+            schema=SINK_ARROW,
         )  # fmt: skip
 
     def _version_rows(self) -> list[pa.RecordBatch]:
