@@ -13,7 +13,6 @@ them in the dead letter queue.
 from __future__ import annotations
 
 import json
-import re
 import struct
 from typing import Any, Protocol, runtime_checkable
 
@@ -96,7 +95,10 @@ class _LongSerde:
         return int(self._format.unpack(data)[0])
 
 
-_LONG_DIGITS = re.compile(rb"\d{19}")
+# A run of 19 digits: the only way JSON text holds an integer beyond 64 bits. Found by mapping
+# digits to "0" and everything else to " " (two C-speed passes, half the cost of a regex).
+_DIGITS_AS_ZEROS = bytes(48 if 48 <= byte <= 57 else 32 for byte in range(256))
+_NINETEEN_DIGITS = b"0" * 19
 
 
 class _JsonSerde:
@@ -126,7 +128,9 @@ class _JsonSerde:
         if data is None:
             return None
         try:
-            if _LONG_DIGITS.search(data) is None:
+            if type(data) is not bytes:
+                data = bytes(data)
+            if _NINETEEN_DIGITS not in data.translate(_DIGITS_AS_ZEROS):
                 return orjson.loads(data)
             # orjson would turn integers beyond 64 bits into floats, silently losing digits.
             return json.loads(data)

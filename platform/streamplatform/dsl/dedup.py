@@ -5,10 +5,16 @@ time is the task's (largest timestamp processed, None keys included); the proces
 in its own store so that it survives a restart together with the entries it explains.
 
 Entries older than ``stream_time - interval`` can never cause a drop again and are purged
-through a time-ordered index. The index is a heap in memory, rebuilt from the store when the
-task starts: it costs no store write per record and no range scan over deletion markers, and
+through a time-ordered index. The index lives in memory, rebuilt from the store when the
+task starts: a queue of the entries that arrived in timestamp order (nearly all: popping its
+head is O(1)) and a heap of the others. It it costs no store write per record and no range scan over deletion markers, and
 the store stays the single source of truth. The store holds at most an interval's worth of
 ids, so rebuilding reads at most that much.
+
+The processor is its store's only writer, so it also keeps the store's entries in a dict,
+loaded with the heap: a record's lookup is a dict lookup instead of a store read (most ids are
+new, and a store read of a missing key goes down to RocksDB). Every write still goes to the
+store's transaction, which stays what commits, prepares and leaves as the changelog.
 
 Store layout (one transactional key-value store, bytes keys):
 
@@ -21,6 +27,7 @@ from __future__ import annotations
 import heapq
 import json
 import struct
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -94,7 +101,10 @@ class DeduplicationProcessor(Processor):
         self.forwarded = 0
         self.dropped = 0
         self.late = 0  # forwarded but too old to open a window
-        self._expiry: list[tuple[int, bytes]] = []  # (timestamp, id key) heap
+        # The expiry index, (timestamp, id key) items: entries stored in timestamp order
+        # (a queue, oldest first) and the others (a heap).
+        self._in_order: deque[tuple[int, bytes]] = deque()
+        self._expiry: list[tuple[int, bytes]] = []
         self._task: Any = None
         self._forward: Callable[[Record], None] = lambda record: None
 
@@ -107,10 +117,10 @@ class DeduplicationProcessor(Processor):
             if restore is not None:
                 restore(_ENTRY.unpack(saved)[0])
         self._saved_stream_time: int | None = None
-        self._expiry = [
-            (_ENTRY.unpack(value)[0], key) for key, value in self.store.prefix(_ID_PREFIX)
-        ]
-        heapq.heapify(self._expiry)
+        self._entries: dict[bytes, bytes] = dict(self.store.prefix(_ID_PREFIX))
+        self._in_order = deque(sorted((_unpack(v)[0], k) for k, v in self._entries.items()))
+        self._expiry = []
+        self._put_absent = getattr(self.store, "put_absent", self.store.put)
         # The runtime's own context lets the per-record path read the task's stream time and
         # current record directly, and call a single child without the forward loop; any
         # other ProcessorContext goes through the protocol.
@@ -151,8 +161,8 @@ class DeduplicationProcessor(Processor):
                 id_key = _ID_PREFIX + canonical_bytes(identity)
         else:
             id_key = _ID_PREFIX + canonical_bytes(identity)
-        store = self.store
-        stored = store.get(id_key)
+        entries = self._entries
+        stored = entries.get(id_key)
         timestamp = record[2]
         if stored is not None:
             entry_ts, entry_offset = _unpack(stored)
@@ -164,26 +174,41 @@ class DeduplicationProcessor(Processor):
                 self.dropped += 1
                 return
         horizon = stream_time - interval
-        expiry = self._expiry
+        in_order, expiry = self._in_order, self._expiry
         if timestamp >= horizon:
-            store.put(id_key, _pack(timestamp, NO_OFFSET if offset is None else offset))
-            heapq.heappush(expiry, (timestamp, id_key))
+            entry = entries[id_key] = _pack(timestamp, NO_OFFSET if offset is None else offset)
+            if stored is None:
+                self._put_absent(id_key, entry)
+            else:
+                self.store.put(id_key, entry)
+            if not in_order or timestamp >= in_order[-1][0]:
+                in_order.append((timestamp, id_key))
+            else:
+                heapq.heappush(expiry, (timestamp, id_key))
         else:
             self.late += 1
         self.forwarded += 1
         self._forward(record)
-        if expiry and expiry[0][0] < horizon:
+        if (in_order and in_order[0][0] < horizon) or (expiry and expiry[0][0] < horizon):
             self._purge(horizon)
 
     def _purge(self, horizon: int) -> None:
         """Delete entries older than ``horizon``; a heap item whose id was stored again with
         a newer timestamp since is only dropped from the heap."""
-        expiry, get, put, pop = self._expiry, self.store.get, self.store.put, heapq.heappop
+        in_order, expiry, entries, put = self._in_order, self._expiry, self._entries, self.store.put
+        while in_order and in_order[0][0] < horizon:
+            id_key = in_order.popleft()[1]
+            stored = entries.get(id_key)
+            if stored is not None and _unpack(stored)[0] < horizon:
+                del entries[id_key]
+                put(id_key, None)  # a delete
+        pop = heapq.heappop
         while expiry and expiry[0][0] < horizon:
             id_key = pop(expiry)[1]
-            stored = get(id_key)
+            stored = entries.get(id_key)
             if stored is not None and _unpack(stored)[0] < horizon:
-                put(id_key, None)  # a delete
+                del entries[id_key]
+                put(id_key, None)
 
     def before_commit(self) -> None:
         """Save the task's stream time with the entries it explains (the task calls this)."""

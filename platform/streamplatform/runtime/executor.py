@@ -300,18 +300,18 @@ class _TaskRun:
         self.config = StreamsConfig(runner.settings)
         task_id = f"{runner.subtopology}_{partition}"
         state_dir = runner.state_dirs.get(task_id, self.config["state.dir"])
+        self.restored = 0
+
+        def settle_and_restore(task: Task) -> None:
+            self.restored = runner._settle_and_restore(task)
+
         self.task = Task(
             runner.topology, runner.topology.subtopologies[runner.subtopology], partition,
             self.config,
             Path(state_dir), lambda topic: runner.partitions.get(topic, 1),
-            isolation_level=IsolationLevel.READ_COMMITTED,
+            isolation_level=IsolationLevel.READ_COMMITTED, stores_opened=settle_and_restore,
         )  # fmt: skip
         self.task_name = str(self.task.task_id)
-        try:
-            self.restored = runner._settle_and_restore(self.task)
-        except BaseException:
-            self.task.close()
-            raise
         self.settled = time.monotonic()
         self.half = None if planned is None else planned // 2
         self.cut = False  # stopped early on the stores' uncommitted limits
@@ -488,15 +488,14 @@ class _TaskRun:
         n = len(records)
         topics, keys, values, timestamps, headers, _ = zip(*records, strict=True)
         source_topics, source_partitions, source_offsets = zip(*sources, strict=True)
-        for topic, count in Counter(topics).items():
-            self.rows[("sink", topic)] += count
+        self.rows[("sink", topics[0])] += n  # the job's one sink (see SINK_COLUMNS)
         if any(headers):
             header_array = pa.array([_header_structs(h) for h in headers], HEADERS_ARROW)
         else:  # n empty lists
             header_array = pa.ListArray.from_arrays(
                 pa.repeat(pa.scalar(0, pa.int32()), n + 1), _NO_HEADER_VALUES, HEADERS_ARROW
             )
-        if len(set(source_topics)) == 1:
+        if source_topics.count(source_topics[0]) == n:
             source_topic_array = pa.repeat(pa.scalar(source_topics[0], pa.string()), n)
         else:
             source_topic_array = pa.array(source_topics, pa.string())

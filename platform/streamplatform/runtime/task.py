@@ -121,6 +121,7 @@ class Task:
         partitions_of: Callable[[str], int],
         wall_clock: Callable[[], int] = lambda: int(time.time() * 1000),
         isolation_level: IsolationLevel | None = None,
+        stores_opened: Callable[[Task], None] | None = None,
     ) -> None:
         self.topology = topology
         self.subtopology = subtopology
@@ -167,6 +168,10 @@ class Task:
                     max_uncommitted_records=config["statestore.uncommitted.max.records"],
                     max_uncommitted_bytes=config["statestore.uncommitted.max.bytes"],
                 )
+            if stores_opened is not None:
+                # Before the processors see the stores: the Spark runtime settles and restores
+                # them here, so that what a processor loads at init is already current.
+                stores_opened(self)
             self.processors: dict[str, Processor] = {}
             for name in subtopology.nodes:
                 if isinstance(topology.nodes[name], ProcessorNode):
@@ -185,6 +190,7 @@ class Task:
                 if limited
                 else []
             )
+            self._check_every = _limit_check_interval(config)
         except BaseException:
             self._close_stores()
             raise
@@ -220,10 +226,13 @@ class Task:
         """``process`` each of ``records`` in order, in one loop that looks nothing up per
         record. With ``stop_early``, stops right after the record that made
         ``needs_early_commit()`` true and returns True (the rest of ``records`` is left
-        unread); otherwise returns False once every record is processed."""
+        unread); otherwise returns False once every record is processed. The limits are asked
+        every few records when they are far above what a record writes (see
+        ``_limit_check_interval``), as Kafka Streams asks once per loop over polled records."""
         routes: dict[str, tuple[Any, Callable, Callable, list[Callable[[Record], None]]]] = {}
         consumed, new_record = self.consumed, _new_tuple
         checks = self._limit_checks if stop_early else ()
+        every = countdown = self._check_every
         # The consumed offset of a partition is written when the loop moves on to another
         # partition and when it ends (however it ends), not after every record: between
         # records nothing reads it. Likewise the record count, and `current` is reset at the end.
@@ -261,9 +270,13 @@ class Task:
                         deliver(typed)
                     if self.punctuations:
                         self._punctuate(PunctuationType.STREAM_TIME, self.stream_time)
-                for exceeded in checks:
-                    if exceeded():
-                        return True
+                if checks:
+                    countdown -= 1
+                    if countdown == 0:
+                        countdown = every
+                        for exceeded in checks:
+                            if exceeded():
+                                return True
         finally:
             if last is not None:
                 consumed[(last[0], last[1])] = last[2] + 1
@@ -454,6 +467,21 @@ class Task:
         for store in self.stores.values():
             store.close()
         self.stores = {}
+
+
+def _limit_check_interval(config: StreamsConfig) -> int:
+    """Every how many records ``process_all`` asks the stores' uncommitted limits: every
+    record for small limits (a limit of 25 records stops within one record of it), every 64th
+    for the default 64 MiB, where 63 records of overshoot are nothing and asking costs about
+    as much as the store write itself."""
+    every = 64
+    max_records = config["statestore.uncommitted.max.records"]
+    max_bytes = config["statestore.uncommitted.max.bytes"]
+    if max_records is not None:
+        every = min(every, max(1, max_records // 1024))
+    if max_bytes is not None:
+        every = min(every, max(1, max_bytes // (1024 * 1024)))
+    return every
 
 
 def _partition_bytes(sink: SinkNode, record: Record) -> bytes | None:
