@@ -12,9 +12,14 @@ the store stays the single source of truth. The store holds at most an interval'
 ids, so rebuilding reads at most that much.
 
 The processor is its store's only writer, so it also keeps the store's entries in a dict,
-loaded with the heap: a record's lookup is a dict lookup instead of a store read (most ids are
-new, and a store read of a missing key goes down to RocksDB). Every write still goes to the
-store's transaction, which stays what commits, prepares and leaves as the changelog.
+loaded with the index: a record's lookup is a dict lookup instead of a store read (most ids are
+new, and a store read of a missing key goes down to RocksDB). Under READ_COMMITTED (exactly
+once) no one sees a write before the commit, so the writes wait in a dict until
+``before_commit()`` hands them to the store's transaction, which stays what commits, prepares
+and leaves as the changelog: an id stored and expired within one commit interval (nearly all,
+when the interval is short next to a batch) never reaches the store. The waiting writes count
+towards the store's uncommitted limits (``uncommitted_limit_exceeded``). Under
+READ_UNCOMMITTED every write goes to the store at once, as readers expect to see it.
 
 Store layout (one transactional key-value store, bytes keys):
 
@@ -28,11 +33,12 @@ import heapq
 import json
 import struct
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from streamplatform.dsl.processor import Processor, ProcessorContext
 from streamplatform.records import Record
+from streamplatform.state import IsolationLevel
 
 _ENTRY = struct.Struct(">qq")
 _pack, _unpack = _ENTRY.pack, _ENTRY.unpack
@@ -110,7 +116,8 @@ class DeduplicationProcessor(Processor):
 
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
-        self.store = context.get_state_store(self.store_name).transaction
+        self._state_store = context.get_state_store(self.store_name)
+        self.store = self._state_store.transaction
         saved = self.store.get(_META_KEY)
         if saved is not None:
             restore = getattr(context, "restore_stream_time", None)
@@ -121,6 +128,13 @@ class DeduplicationProcessor(Processor):
         self._in_order = deque(sorted((_unpack(v)[0], k) for k, v in self._entries.items()))
         self._expiry = []
         self._put_absent = getattr(self.store, "put_absent", self.store.put)
+        # Writes waiting for before_commit() (None: a delete), and the keys the store's view
+        # holds (committed, or handed over since): an expired id not among them was never
+        # handed over, and its put is dropped instead of followed by a delete.
+        self._buffered = self.store.isolation_level is IsolationLevel.READ_COMMITTED
+        self._pending: dict[bytes, bytes | None] = {}
+        self._in_store: set[bytes] = set(self._entries) if self._buffered else set()
+        self._pending_entries = self._pending_bytes = 0  # every write counted, as a store does
         # The runtime's own context lets the per-record path read the task's stream time and
         # current record directly, and call a single child without the forward loop; any
         # other ProcessorContext goes through the protocol.
@@ -177,7 +191,11 @@ class DeduplicationProcessor(Processor):
         in_order, expiry = self._in_order, self._expiry
         if timestamp >= horizon:
             entry = entries[id_key] = _pack(timestamp, NO_OFFSET if offset is None else offset)
-            if stored is None:
+            if self._buffered:
+                self._pending[id_key] = entry
+                self._pending_entries += 1
+                self._pending_bytes += len(id_key) + 16
+            elif stored is None:
                 self._put_absent(id_key, entry)
             else:
                 self.store.put(id_key, entry)
@@ -193,25 +211,71 @@ class DeduplicationProcessor(Processor):
             self._purge(horizon)
 
     def _purge(self, horizon: int) -> None:
-        """Delete entries older than ``horizon``; a heap item whose id was stored again with
-        a newer timestamp since is only dropped from the heap."""
-        in_order, expiry, entries, put = self._in_order, self._expiry, self._entries, self.store.put
+        """Delete the entries older than ``horizon``."""
+        if not self._buffered:
+            put = self.store.put
+            for id_key in self._expire(horizon):
+                put(id_key, None)  # a delete
+            return
+        pending, in_store = self._pending, self._in_store
+        writes = nbytes = 0
+        for id_key in self._expire(horizon):
+            if id_key in in_store:
+                pending[id_key] = None
+            else:
+                pending.pop(id_key, None)  # never handed over: nothing to delete
+            writes += 1
+            nbytes += len(id_key)
+        self._pending_entries += writes
+        self._pending_bytes += nbytes
+
+    def _expire(self, horizon: int) -> Iterator[bytes]:
+        """Take the entries older than ``horizon`` out of the index and the dict, and yield
+        their keys; an index item whose id was stored again since, with a newer timestamp,
+        only leaves the index."""
+        in_order, expiry, entries = self._in_order, self._expiry, self._entries
         while in_order and in_order[0][0] < horizon:
             id_key = in_order.popleft()[1]
             stored = entries.get(id_key)
             if stored is not None and _unpack(stored)[0] < horizon:
                 del entries[id_key]
-                put(id_key, None)  # a delete
+                yield id_key
         pop = heapq.heappop
         while expiry and expiry[0][0] < horizon:
             id_key = pop(expiry)[1]
             stored = entries.get(id_key)
             if stored is not None and _unpack(stored)[0] < horizon:
                 del entries[id_key]
+                yield id_key
+
+    def uncommitted_limit_exceeded(self) -> bool:
+        """The store's uncommitted limits, counting the writes still waiting here (the task
+        asks this instead of the store)."""
+        return self._state_store.uncommitted_limit_exceeded(
+            self._pending_entries, self._pending_bytes
+        )
+
+    def _hand_over(self) -> None:
+        """Give the waiting writes to the store's transaction."""
+        pending, in_store = self._pending, self._in_store
+        put, put_absent = self.store.put, self._put_absent
+        for id_key, value in pending.items():
+            if value is None:
                 put(id_key, None)
+                in_store.discard(id_key)
+            elif id_key in in_store:
+                put(id_key, value)
+            else:
+                put_absent(id_key, value)
+                in_store.add(id_key)
+        pending.clear()
+        self._pending_entries = self._pending_bytes = 0
 
     def before_commit(self) -> None:
-        """Save the task's stream time with the entries it explains (the task calls this)."""
+        """Hand the waiting writes to the store and save the task's stream time with the
+        entries it explains (the task calls this before committing or preparing)."""
+        if self._pending or self._pending_entries:
+            self._hand_over()
         stream_time = self.context.stream_time
         if stream_time != self._saved_stream_time:
             self.store.put(_META_KEY, _ENTRY.pack(stream_time, 0))

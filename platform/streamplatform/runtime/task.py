@@ -185,8 +185,18 @@ class Task:
                 config["statestore.uncommitted.max.records"] is not None
                 or config["statestore.uncommitted.max.bytes"] is not None
             )
+            # A processor that holds writes for its store before handing them over answers
+            # for that store (it counts them too).
+            holders = {
+                processor.store_name: processor.uncommitted_limit_exceeded
+                for processor in self.processors.values()
+                if isinstance(processor, DeduplicationProcessor)
+            }
             self._limit_checks = (
-                [store.uncommitted_limit_exceeded for store in self.stores.values()]
+                [
+                    holders.get(name, store.uncommitted_limit_exceeded)
+                    for name, store in self.stores.items()
+                ]
                 if limited
                 else []
             )

@@ -156,17 +156,22 @@ class StoreBase:
         writer = self._writer
         return 0 if writer is None else writer.approximate_num_uncommitted_bytes()
 
-    def uncommitted_limit_exceeded(self) -> bool:
+    def uncommitted_limit_exceeded(self, extra_entries: int = 0, extra_bytes: int = 0) -> bool:
         """True once the writing transaction passes a limit: time for the runtime to commit.
 
         The limits are `statestore.uncommitted.max.records` / `.max.bytes`, given to the
         constructor as `max_uncommitted_records` / `max_uncommitted_bytes` (None = unlimited).
-        Cheap enough to ask after every record.
+        `extra_entries` / `extra_bytes`: writes a caller holds for the store but has not
+        handed to it yet. Cheap enough to ask after every record.
         """
         writer = self._writer
         if writer is None:
-            return False
-        return writer.uncommitted_exceeds(self._max_records, self._max_bytes)
+            return (self._max_records is not None and extra_entries > self._max_records) or (
+                self._max_bytes is not None and extra_bytes > self._max_bytes
+            )
+        return writer.uncommitted_exceeds(
+            self._max_records, self._max_bytes, extra_entries, extra_bytes
+        )
 
     def _check_open(self) -> None:
         if self._db.closed:

@@ -119,16 +119,25 @@ class Transaction:
         """Key + value bytes not yet committed; a delete counts its key."""
         return self._staged_sizes()[1] + self._applied_bytes + self._unstaged_bytes
 
-    def uncommitted_exceeds(self, max_records: int | None, max_bytes: int | None) -> bool:
-        """True when the uncommitted entries pass `max_records` or their bytes `max_bytes`
-        (None: no limit). The same numbers as the two approximations above, in one cheap
-        call: the runtime asks after every record."""
+    def uncommitted_exceeds(
+        self,
+        max_records: int | None,
+        max_bytes: int | None,
+        extra_entries: int = 0,
+        extra_bytes: int = 0,
+    ) -> bool:
+        """True when the uncommitted entries (plus `extra_entries`, writes not handed over
+        yet) pass `max_records` or their bytes (plus `extra_bytes`) `max_bytes` (None: no
+        limit). The same numbers as the two approximations above, in one cheap call: the
+        runtime asks after every few records."""
         staged = self._staged
         if len(staged) == 1:
             writes = staged[0]
             entries, nbytes = len(writes), writes.num_bytes
         else:
             entries, nbytes = self._staged_sizes()
+        entries += extra_entries
+        nbytes += extra_bytes
         return (
             max_records is not None
             and entries + self._applied_entries + self._unstaged_entries > max_records
