@@ -266,7 +266,7 @@ def model_with_store(interval, events):
                 store[key] = (timestamp, offset)
             out.append(offset)
         store = {k: e for k, e in store.items() if e[0] >= stream_time - interval}
-    return out, store
+    return out, {k: e for k, e in store.items() if e[0] >= stream_time - interval}
 
 
 @settings(max_examples=60, deadline=None)
@@ -322,7 +322,7 @@ def run_tasks(directory, interval, events, guarantee, commit_every, reopen_at):
         current.close()
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(
     interval=st.integers(min_value=0, max_value=20),
     events=st.lists(
