@@ -5,6 +5,7 @@ the output of a clean run."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -46,6 +47,10 @@ def test_dedup_job_equals_the_test_driver_and_dlq_gets_each_poison_once(
     rows = delta_rows(spark, f"{tmp_path}/delta/{app}/deduplicated")
     assert sorted((k, v) for _, _, k, v in rows) == expected_with_the_test_driver(source, sent)
     assert len({(p, o) for p, o, _, _ in rows}) == len(rows)  # no source record twice
+    # Every record keeps its header (headers cross to and from Python as JSON).
+    for row in spark.read.format("delta").load(f"{tmp_path}/delta/{app}/deduplicated").collect():
+        index = json.loads(row.value)["n"]
+        assert [(h.key, h.value) for h in row.headers] == [("i", str(index).encode())]
     dlq = spark.read.format("delta").load(f"{tmp_path}/delta/{app}/_dlq").collect()
     assert sorted(r.value for r in dlq) == [b"{poison"] * 3
     assert sum(r.dlq_records for r in results) == 3

@@ -98,19 +98,29 @@ class DeduplicationProcessor(Processor):
     """Forwards the first of duplicates; see :func:`should_forward` and the module docstring.
 
     ``id_of(key, value)`` returns the record's id or None (None: forwarded, no trace kept).
+    With ``per_key`` (deduplicate_by_key_value) the id is ``(key, id_of(key, value))``, None
+    when either is None.
     """
 
-    def __init__(self, store_name: str, interval_ms: int, id_of: Callable[[Any, Any], Any]) -> None:
+    def __init__(
+        self,
+        store_name: str,
+        interval_ms: int,
+        id_of: Callable[[Any, Any], Any],
+        per_key: bool = False,
+    ) -> None:
         self.store_name = store_name
         self.interval = interval_ms
         self.id_of = id_of
+        self.per_key = per_key
         self.forwarded = 0
         self.dropped = 0
         self.late = 0  # forwarded but too old to open a window
-        # The expiry index, (timestamp, id key) items: entries stored in timestamp order
-        # (a queue, oldest first) and the others (a heap).
-        self._in_order: deque[tuple[int, bytes]] = deque()
-        self._expiry: list[tuple[int, bytes]] = []
+        # The expiry index, (timestamp, id key, entry) items: entries stored in timestamp
+        # order (a queue, oldest first) and the others (a heap). An item is current while
+        # its entry object is the one in `_entries`.
+        self._in_order: deque[tuple[int, bytes, bytes]] = deque()
+        self._expiry: list[tuple[int, bytes, bytes]] = []
         self._task: Any = None
         self._forward: Callable[[Record], None] = lambda record: None
 
@@ -125,7 +135,7 @@ class DeduplicationProcessor(Processor):
                 restore(_ENTRY.unpack(saved)[0])
         self._saved_stream_time: int | None = None
         self._entries: dict[bytes, bytes] = dict(self.store.prefix(_ID_PREFIX))
-        self._in_order = deque(sorted((_unpack(v)[0], k) for k, v in self._entries.items()))
+        self._in_order = deque(sorted((_unpack(v)[0], k, v) for k, v in self._entries.items()))
         self._expiry = []
         self._put_absent = getattr(self.store, "put_absent", self.store.put)
         # Writes waiting for before_commit() (None: a delete), and the keys the store's view
@@ -145,8 +155,23 @@ class DeduplicationProcessor(Processor):
         )
 
     def process(self, record: Record) -> None:
-        # should_forward(), inlined: this runs once per record.
-        identity = self.id_of(record[0], record[1])
+        # should_forward(), inlined: this runs once per record. The id's store key is
+        # _ID_PREFIX + canonical_bytes(id); for the common (str key, str id) pair of
+        # deduplicate_by_key_value it is built here directly (the same bytes).
+        key = record[0]
+        if self.per_key:
+            identity = None if key is None else self.id_of(key, record[1])
+            if identity is not None:
+                if type(key) is str and type(identity) is str:
+                    first, second = key.encode(), identity.encode()
+                    id_key = b"".join((b"i(", _U32(len(first) + 1), b"s", first,
+                                       _U32(len(second) + 1), b"s", second))  # fmt: skip
+                else:
+                    id_key = _ID_PREFIX + canonical_bytes((key, identity))
+        else:
+            identity = self.id_of(key, record[1])
+            if identity is not None:
+                id_key = _ID_PREFIX + canonical_bytes(identity)
         if identity is None:
             self.forwarded += 1
             self._forward(record)
@@ -161,20 +186,6 @@ class DeduplicationProcessor(Processor):
             stream_time = context.stream_time
             offset = context.offset
         interval = self.interval
-        if type(identity) is tuple and len(identity) == 2:
-            # canonical_bytes() of deduplicate_by_key_value's (key, id), inlined when both
-            # are strings: the same bytes.
-            first, second = identity
-            if type(first) is str and type(second) is str:
-                first, second = first.encode(), second.encode()
-                id_key = (
-                    b"i(" + _U32(len(first) + 1) + b"s" + first + _U32(len(second) + 1) + b"s"
-                    + second
-                )  # fmt: skip
-            else:
-                id_key = _ID_PREFIX + canonical_bytes(identity)
-        else:
-            id_key = _ID_PREFIX + canonical_bytes(identity)
         entries = self._entries
         stored = entries.get(id_key)
         timestamp = record[2]
@@ -200,9 +211,9 @@ class DeduplicationProcessor(Processor):
             else:
                 self.store.put(id_key, entry)
             if not in_order or timestamp >= in_order[-1][0]:
-                in_order.append((timestamp, id_key))
+                in_order.append((timestamp, id_key, entry))
             else:
-                heapq.heappush(expiry, (timestamp, id_key))
+                heapq.heappush(expiry, (timestamp, id_key, entry))
         else:
             self.late += 1
         self.forwarded += 1
@@ -231,20 +242,18 @@ class DeduplicationProcessor(Processor):
 
     def _expire(self, horizon: int) -> Iterator[bytes]:
         """Take the entries older than ``horizon`` out of the index and the dict, and yield
-        their keys; an index item whose id was stored again since, with a newer timestamp,
-        only leaves the index."""
+        their keys; an index item whose entry was replaced since (the id stored again) only
+        leaves the index."""
         in_order, expiry, entries = self._in_order, self._expiry, self._entries
         while in_order and in_order[0][0] < horizon:
-            id_key = in_order.popleft()[1]
-            stored = entries.get(id_key)
-            if stored is not None and _unpack(stored)[0] < horizon:
+            _, id_key, entry = in_order.popleft()
+            if entries.get(id_key) is entry:
                 del entries[id_key]
                 yield id_key
         pop = heapq.heappop
         while expiry and expiry[0][0] < horizon:
-            id_key = pop(expiry)[1]
-            stored = entries.get(id_key)
-            if stored is not None and _unpack(stored)[0] < horizon:
+            _, id_key, entry = pop(expiry)
+            if entries.get(id_key) is entry:
                 del entries[id_key]
                 yield id_key
 

@@ -120,14 +120,9 @@ class KStream:
         name: str | None = None,
     ) -> KStream:
         """Drop records whose (key, id) was seen within ``interval``; None key or id pass."""
-
-        def id_of(key: Any, value: Any) -> Any:
-            if key is None:
-                return None
-            identity = id_selector(key, value)
-            return None if identity is None else (key, identity)
-
-        return self._deduplicate(name, interval, id_of, repartition_by_id=False)
+        return self._deduplicate(
+            name, interval, id_selector, repartition_by_id=False, per_key=True
+        )
 
     def deduplicate(
         self,
@@ -145,6 +140,7 @@ class KStream:
         interval: timedelta | int,
         id_of: Callable[[Any, Any], Any],
         repartition_by_id: bool,
+        per_key: bool = False,
     ) -> KStream:
         interval_ms = _interval(interval)
         base = name or self._builder.new_name("DEDUPLICATE")
@@ -155,7 +151,7 @@ class KStream:
         store = self._builder.add_store(Stores.persistent_key_value_store(f"{base}-store"))
         return stream._then(
             "DEDUPLICATE",
-            lambda: DeduplicationProcessor(store, interval_ms, id_of),
+            lambda: DeduplicationProcessor(store, interval_ms, id_of, per_key),
             stores=(store,),
             name=base,
         )

@@ -39,7 +39,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from itertools import islice
+from itertools import islice, repeat
 from pathlib import Path
 from typing import Any
 
@@ -90,9 +90,14 @@ _NO_HEADER_VALUES = pa.array([], HEADERS_ARROW.value_type)
 # (``TaskBatchRunner.side_output_dir``), which the driver reads after the write.
 SINK_COLUMNS = ("key", "value", "timestamp", "headers", "source_topic", "source_partition",
                 "source_offset")  # fmt: skip
-SINK_ARROW = pa.schema([OUTPUT_ARROW.field(name) for name in SINK_COLUMNS])
+# Streamed, the headers cross as JSON (see INPUT_COLUMNS; null: none) and Spark turns them
+# back into the table's ARRAY<STRUCT<key, value>>: reading an Arrow list of structs costs the
+# JVM more per row than the rest of the row.
+SINK_ARROW = pa.schema(
+    [OUTPUT_ARROW.field(name) for name in SINK_COLUMNS if name != "headers"]
+).insert(3, pa.field("headers", pa.string()))
 SINK_SCHEMA = (
-    "key BINARY, value BINARY, timestamp LONG, headers ARRAY<STRUCT<key: STRING, value: BINARY>>, "
+    "key BINARY, value BINARY, timestamp LONG, headers STRING, "
     "source_topic STRING, source_partition INT, source_offset LONG"
 )
 
@@ -102,6 +107,9 @@ SINK_SCHEMA = (
 # other columns together, and nearly every record has no header.
 INPUT_COLUMNS = ("task_partition", "topic", "partition", "offset", "timestamp", "key", "value",
                  "headers")  # fmt: skip
+# Under mapInArrow (one Kafka topic, a Spark partition per Kafka partition) the task knows its
+# topic and partition: these columns only (``TaskBatchRunner.stream_topic``).
+STREAM_COLUMNS = ("partition", "offset", "timestamp", "key", "value", "headers")
 
 
 def decode_headers(encoded: str | None) -> list[tuple[str, bytes | None]]:
@@ -112,6 +120,16 @@ def decode_headers(encoded: str | None) -> list[tuple[str, bytes | None]]:
         (h["k"], None if h.get("v") is None else base64.b64decode(h["v"]))
         for h in json.loads(encoded)
     ]
+
+
+def encode_headers(headers: list[tuple[str, bytes | None]]) -> str | None:
+    """Headers in their JSON crossing form (see ``INPUT_COLUMNS``); None when there are none."""
+    if not headers:
+        return None
+    return json.dumps([
+        {"k": key} if value is None else {"k": key, "v": base64.b64encode(value).decode()}
+        for key, value in headers
+    ])  # fmt: skip
 
 
 def records_in_pick_order(table: pa.Table) -> Iterator[ConsumedRecord]:
@@ -188,8 +206,11 @@ class TaskBatchRunner:
         subtopology: int = 0,
         internal_topics: Iterable[str] = (),
         side_output_dir: str | None = None,
+        stream_topic: str | None = None,
     ) -> None:
         self.topology = topology
+        # The topic of the STREAM_COLUMNS rows given to run_partition.
+        self.stream_topic = stream_topic
         # Set: run_partition yields sink rows only (SINK_ARROW) and writes every other row to
         # ``<side_output_dir>/<task id>.parquet`` (see SINK_COLUMNS).
         self.side_output_dir = side_output_dir
@@ -324,16 +345,16 @@ class _TaskRun:
         self._source: tuple[str, int] | None = None
 
     def stream_records(self, batch: pa.RecordBatch) -> list[ConsumedRecord]:
-        """The records of one Arrow batch of a single Kafka partition, in offset order."""
-        topics, partitions, offsets = batch.column(1), batch.column(2), batch.column(3)
-        source = (topics[0].as_py(), partitions[0].as_py())
+        """The records of one Arrow batch (STREAM_COLUMNS) of a single Kafka partition, in
+        offset order."""
+        partitions, offsets = batch.column(0), batch.column(1)
+        source = (self.runner.stream_topic, partitions[0].as_py())
         if self._source is None:
             self._source = source
         first, last = offsets[0].as_py(), offsets[len(offsets) - 1].as_py()
         if (
             source != self._source
             or first <= self._last_offset
-            or pc.count_distinct(topics).as_py() != 1
             or pc.count_distinct(partitions).as_py() != 1
             or (len(offsets) > 1 and not pc.all(pc.less(offsets[:-1], offsets[1:])).as_py())
         ):
@@ -344,22 +365,15 @@ class _TaskRun:
             )
         self._last_offset = last
         topic, partition = source
-        new, record = _new_tuple, ConsumedRecord
-        columns = (offsets.to_pylist(), batch.column(4).to_pylist(), batch.column(5).to_pylist(),
-                   batch.column(6).to_pylist())  # fmt: skip
-        headers = batch.column(7)
+        columns = (repeat(topic), repeat(partition), offsets.to_pylist(),
+                   batch.column(2).to_pylist(), batch.column(3).to_pylist(),
+                   batch.column(4).to_pylist())  # fmt: skip
+        headers = batch.column(5)
         if headers.null_count == len(headers):  # nearly always: no record has headers
-            return [
-                new(record, (topic, partition, offset, timestamp, key, value, _NO_HEADERS))
-                for offset, timestamp, key, value in zip(*columns, strict=True)
-            ]
-        return [
-            new(record, (topic, partition, offset, timestamp, key, value,
-                         _NO_HEADERS if encoded is None else decode_headers(encoded)))
-            for offset, timestamp, key, value, encoded in zip(
-                *columns, headers.to_pylist(), strict=True
-            )
-        ]  # fmt: skip
+            # Plain tuples in ConsumedRecord's layout, built by zip (Task.process_all takes them).
+            return list(zip(*columns, repeat(_NO_HEADERS)))  # type: ignore[arg-type]
+        decoded = [_NO_HEADERS if h is None else decode_headers(h) for h in headers.to_pylist()]
+        return list(zip(*columns, decoded))  # type: ignore[arg-type]
 
     def process(self, records: Iterable[ConsumedRecord]) -> pa.RecordBatch | None:
         """Run ``records`` through the task (until a store passes its limits); returns the
@@ -490,11 +504,9 @@ class _TaskRun:
         source_topics, source_partitions, source_offsets = zip(*sources, strict=True)
         self.rows[("sink", topics[0])] += n  # the job's one sink (see SINK_COLUMNS)
         if any(headers):
-            header_array = pa.array([_header_structs(h) for h in headers], HEADERS_ARROW)
-        else:  # n empty lists
-            header_array = pa.ListArray.from_arrays(
-                pa.repeat(pa.scalar(0, pa.int32()), n + 1), _NO_HEADER_VALUES, HEADERS_ARROW
-            )
+            header_array = pa.array([encode_headers(h) for h in headers], pa.string())
+        else:
+            header_array = pa.nulls(n, pa.string())
         if source_topics.count(source_topics[0]) == n:
             source_topic_array = pa.repeat(pa.scalar(source_topics[0], pa.string()), n)
         else:

@@ -46,6 +46,7 @@ from streamplatform.runtime.executor import (
     OUTPUT_SCHEMA,
     SINK_COLUMNS,
     SINK_SCHEMA,
+    STREAM_COLUMNS,
     ChangelogWrites,
     TaskBatchRunner,
 )
@@ -394,6 +395,7 @@ class StreamingJob:
                 subtopology=subtopology,
                 internal_topics=self.internal_topics,
                 side_output_dir=streamed,
+                stream_topic=self.sources[0] if len(self.sources) == 1 else None,
             )
 
         records = (
@@ -407,7 +409,12 @@ class StreamingJob:
             shutil.rmtree(streamed, ignore_errors=True)  # a crashed attempt's files
             (sink,) = self.topology.sink_topics(self.app)
             started = time.monotonic()
-            sink_rows = records.mapInArrow(runner(0).run_partition, SINK_SCHEMA)
+            sink_rows = (
+                records.select(*STREAM_COLUMNS)
+                .mapInArrow(runner(0).run_partition, SINK_SCHEMA)
+                .withColumn("headers", _headers_from_json("headers"))
+                .select(*SINK_COLUMNS)
+            )
             self._append(batch_id, sink_rows, f"{self.root}/{sink}", f"sink-{sink}")
             self._streamed_ms = int((time.monotonic() - started) * 1000)
             if not Path(streamed).is_dir():  # no task had records
@@ -417,7 +424,9 @@ class StreamingJob:
             return self._execute_stages(batch_id, records, runner)
         if len(self.sources) == 1:
             # Spark's Kafka source makes one partition per Kafka partition: one task each.
-            outputs = records.mapInArrow(runner(0).run_partition, OUTPUT_SCHEMA)
+            outputs = records.select(*STREAM_COLUMNS).mapInArrow(
+                runner(0).run_partition, OUTPUT_SCHEMA
+            )
         else:
             outputs = _run_grouped(records, runner(0))
         return outputs.persist()
@@ -620,6 +629,20 @@ def _headers_as_json(column: str) -> Any:
             ),
             {"ignoreNullFields": "true"},
         ),
+    )
+
+
+def _headers_from_json(column: str) -> Any:
+    """The inverse of _headers_as_json: the ARRAY<STRUCT<key, value>> of the output tables."""
+    from pyspark.sql import functions as F
+
+    return F.when(
+        F.col(column).isNull(), F.array().cast("array<struct<key: string, value: binary>>")
+    ).otherwise(
+        F.transform(
+            F.from_json(column, "array<struct<k: string, v: string>>"),
+            lambda h: F.struct(h["k"].alias("key"), F.unbase64(h["v"]).alias("value")),
+        )
     )
 
 

@@ -68,10 +68,12 @@ class NodeContext:
     application_id = property(lambda self: self._task.application_id)
     task_id = property(lambda self: str(self._task.task_id))
     stream_time = property(lambda self: self._task.stream_time)
-    topic = property(lambda self: self._task.current.topic if self._task.current else None)
-    partition = property(lambda self: self._task.current.partition if self._task.current else -1)
-    offset = property(lambda self: self._task.current.offset if self._task.current else None)
-    headers = property(lambda self: list(self._task.current.headers) if self._task.current else [])
+    # The current record is a ConsumedRecord or a plain tuple in its layout (see
+    # Task.process_all): read by index.
+    topic = property(lambda self: self._task.current[0] if self._task.current else None)
+    partition = property(lambda self: self._task.current[1] if self._task.current else -1)
+    offset = property(lambda self: self._task.current[2] if self._task.current else None)
+    headers = property(lambda self: list(self._task.current[6]) if self._task.current else [])
 
     def forward(self, record: Record) -> None:
         for child in self._children:
@@ -234,7 +236,8 @@ class Task:
 
     def process_all(self, records: Iterable[ConsumedRecord], stop_early: bool = False) -> bool:
         """``process`` each of ``records`` in order, in one loop that looks nothing up per
-        record. With ``stop_early``, stops right after the record that made
+        record. A record may also be a plain tuple in ConsumedRecord's layout (cheaper to
+        build in bulk). With ``stop_early``, stops right after the record that made
         ``needs_early_commit()`` true and returns True (the rest of ``records`` is left
         unread); otherwise returns False once every record is processed. The limits are asked
         every few records when they are far above what a record writes (see
@@ -270,7 +273,8 @@ class Task:
                     key = key_of(record[4])
                     value = value_of(record[5])
                 except Exception as exception:
-                    self._handle(DESERIALIZATION, source.name, record, exception)
+                    raw = record if type(record) is ConsumedRecord else ConsumedRecord(*record)
+                    self._handle(DESERIALIZATION, source.name, raw, exception)
                 else:
                     timestamp = record[3]
                     if timestamp > self.stream_time:
@@ -373,15 +377,15 @@ class Task:
         current = self.current
         production = setting == PRODUCTION
         context = ErrorHandlerContext(
-            topic=current.topic if current else None,
-            partition=current.partition if current else -1,
-            offset=current.offset if current else -1,
+            topic=current[0] if current else None,
+            partition=current[1] if current else -1,
+            offset=current[2] if current else -1,
             timestamp=record.timestamp if record is not None else self.stream_time,
             processor_node_name=node,
             task_id=str(self.task_id),
-            headers=list(current.headers) if current else [],
-            source_raw_key=None if production or current is None else current.key,
-            source_raw_value=None if production or current is None else current.value,
+            headers=list(current[6]) if current else [],
+            source_raw_key=None if production or current is None else current[4],
+            source_raw_value=None if production or current is None else current[5],
         )
         response = call_handler(self._handlers[setting], setting, context, record, exception)
         self.output.extend(response.dlq_records)
@@ -433,7 +437,7 @@ class Task:
 
     def _source_coordinates(self) -> tuple[str | None, int, int]:
         current = self.current
-        return (current.topic, current.partition, current.offset) if current else (None, -1, -1)
+        return (current[0], current[1], current[2]) if current else (None, -1, -1)
 
     def take_output_sources(self) -> list[tuple[str | None, int, int]]:
         """Call before take_output(): the source coordinates of the records it returns."""
