@@ -494,7 +494,16 @@ class _TaskRun:
             assert both is not None
             is_sink = pc.equal(both.column(0), "sink")
             self.side.append(both.filter(pc.invert(is_sink)))
-            return both.filter(is_sink).select(list(SINK_COLUMNS))
+            sink = both.filter(is_sink)
+            headers = [
+                encode_headers([(h["key"], h["value"]) for h in structs])
+                for structs in sink.column("headers").to_pylist()
+            ]
+            return pa.RecordBatch.from_arrays(
+                [pa.array(headers, pa.string()) if name == "headers" else sink.column(name)
+                 for name in SINK_ARROW.names],
+                schema=SINK_ARROW,
+            )  # fmt: skip
         sources = task.take_output_sources()
         records = task.take_output()
         if not records:

@@ -8,7 +8,10 @@ One micro-batch N (see ../shared/DESIGN.md, "Running on Spark"):
 2. read exactly those ranges with Spark's Kafka batch source, headers included;
 3. run every task in an executor (``mapInArrow``, one Spark partition per Kafka partition, or
    ``applyInArrow`` grouped by task when a task reads several topics; executor.py); the
-   output is cached so that every table below reads it without running the tasks again;
+   output is cached so that every table below reads it without running the tasks again. A job
+   with one Kafka source and one Delta sink (the dedup job) caches nothing: its tasks run
+   inside the sink's Delta write, streaming their sink rows into it, and leave their other
+   rows in side files (``_sink_streamed``);
 4. write the outputs: Delta sinks, the DLQ mirror, the state changelog and the versioned
    snapshots, all idempotent by ``txnAppId``/``txnVersion = N``; Kafka sinks and the DLQ topic
    (at least once, produced from the executors with each record's own timestamp:
@@ -322,8 +325,8 @@ class StreamingJob:
 
         That takes one sub-topology reading one Kafka topic and writing one Delta sink, and a
         local Delta root (the tasks write their other rows there, and the driver reads them).
-        It saves caching every sink row and reading them back: a third of the JVM's work on a
-        dedup batch.
+        It saves caching every sink row and reading it back. A replayed batch is not streamed
+        (run_batch): Delta skips a write it already committed, and the tasks with it.
         """
         sinks = set(self.topology.sink_topics(self.app))
         if (
