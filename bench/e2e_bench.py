@@ -9,8 +9,10 @@ duplicates (same key and id within the interval), 3% out of order. Both on ``loc
 - native: Structured Streaming Kafka source -> ``withWatermark`` ->
   ``dropDuplicatesWithinWatermark([key, id])`` -> Delta sink, ``trigger(availableNow=True)``.
 
-Both run once on other data first (the JVM's class loading and JIT are then charged to neither),
-then ``--repeats`` times each in alternating order on the same data. Prints records/s of both
+Both run once on other data first (``--warmup-records``, 500k: the JVM's class loading and JIT
+are then charged to neither; after a 100k warm-up our first timed run still spent ~4 s more JVM
+CPU than the next ones, native's did not), then ``--repeats`` times each in alternating order on
+the same data. Prints records/s of both
 (median, spread) and the ratio; then our batch latency p50/p99 with 10k-record batches
 (``--latency-records`` records), and the peak RSS of the Python workers during our runs (summed
 over Spark's Python worker processes, sampled every 0.2 s).
@@ -155,7 +157,7 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=2_000_000)
     parser.add_argument("--latency-records", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=3, help="timed runs of each, alternating")
-    parser.add_argument("--warmup-records", type=int, default=100_000)
+    parser.add_argument("--warmup-records", type=int, default=500_000)
     args = parser.parse_args()
     ours: list[float] = []
     native: list[float] = []

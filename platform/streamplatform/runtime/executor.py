@@ -40,6 +40,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import islice, repeat
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -509,21 +510,21 @@ class _TaskRun:
         if not records:
             return None
         n = len(records)
-        topics, keys, values, timestamps, headers, _ = zip(*records, strict=True)
-        source_topics, source_partitions, source_offsets = zip(*sources, strict=True)
-        self.rows[("sink", topics[0])] += n  # the job's one sink (see SINK_COLUMNS)
+        self.rows[("sink", records[0][0])] += n  # the job's one sink (see SINK_COLUMNS)
+        # Every record comes from this task's one partition (stream_records checks it).
+        topic, partition = self._source  # type: ignore[misc]
+        headers = list(map(itemgetter(4), records))
         if any(headers):
             header_array = pa.array([encode_headers(h) for h in headers], pa.string())
         else:
             header_array = pa.nulls(n, pa.string())
-        if source_topics.count(source_topics[0]) == n:
-            source_topic_array = pa.repeat(pa.scalar(source_topics[0], pa.string()), n)
-        else:
-            source_topic_array = pa.array(source_topics, pa.string())
         return pa.RecordBatch.from_arrays(
-            [pa.array(keys, pa.binary()), pa.array(values, pa.binary()),
-             pa.array(timestamps, pa.int64()), header_array, source_topic_array,
-             pa.array(source_partitions, pa.int32()), pa.array(source_offsets, pa.int64())],
+            [pa.array(list(map(itemgetter(1), records)), pa.binary()),
+             pa.array(list(map(itemgetter(2), records)), pa.binary()),
+             pa.array(list(map(itemgetter(3), records)), pa.int64()), header_array,
+             pa.repeat(pa.scalar(topic, pa.string()), n),
+             pa.repeat(pa.scalar(partition, pa.int32()), n),
+             pa.array(list(map(itemgetter(2), sources)), pa.int64())],
             schema=SINK_ARROW,
         )  # fmt: skip
 
