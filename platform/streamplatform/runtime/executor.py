@@ -93,13 +93,15 @@ SINK_COLUMNS = ("key", "value", "timestamp", "headers", "source_topic", "source_
                 "source_offset")  # fmt: skip
 # Streamed, the headers cross as JSON (see INPUT_COLUMNS; null: none) and Spark turns them
 # back into the table's ARRAY<STRUCT<key, value>>: reading an Arrow list of structs costs the
-# JVM more per row than the rest of the row.
-SINK_ARROW = pa.schema(
-    [OUTPUT_ARROW.field(name) for name in SINK_COLUMNS if name != "headers"]
-).insert(3, pa.field("headers", pa.string()))
+# JVM more per row than the rest of the row. The job's one source topic is added by Spark.
+SINK_ARROW = pa.schema([
+    pa.field("key", pa.binary()), pa.field("value", pa.binary()),
+    pa.field("timestamp", pa.int64()), pa.field("headers", pa.string()),
+    pa.field("source_partition", pa.int32()), pa.field("source_offset", pa.int64()),
+])  # fmt: skip
 SINK_SCHEMA = (
-    "key BINARY, value BINARY, timestamp LONG, headers STRING, "
-    "source_topic STRING, source_partition INT, source_offset LONG"
+    "key BINARY, value BINARY, timestamp LONG, headers STRING, source_partition INT, "
+    "source_offset LONG"
 )
 
 # The input columns, in this order (microbatch.py selects them). ``headers`` arrives as JSON,
@@ -457,7 +459,9 @@ class _TaskRun:
             return None
         n = len(records)
         topics, keys, values, timestamps, headers, partitions = zip(*records, strict=True)
-        source_topics, source_partitions, source_offsets = zip(*sources, strict=True)
+        source_topics, source_partitions, source_offsets = (
+            list(map(itemgetter(i), sources)) for i in range(3)
+        )
         topic_counts = Counter(topics)
         dlq = task.dlq_topic
         for topic, count in topic_counts.items():
@@ -512,7 +516,7 @@ class _TaskRun:
         n = len(records)
         self.rows[("sink", records[0][0])] += n  # the job's one sink (see SINK_COLUMNS)
         # Every record comes from this task's one partition (stream_records checks it).
-        topic, partition = self._source  # type: ignore[misc]
+        _, partition = self._source  # type: ignore[misc]
         headers = list(map(itemgetter(4), records))
         if any(headers):
             header_array = pa.array([encode_headers(h) for h in headers], pa.string())
@@ -522,7 +526,6 @@ class _TaskRun:
             [pa.array(list(map(itemgetter(1), records)), pa.binary()),
              pa.array(list(map(itemgetter(2), records)), pa.binary()),
              pa.array(list(map(itemgetter(3), records)), pa.int64()), header_array,
-             pa.repeat(pa.scalar(topic, pa.string()), n),
              pa.repeat(pa.scalar(partition, pa.int32()), n),
              pa.array(list(map(itemgetter(2), sources)), pa.int64())],
             schema=SINK_ARROW,

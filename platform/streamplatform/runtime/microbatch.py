@@ -416,6 +416,7 @@ class StreamingJob:
                 records.select(*STREAM_COLUMNS)
                 .mapInArrow(runner(0).run_partition, SINK_SCHEMA)
                 .withColumn("headers", _headers_from_json("headers"))
+                .withColumn("source_topic", F.lit(self.sources[0]))
                 .select(*SINK_COLUMNS)
             )
             self._append(batch_id, sink_rows, f"{self.root}/{sink}", f"sink-{sink}")

@@ -43,6 +43,8 @@ from streamplatform.state.stores import duration_ms
 log = logging.getLogger(__name__)
 
 UNKNOWN_TIME = -1  # stream time before the first record, as in Kafka Streams
+# The source of an output record produced outside any source record (a punctuation).
+NO_SOURCE = (None, -1, -1, None, None, None, None)
 _new_tuple = tuple.__new__  # builds a NamedTuple without its Python-level __new__
 
 
@@ -135,8 +137,9 @@ class Task:
         self.stream_time = UNKNOWN_TIME
         self.current: ConsumedRecord | None = None
         self.output: list[ProducerRecord] = []
-        # Parallel to `output`: the (topic, partition, offset) of the source record behind each.
-        self.output_sources: list[tuple[str | None, int, int]] = []
+        # Parallel to `output`: the source record behind each (a ConsumedRecord, or a tuple
+        # in its layout: topic, partition and offset come first), NO_SOURCE for none.
+        self.output_sources: list[tuple] = []
         # Versions written to versioned stores by table sources: (store, key, value, timestamp).
         self.versions: list[tuple[str, bytes, bytes | None, int]] = []
         self.dlq_topic: str | None = config["errors.dead.letter.queue.topic.name"]
@@ -362,7 +365,7 @@ class Task:
                 partition = 0 if by is None else partition_for(by, self.partitions_of(topic))
             append(new_record(ProducerRecord, (topic, key, value, record[2], record[3], partition)))
             current = self.current
-            add_source((current[0], current[1], current[2]) if current else (None, -1, -1))
+            add_source(current or NO_SOURCE)
 
         return write
 
@@ -435,12 +438,12 @@ class Task:
             store.commit(offsets)
         return offsets
 
-    def _source_coordinates(self) -> tuple[str | None, int, int]:
-        current = self.current
-        return (current[0], current[1], current[2]) if current else (None, -1, -1)
+    def _source_coordinates(self) -> tuple:
+        return self.current or NO_SOURCE
 
-    def take_output_sources(self) -> list[tuple[str | None, int, int]]:
-        """Call before take_output(): the source coordinates of the records it returns."""
+    def take_output_sources(self) -> list[tuple]:
+        """Call before take_output(): the source records of the records it returns (their
+        topic, partition and offset come first; NO_SOURCE for none)."""
         sources = self.output_sources[:]
         self.output_sources.clear()
         return sources
