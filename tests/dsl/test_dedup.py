@@ -241,6 +241,14 @@ def test_bad_interval_is_an_error_naming_it(interval):
 # Against a plain model of NOTES.md ------------------------------------------------------------------
 
 
+# Keyed events (key or None, timestamp) and intervals for the property tests.
+INTERVALS = st.integers(min_value=0, max_value=20)
+EVENTS = st.lists(
+    st.tuples(st.sampled_from(["a", "b", "c", None]), st.integers(min_value=0, max_value=60)),
+    max_size=40,
+)
+
+
 def model(interval, events):
     """NOTES.md, KIP-655, written as plainly as possible: the offsets forwarded."""
     return model_with_store(interval, events)[0]
@@ -271,11 +279,8 @@ def model_with_store(interval, events):
 
 @settings(max_examples=60, deadline=None)
 @given(
-    interval=st.integers(min_value=0, max_value=20),
-    events=st.lists(
-        st.tuples(st.sampled_from(["a", "b", "c", None]), st.integers(min_value=0, max_value=60)),
-        max_size=40,
-    ),
+    interval=INTERVALS,
+    events=EVENTS,
 )
 def test_deduplicate_by_key_matches_the_model(interval, events):
     labelled = [(key, str(offset), ts) for offset, (key, ts) in enumerate(events)]
@@ -324,11 +329,8 @@ def run_tasks(directory, interval, events, guarantee, commit_every, reopen_at):
 
 @settings(max_examples=200, deadline=None)
 @given(
-    interval=st.integers(min_value=0, max_value=20),
-    events=st.lists(
-        st.tuples(st.sampled_from(["a", "b", "c", None]), st.integers(min_value=0, max_value=60)),
-        max_size=40,
-    ),
+    interval=INTERVALS,
+    events=EVENTS,
     commit_every=st.integers(min_value=1, max_value=12),
     reopen_at=st.integers(min_value=0, max_value=40),
 )
