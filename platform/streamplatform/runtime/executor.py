@@ -15,6 +15,8 @@ the batch's numbers) and called once per task with that task's rows (``mapInArro
    (at_least_once); either way they also leave as changelog rows;
 6. return the output rows: sink, DLQ, changelog and version rows, and one progress row that
    also counts the rows of each kind, so the driver needs no pass over the output for that.
+   With a side-output directory (a job whose one sink is a Delta table) only the sink rows are
+   returned, into the Delta write; the others go to the task's side file (SINK_COLUMNS).
 
 Under ``mapInArrow`` a Spark partition is one Kafka partition, read in offset order: the task
 processes each Arrow batch as it arrives and sends its sink and DLQ rows on at once, so the
