@@ -163,10 +163,14 @@ def main() -> None:
               f"{counts['late']} out of order")  # fmt: skip
         ours, ours_out = run_ours(directory)
         spark, spark_out = run_spark(directory)
-    print(f"ours   (task path, 1 core):                {records / ours:>10,.0f} records/s "
-          f"({ours:.1f} s, {ours_out} forwarded)")
-    print(f"Spark  (dropDuplicatesWithinWatermark, local[1]): {records / spark:>10,.0f} records/s "
-          f"({spark:.1f} s, {spark_out} forwarded)")
+    print(
+        f"ours   (task path, 1 core):                {records / ours:>10,.0f} records/s "
+        f"({ours:.1f} s, {ours_out} forwarded)"
+    )
+    print(
+        f"Spark  (dropDuplicatesWithinWatermark, local[1]): {records / spark:>10,.0f} records/s "
+        f"({spark:.1f} s, {spark_out} forwarded)"
+    )
     print(f"ratio ours / Spark: {spark / ours:.2f}x")  # fmt: skip
 
 

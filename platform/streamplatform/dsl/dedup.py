@@ -7,9 +7,9 @@ in its own store so that it survives a restart together with the entries it expl
 Entries older than ``stream_time - interval`` can never cause a drop again and are purged
 through a time-ordered index. The index lives in memory, rebuilt from the store when the
 task starts: a queue of the entries that arrived in timestamp order (nearly all: popping its
-head is O(1)) and a heap of the others. It it costs no store write per record and no range scan over deletion markers, and
-the store stays the single source of truth. The store holds at most an interval's worth of
-ids, so rebuilding reads at most that much.
+head is O(1)) and a heap of the others. It costs no store write per record and no range scan
+over deletion markers, and the store stays the single source of truth. The store holds at
+most an interval's worth of ids, so rebuilding reads at most that much.
 
 The processor is its store's only writer, so it also keeps the store's entries in a dict,
 loaded with the index: a record's lookup is a dict lookup instead of a store read (most ids are

@@ -120,9 +120,7 @@ class KStream:
         name: str | None = None,
     ) -> KStream:
         """Drop records whose (key, id) was seen within ``interval``; None key or id pass."""
-        return self._deduplicate(
-            name, interval, id_selector, repartition_by_id=False, per_key=True
-        )
+        return self._deduplicate(name, interval, id_selector, repartition_by_id=False, per_key=True)
 
     def deduplicate(
         self,

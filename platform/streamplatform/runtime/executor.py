@@ -376,9 +376,9 @@ class _TaskRun:
         headers = batch.column(5)
         if headers.null_count == len(headers):  # nearly always: no record has headers
             # Plain tuples in ConsumedRecord's layout, built by zip (Task.process_all takes them).
-            return list(zip(*columns, repeat(_NO_HEADERS)))  # type: ignore[arg-type]
+            return list(zip(*columns, repeat(_NO_HEADERS), strict=False))  # type: ignore[arg-type]
         decoded = [_NO_HEADERS if h is None else decode_headers(h) for h in headers.to_pylist()]
-        return list(zip(*columns, decoded))  # type: ignore[arg-type]
+        return list(zip(*columns, decoded, strict=False))  # type: ignore[arg-type]
 
     def process(self, records: Iterable[ConsumedRecord]) -> pa.RecordBatch | None:
         """Run ``records`` through the task (until a store passes its limits); returns the
