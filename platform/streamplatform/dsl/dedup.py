@@ -137,7 +137,6 @@ class DeduplicationProcessor(Processor):
         self._entries: dict[bytes, bytes] = dict(self.store.prefix(_ID_PREFIX))
         self._in_order = deque(sorted((_unpack(v)[0], k, v) for k, v in self._entries.items()))
         self._expiry = []
-        self._put_absent = getattr(self.store, "put_absent", self.store.put)
         # Writes waiting for before_commit() (None: a delete), and the keys the store's view
         # holds (committed, or handed over since): an expired id not among them was never
         # handed over, and its put is dropped instead of followed by a delete.
@@ -206,8 +205,6 @@ class DeduplicationProcessor(Processor):
                 self._pending[id_key] = entry
                 self._pending_entries += 1
                 self._pending_bytes += len(id_key) + 16
-            elif stored is None:
-                self._put_absent(id_key, entry)
             else:
                 self.store.put(id_key, entry)
             if not in_order or timestamp >= in_order[-1][0]:
@@ -266,16 +263,12 @@ class DeduplicationProcessor(Processor):
 
     def _hand_over(self) -> None:
         """Give the waiting writes to the store's transaction."""
-        pending, in_store = self._pending, self._in_store
-        put, put_absent = self.store.put, self._put_absent
+        pending, in_store, put = self._pending, self._in_store, self.store.put
         for id_key, value in pending.items():
+            put(id_key, value)
             if value is None:
-                put(id_key, None)
                 in_store.discard(id_key)
-            elif id_key in in_store:
-                put(id_key, value)
             else:
-                put_absent(id_key, value)
                 in_store.add(id_key)
         pending.clear()
         self._pending_entries = self._pending_bytes = 0

@@ -449,11 +449,15 @@ class _TaskRun:
         os.replace(f"{path}.tmp", path)
 
     def _sink_rows(self) -> pa.RecordBatch | None:
-        """Sink and DLQ records produced so far: built column by column, not row by row.
-        In side-output mode only the sink rows are returned, in SINK_ARROW; DLQ rows are kept
-        for the side file."""
+        """Sink and DLQ records produced so far. In side-output mode only the sink rows are
+        returned, in SINK_ARROW; DLQ rows are kept for the side file."""
         if self.runner.side_output_dir is not None:
             return self._sink_rows_only()
+        return self._sink_and_dlq_rows()
+
+    def _sink_and_dlq_rows(self) -> pa.RecordBatch | None:
+        """Sink and DLQ records produced so far, in OUTPUT_ARROW: built column by column, not
+        row by row."""
         task = self.task
         sources = task.take_output_sources()
         records = task.take_output()
@@ -493,11 +497,7 @@ class _TaskRun:
         if task.dlq_records > self._dlq_split:
             # Rare: DLQ rows among them. The general path, then split by kind.
             self._dlq_split = task.dlq_records
-            self.runner.side_output_dir, directory = None, self.runner.side_output_dir
-            try:
-                both = self._sink_rows()
-            finally:
-                self.runner.side_output_dir = directory
+            both = self._sink_and_dlq_rows()
             assert both is not None
             is_sink = pc.equal(both.column(0), "sink")
             self.side.append(both.filter(pc.invert(is_sink)))

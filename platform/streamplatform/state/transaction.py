@@ -267,25 +267,6 @@ class KeyValueTransaction(Transaction):
                 self._fresh.add(key)
         self._data.put(key, value)
 
-    def put_absent(self, key: bytes, value: bytes) -> None:
-        """``put(key, value)`` for a key the caller knows this transaction reads as absent
-        (a processor that mirrors every key it wrote). put() learns that from the get() before
-        it; either way a later delete of the key, within this transaction, unstages the put
-        instead of staging a delete."""
-        if self._apply_each_write or self._closed or key in self._data.writes:
-            self.put(key, value)  # (a staged delete: the committed data holds the key)
-            return
-        if not isinstance(key, bytes):
-            check_bytes("key", key)
-        if not isinstance(value, bytes):
-            check_bytes("value", value)
-        generation = self._db.generation
-        if self._fresh_generation != generation:
-            self._fresh.clear()
-            self._fresh_generation = generation
-        self._fresh.add(key)
-        self._data.put(key, value)
-
     def delete(self, key: bytes) -> None:
         """Stage the deletion of `key`; it hides the stored value from this transaction's reads."""
         self.put(key, None)
