@@ -79,7 +79,7 @@ def no_duplicates_within_interval(
 ) -> dg.AssetCheckResult:
     spec = dedup_job(streams, kafka, delta_root, state_dir)
     session = spark.spark_session
-    _, consumed = committed(session, spec)
+    _, consumed = committed(spec)
     inputs: dict[str, dict[int, tuple[int, int]]] = {}
     low = _whole_topic(spec, pipelines.TRANSACTIONS)[pipelines.TRANSACTIONS]
     for (topic, partition), offset in consumed.items():

@@ -88,7 +88,7 @@ def batch_rows(spark: Any, spec: JobSpec, day: str, as_of_version: int | None = 
 
     from streamplatform.spark import read_kafka_ranges
 
-    _, consumed = committed(spark, spec)
+    _, consumed = committed(spec)
     versions = spec.table("_versions")
     if delta_version(spark, versions) is None:
         return None

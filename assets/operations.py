@@ -161,7 +161,7 @@ def offsets_report(
 ) -> tuple[list[tuple[Any, ...]], dict[str, Any]]:
     """Per source partition ``(app, topic, partition, consumed, end, lag, last batch)`` rows
     and the job's numbers (batches, last batch id, lag)."""
-    last_batch, consumed = committed(spark, spec)
+    last_batch, consumed = committed(spec)
     lag = lag_by_partition(kafka, spec.sources, consumed)
     rows = []
     for name, partition_lag in sorted(lag.items()):

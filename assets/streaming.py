@@ -58,7 +58,7 @@ def transactions_deduplicated(
     spec = dedup_job(streams, kafka, delta_root, state_dir)
     session = spark.spark_session
     results = run_until_caught_up(spec, session, context.log)
-    last_batch, consumed = committed(session, spec)
+    last_batch, consumed = committed(spec)
     lag = lag_by_partition(kafka, spec.sources, consumed)
     metadata = run_metadata(spec, results, consumed, lag) | {
         "output_topic": pipelines.DEDUPLICATED,
@@ -127,7 +127,7 @@ def fx_rate_versions(
     spec = enrichment_job(streams, kafka, delta_root, state_dir)
     session = spark.spark_session
     results = run_until_caught_up(spec, session, context.log)
-    last_batch, consumed = committed(session, spec)
+    last_batch, consumed = committed(spec)
     lag = lag_by_partition(kafka, spec.sources, consumed)
     versions_path, sink_path = spec.table("_versions"), spec.table(pipelines.ENRICHED)
     # The previous materialization counts only if it ran this job on these tables: one of

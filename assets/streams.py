@@ -115,9 +115,9 @@ def run_until_caught_up(spec: JobSpec, spark: Any, log: Any = None) -> list[Batc
             close()
 
 
-def committed(spark: Any, spec: JobSpec) -> tuple[int | None, dict[tuple[str, int], int]]:
+def committed(spec: JobSpec) -> tuple[int | None, dict[tuple[str, int], int]]:
     """The last committed batch id and the offsets consumed up to, from the commit log."""
-    last = CommitLog(spark, spec.table("_commits"), spec.application_id).last()
+    last = CommitLog(spec.table("_commits"), spec.application_id).last()
     return (None, {}) if last is None else (last.batch_id, dict(last.consumed))
 
 

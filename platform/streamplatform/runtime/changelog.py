@@ -10,7 +10,7 @@ keys that a key-value store's committed data did not hold are left out (they cha
 on replay, and a deduplication store would otherwise log one for nearly every id it expires).
 
 Executors have no SparkSession: the driver resolves the live files of each task's partition
-from the Delta log and the executor reads them with pyarrow.
+from the Delta log (delta-rs, in milliseconds) and the executor reads them with pyarrow.
 """
 
 from __future__ import annotations
@@ -18,11 +18,8 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import unquote, urlparse
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
 
 CHANGELOG_SCHEMA = (
     "task STRING, store STRING, batch_id LONG, seq LONG, column_family STRING, "
@@ -31,14 +28,12 @@ CHANGELOG_SCHEMA = (
 _TASK_DIRECTORY = re.compile(r"/task=([^/]+)/")
 
 
-def files_by_task(spark: SparkSession, path: str) -> dict[str, list[str]]:
+def files_by_task(path: str) -> dict[str, list[str]]:
     """Live parquet files of the changelog per task id, from the Delta log (no data read)."""
-    from delta.tables import DeltaTable
+    from streamplatform.runtime.delta_direct import live_files
 
-    if not DeltaTable.isDeltaTable(spark, path):
-        return {}
     files: dict[str, list[str]] = defaultdict(list)
-    for uri in DeltaTable.forPath(spark, path).toDF().inputFiles():
+    for uri in live_files(path):
         match = _TASK_DIRECTORY.search(uri)
         if match:
             files[unquote(match.group(1))].append(_local(uri))

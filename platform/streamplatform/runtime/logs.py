@@ -10,8 +10,11 @@ Like the ``offsets/`` and ``commits/`` folders of a Spark checkpoint, but querya
   offsets each partition was actually consumed up to (a task may stop early to keep its
   uncommitted state bounded) and the batch's numbers. Appending it is the commit point.
 
-Both appends are idempotent (Delta ``txnAppId``/``txnVersion`` = batch id), so a crash
-between writing and recording can never log a batch twice.
+Both appends are idempotent (a Delta transaction id, ``<application.id>-offsets`` /
+``-commits``, with the batch id as its version), so a crash between writing and recording can
+never log a batch twice; the commit log's transaction version is also how the newest committed
+batch is found without reading the table. The driver writes them with delta-rs
+(delta_direct.py): a few rows per batch, appended in milliseconds instead of a Spark job.
 """
 
 from __future__ import annotations
@@ -19,17 +22,23 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC
-from typing import TYPE_CHECKING, Any
+from datetime import UTC, datetime
+from typing import Any
 
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+import pyarrow as pa
 
-OFFSETS_SCHEMA = "batch_id LONG, topic STRING, partition INT, start_offset LONG, end_offset LONG"
-COMMITS_SCHEMA = (
-    "batch_id LONG, committed_at TIMESTAMP, consumed STRING, records_in LONG, records_out LONG, "
-    "dlq_records LONG, duplicates_dropped LONG, duration_ms LONG, metrics STRING"
-)
+from streamplatform.runtime import delta_direct
+
+OFFSETS_SCHEMA = pa.schema([
+    ("batch_id", pa.int64()), ("topic", pa.string()), ("partition", pa.int32()),
+    ("start_offset", pa.int64()), ("end_offset", pa.int64()),
+])  # fmt: skip
+COMMITS_SCHEMA = pa.schema([
+    ("batch_id", pa.int64()), ("committed_at", pa.timestamp("us", tz="UTC")),
+    ("consumed", pa.string()), ("records_in", pa.int64()), ("records_out", pa.int64()),
+    ("dlq_records", pa.int64()), ("duplicates_dropped", pa.int64()),
+    ("duration_ms", pa.int64()), ("metrics", pa.string()),
+])  # fmt: skip
 
 Ranges = dict[tuple[str, int], tuple[int, int]]  # (topic, partition) -> [start, end)
 
@@ -41,55 +50,28 @@ class CommittedBatch:
     metrics: dict[str, Any]
 
 
-def _exists(spark: SparkSession, path: str) -> bool:
-    from delta.tables import DeltaTable
-
-    return bool(DeltaTable.isDeltaTable(spark, path))
-
-
-def _append(spark: SparkSession, path: str, rows: list[tuple], schema: str, app: str, batch: int):
-    (
-        spark.createDataFrame(rows, schema)
-        .write.format("delta")
-        .mode("append")
-        .option("txnAppId", app)
-        .option("txnVersion", str(batch))
-        .save(path)
-    )
-
-
 class OffsetLog:
-    def __init__(self, spark: SparkSession, path: str, application_id: str) -> None:
-        self.spark, self.path, self.app = spark, path, application_id
+    def __init__(self, path: str, application_id: str) -> None:
+        self.path, self.txn_app_id = path, f"{application_id}-offsets"
 
     def append(self, batch_id: int, ranges: Ranges) -> None:
         rows = [(batch_id, t, p, start, end) for (t, p), (start, end) in sorted(ranges.items())]
-        _append(self.spark, self.path, rows, OFFSETS_SCHEMA, f"{self.app}-offsets", batch_id)
+        table = pa.Table.from_pylist(
+            [dict(zip(OFFSETS_SCHEMA.names, row, strict=True)) for row in rows], OFFSETS_SCHEMA
+        )
+        delta_direct.append(self.path, table, self.txn_app_id, batch_id)
 
     def planned(self, batch_id: int) -> Ranges | None:
         """The ranges batch ``batch_id`` was planned with, or None when it never was."""
-        if not _exists(self.spark, self.path):
-            return None
-        rows = (
-            self.spark.read.format("delta")
-            .load(self.path)
-            .where(f"batch_id = {batch_id}")
-            .collect()
-        )
+        rows = delta_direct.read(self.path, [("batch_id", "=", batch_id)]).to_pylist()
         if not rows:
             return None
-        return {(r.topic, r.partition): (r.start_offset, r.end_offset) for r in rows}
-
-    def last_batch(self) -> int | None:
-        if not _exists(self.spark, self.path):
-            return None
-        value = self.spark.read.format("delta").load(self.path).agg({"batch_id": "max"}).first()
-        return None if value is None or value[0] is None else int(value[0])
+        return {(r["topic"], r["partition"]): (r["start_offset"], r["end_offset"]) for r in rows}
 
 
 class CommitLog:
-    def __init__(self, spark: SparkSession, path: str, application_id: str) -> None:
-        self.spark, self.path, self.app = spark, path, application_id
+    def __init__(self, path: str, application_id: str) -> None:
+        self.path, self.txn_app_id = path, f"{application_id}-commits"
 
     def append(
         self,
@@ -97,39 +79,31 @@ class CommitLog:
         consumed: Mapping[tuple[str, int], int],
         metrics: Mapping[str, Any],
     ) -> None:
-        from datetime import datetime
-
-        row = (
-            batch_id,
-            datetime.now(UTC),
-            json.dumps([[t, p, o] for (t, p), o in sorted(consumed.items())]),
-            int(metrics.get("records_in", 0)),
-            int(metrics.get("records_out", 0)),
-            int(metrics.get("dlq_records", 0)),
-            int(metrics.get("dedup_dropped", 0)),
-            int(metrics.get("duration_ms", 0)),
-            json.dumps(dict(metrics), default=str),
-        )
-        _append(self.spark, self.path, [row], COMMITS_SCHEMA, f"{self.app}-commits", batch_id)
+        row = {
+            "batch_id": batch_id,
+            "committed_at": datetime.now(UTC),
+            "consumed": json.dumps([[t, p, o] for (t, p), o in sorted(consumed.items())]),
+            "records_in": int(metrics.get("records_in", 0)),
+            "records_out": int(metrics.get("records_out", 0)),
+            "dlq_records": int(metrics.get("dlq_records", 0)),
+            "duplicates_dropped": int(metrics.get("dedup_dropped", 0)),
+            "duration_ms": int(metrics.get("duration_ms", 0)),
+            "metrics": json.dumps(dict(metrics), default=str),
+        }
+        table = pa.Table.from_pylist([row], COMMITS_SCHEMA)
+        delta_direct.append(self.path, table, self.txn_app_id, batch_id)
 
     def last(self) -> CommittedBatch | None:
         """The newest committed batch, or None before the first commit."""
-        if not _exists(self.spark, self.path):
+        batch_id = delta_direct.transaction_version(self.path, self.txn_app_id)
+        if batch_id is None:
             return None
-        row = (
-            self.spark.read.format("delta")
-            .load(self.path)
-            .orderBy("batch_id", ascending=False)
-            .limit(1)
-            .first()
-        )
-        if row is None:
-            return None
-        consumed = {(t, int(p)): int(o) for t, p, o in json.loads(row.consumed)}
-        return CommittedBatch(int(row.batch_id), consumed, json.loads(row.metrics))
-
-    def batches(self) -> list[int]:
-        if not _exists(self.spark, self.path):
-            return []
-        rows = self.spark.read.format("delta").load(self.path).select("batch_id").collect()
-        return sorted(int(r.batch_id) for r in rows)
+        rows = delta_direct.read(self.path, [("batch_id", "=", batch_id)]).to_pylist()
+        if not rows:
+            raise RuntimeError(
+                f"commit log {self.path}: batch {batch_id} is recorded as committed "
+                "(transaction version) but has no row"
+            )
+        row = rows[0]
+        consumed = {(t, int(p)): int(o) for t, p, o in json.loads(row["consumed"])}
+        return CommittedBatch(int(row["batch_id"]), consumed, json.loads(row["metrics"]))

@@ -25,7 +25,6 @@ After a crash anywhere, re-running plans the same N and produces the same Delta 
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 import time
@@ -42,6 +41,13 @@ from streamplatform.home import data_dir
 from streamplatform.kafka.clients import describe_topics
 from streamplatform.placement import Placement
 from streamplatform.runtime import changelog, kafka_output
+from streamplatform.runtime.batch_outputs import (
+    DELTA_OUTPUTS,
+    Progress,
+    append_side_outputs,
+    column_pairs,
+    side_files,
+)
 from streamplatform.runtime.executor import (
     BATCH_MARKER,
     CHANGELOG_FILES_NEEDED,
@@ -114,8 +120,8 @@ class StreamingJob:
         self._stage_outputs: list[Any] = []  # cached per sub-topology, released after a batch
         self._streamed_ms = 0  # the last streamed batch's tasks and sink write
         self._spark = spark
-        self.offset_log: OffsetLog | None = None
-        self.commit_log: CommitLog | None = None
+        self.offset_log = OffsetLog(f"{self.root}/_offsets", self.app)
+        self.commit_log = CommitLog(f"{self.root}/_commits", self.app)
         self._last: Any = _UNREAD  # the newest committed batch, once read
         self._pending: Ranges | None = None  # a planned, uncommitted batch found at start
         self._watermarks: Any = None
@@ -170,12 +176,6 @@ class StreamingJob:
             self._spark = spark_session(self.config["platform.spark.master"], app_name=self.app)
         return self._spark
 
-    def _logs(self) -> tuple[OffsetLog, CommitLog]:
-        if self.offset_log is None or self.commit_log is None:
-            self.offset_log = OffsetLog(self.spark, f"{self.root}/_offsets", self.app)
-            self.commit_log = CommitLog(self.spark, f"{self.root}/_commits", self.app)
-        return self.offset_log, self.commit_log
-
     # Running -------------------------------------------------------------------------------
 
     def run(self, max_batches: int | None = None) -> list[BatchResult]:
@@ -194,7 +194,7 @@ class StreamingJob:
     def run_batch(self) -> BatchResult | None:
         """Plan, run and commit one micro-batch; None when there is nothing to read."""
         started = time.monotonic()
-        offset_log, commit_log = self._logs()
+        offset_log, commit_log = self.offset_log, self.commit_log
         if self._last is _UNREAD:  # the logs are read once; this job is their only writer
             self._last = commit_log.last()
             self._pending = offset_log.planned(0 if self._last is None else self._last.batch_id + 1)
@@ -250,7 +250,7 @@ class StreamingJob:
                 metrics["standby_replayed"] = self.standby_sync.run(
                     self.spark,
                     self.layout.standby_copies(),
-                    changelog.files_by_task(self.spark, f"{self.root}/_changelog"),
+                    changelog.files_by_task(f"{self.root}/_changelog"),
                     batch_id,
                 )
         finally:
@@ -350,9 +350,12 @@ class StreamingJob:
         streamed: str | None,
     ) -> dict[str, Any]:
         """Run the tasks and write every output of the batch; returns the tasks' progress."""
-        outputs = self._execute(batch_id, ranges, last_committed, resolve_changelog, streamed)
+        if streamed is not None:
+            self._execute(batch_id, ranges, last_committed, resolve_changelog, streamed)
+            return self._write_side_outputs(batch_id, streamed)
+        outputs = self._execute(batch_id, ranges, last_committed, resolve_changelog)
         try:
-            return self._write_outputs(batch_id, outputs, sink_written=streamed is not None)
+            return self._write_outputs(batch_id, outputs)
         finally:
             self._release(outputs)
 
@@ -365,8 +368,8 @@ class StreamingJob:
         streamed: str | None = None,
     ) -> Any:
         """Start the batch's tasks; returns their output (cached). With ``streamed`` (a
-        directory), runs them inside the Delta sink's write and returns their other rows,
-        read back from ``streamed``."""
+        directory), runs them inside the Delta sink's write, which leaves their other rows in
+        side files there, and returns None."""
         from pyspark.sql import functions as F
 
         from streamplatform.spark import read_kafka_ranges
@@ -378,11 +381,7 @@ class StreamingJob:
         planned: dict[int, int] = {}
         for (_, partition), (start, end) in ranges.items():
             planned[partition] = planned.get(partition, 0) + max(0, end - start)
-        files = (
-            changelog.files_by_task(self.spark, f"{self.root}/_changelog")
-            if resolve_changelog
-            else None
-        )
+        files = changelog.files_by_task(f"{self.root}/_changelog") if resolve_changelog else None
 
         def runner(subtopology: int) -> TaskBatchRunner:
             return TaskBatchRunner(
@@ -421,9 +420,7 @@ class StreamingJob:
             )
             self._append(batch_id, sink_rows, f"{self.root}/{sink}", f"sink-{sink}")
             self._streamed_ms = int((time.monotonic() - started) * 1000)
-            if not Path(streamed).is_dir():  # no task had records
-                return self.spark.createDataFrame([], OUTPUT_SCHEMA)
-            return self.spark.read.schema(OUTPUT_SCHEMA).parquet(streamed)
+            return None
         if len(self.topology.subtopologies) > 1:
             return self._execute_stages(batch_id, records, runner)
         if len(self.sources) == 1:
@@ -525,9 +522,7 @@ class StreamingJob:
             writer = writer.partitionBy(partition_by)
         writer.save(path)
 
-    def _write_outputs(
-        self, batch_id: int, outputs: Any, sink_written: bool = False
-    ) -> dict[str, Any]:
+    def _write_outputs(self, batch_id: int, outputs: Any) -> dict[str, Any]:
         """Write the batch's outputs (all idempotent by ``txnVersion = batch_id``) and return
         the tasks' numbers and consumed offsets.
 
@@ -543,81 +538,91 @@ class StreamingJob:
         from pyspark.sql import functions as F
 
         append = partial(self._append, batch_id)
-        record_columns = list(SINK_COLUMNS)
-        metrics: dict[str, int] = {}
-        if sink_written:
-            metrics["tasks_and_sink_ms"] = self._streamed_ms
+
+        def append_kind(kind: str) -> None:
+            output = DELTA_OUTPUTS[kind]
+            rows = outputs.where(F.col("kind") == kind).select(
+                *(F.col(source).alias(target) for source, target in column_pairs(output))
+            )
+            append(rows, f"{self.root}/{output.table}", output.txn_name, output.partition_by)
+
         started = time.monotonic()
         # The Delta commits are mostly waiting: the tables' writes overlap.
         with ThreadPoolExecutor(max_workers=4, thread_name_prefix=f"{self.app}-write") as pool:
             futures = []
-            delta_sinks = self.delta_sinks & set(self.topology.sink_topics(self.app))
-            for topic in sorted(delta_sinks if not sink_written else ()):
+            for topic in sorted(self.delta_sinks & set(self.topology.sink_topics(self.app))):
                 rows = outputs.where((F.col("kind") == "sink") & (F.col("topic") == topic))
-                futures.append(pool.submit(append, rows.select(*record_columns),
+                futures.append(pool.submit(append, rows.select(*SINK_COLUMNS),
                                            f"{self.root}/{topic}", f"sink-{topic}"))  # fmt: skip
             if any(subtopology.stores for subtopology in self.topology.subtopologies):
-                changelog_rows = outputs.where(F.col("kind") == "changelog").select(
-                    "task", "store", "seq", "column_family", "key", "value"
-                )
-                futures.append(pool.submit(append, changelog_rows, f"{self.root}/_changelog",
-                                           "changelog", "task"))  # fmt: skip
+                futures.append(pool.submit(append_kind, "changelog"))
             try:
                 # The progress rows: the tasks' numbers and how many rows of each kind they
                 # sent. Asking for them computes and caches the whole output, in one pass.
-                progress_rows = (
+                progress = Progress.of(
                     outputs.where(F.col("kind") == "progress").select("task", "value").collect()
                 )
-                metrics["summary_ms"] = int((time.monotonic() - started) * 1000)
-                consumed: dict[tuple[str, int], int] = {}
-                present: set[tuple[str, str | None]] = set()
-                changelog_writers: set[str] = set()
-                for row in progress_rows:
-                    progress = json.loads(row.value)
-                    for name, value in progress["metrics"].items():
-                        metrics[name] = metrics.get(name, 0) + int(value)
-                    for topic, partition, offset in progress["consumed"]:
-                        consumed[(topic, int(partition))] = int(offset)
-                    present.update((kind, topic) for kind, topic, rows in progress["rows"] if rows)
-                    if any(kind == "changelog" and rows for kind, _, rows in progress["rows"]):
-                        changelog_writers.add(row.task)
-                kinds = {kind for kind, _ in present}
-                if "dlq" in kinds:
-                    dlq = outputs.where(F.col("kind") == "dlq").select("topic", *record_columns)
-                    futures.append(pool.submit(append, dlq, f"{self.root}/_dlq", "dlq"))
-                if "version" in kinds:
-                    versions = outputs.where(F.col("kind") == "version").select(
-                        "store", "key", "value", F.col("timestamp").alias("valid_from"), "task",
-                        "seq",
-                    )  # fmt: skip
-                    futures.append(
-                        pool.submit(append, versions, f"{self.root}/_versions", "versions")
-                    )
+                summary_ms = int((time.monotonic() - started) * 1000)
+                futures += [
+                    pool.submit(append_kind, kind)
+                    for kind in ("dlq", "version")
+                    if kind in progress.kinds
+                ]
                 kafka_sinks = [
                     t
-                    for kind, t in present
+                    for kind, t in progress.present
                     if kind == "sink"
                     and t not in self.delta_sinks
                     and t not in self.internal_topics
                 ]
-                if "dlq" in kinds or kafka_sinks:
-                    to_kafka = outputs.where(
-                        (F.col("kind") == "dlq")
-                        | ((F.col("kind") == "sink") & ~F.col("topic").isin(list(self.delta_sinks)))
-                    )
-                    # Produced from the executors, each record with its own timestamp (Spark's
-                    # Kafka writer would stamp them with the time of the write).
-                    produced = to_kafka.select(*kafka_output.COLUMNS).mapInArrow(
-                        kafka_output.producing(self.kafka), kafka_output.PRODUCED_SCHEMA
-                    )
-                    futures.append(pool.submit(produced.collect))
+                if "dlq" in progress.kinds or kafka_sinks:
+                    futures.append(pool.submit(self._produce_to_kafka, outputs))
             except BaseException:
                 wait(futures)  # the writes already started end (or fail) before this raises
                 raise
             for future in futures:
                 future.result()
-        metrics["writes_ms"] = int((time.monotonic() - started) * 1000) - metrics["summary_ms"]
-        return {"metrics": metrics, "consumed": consumed, "changelog_writers": changelog_writers}
+        metrics = progress.metrics | {
+            "summary_ms": summary_ms,
+            "writes_ms": int((time.monotonic() - started) * 1000) - summary_ms,
+        }
+        return {
+            "metrics": metrics,
+            "consumed": progress.consumed,
+            "changelog_writers": progress.changelog_writers,
+        }
+
+    def _write_side_outputs(self, batch_id: int, directory: str) -> dict[str, Any]:
+        """A streamed batch's other rows, from its side files (batch_outputs.py): to their
+        Delta tables from the driver, and its DLQ records to Kafka from the executors."""
+        started = time.monotonic()
+        progress = append_side_outputs(self.root, self.app, batch_id, directory)
+        if "dlq" in progress.kinds:
+            files = [str(file) for file in side_files(directory)]
+            self._produce_to_kafka(self.spark.read.schema(OUTPUT_SCHEMA).parquet(*files))
+        metrics = progress.metrics | {
+            "tasks_and_sink_ms": self._streamed_ms,
+            "writes_ms": int((time.monotonic() - started) * 1000),
+        }
+        return {
+            "metrics": metrics,
+            "consumed": progress.consumed,
+            "changelog_writers": progress.changelog_writers,
+        }
+
+    def _produce_to_kafka(self, outputs: Any) -> None:
+        """The DLQ records and the Kafka sinks' records of ``outputs``, produced from the
+        executors, each with its own timestamp (Spark's Kafka writer would stamp them with the
+        time of the write)."""
+        from pyspark.sql import functions as F
+
+        to_kafka = outputs.where(
+            (F.col("kind") == "dlq")
+            | ((F.col("kind") == "sink") & ~F.col("topic").isin(list(self.delta_sinks)))
+        )
+        to_kafka.select(*kafka_output.COLUMNS).mapInArrow(
+            kafka_output.producing(self.kafka), kafka_output.PRODUCED_SCHEMA
+        ).collect()
 
 
 def _headers_as_json(column: str) -> Any:

@@ -1,0 +1,122 @@
+"""What a micro-batch's tasks report, and the Delta tables their non-sink rows go to.
+
+Every task ends its batch with one progress row (executor.py): its numbers, the offsets it
+consumed up to, and how many rows of each kind it sent. ``Progress.of`` sums those rows over
+the tasks, so the driver learns what the batch produced without a pass over the output.
+
+``DELTA_OUTPUTS`` names, per row kind, the runtime table it is appended to and its columns (in
+the tables' order, ``batch_id`` last). The cached path appends them with Spark
+(``StreamingJob._write_outputs``). A streamed batch (one Delta sink; the tasks ran inside the
+sink's write) left them in a parquet side file per task: ``append_side_outputs`` reads those on
+the driver and appends them with delta-rs, each once per batch (same transaction ids as Spark's
+appends, so a batch replayed on the cached path skips what was already written).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from streamplatform.runtime import delta_direct
+
+
+class DeltaOutput(NamedTuple):
+    table: str  # under <root>/<application.id>/
+    txn_name: str  # the transaction id is "<application.id>-<txn_name>"
+    columns: tuple[str, ...]  # output columns (renamed: "source:target"), batch_id added last
+    partition_by: str | None = None
+
+
+DELTA_OUTPUTS = {
+    "changelog": DeltaOutput(
+        "_changelog", "changelog", ("task", "store", "seq", "column_family", "key", "value"),
+        partition_by="task",
+    ),
+    "dlq": DeltaOutput(
+        "_dlq", "dlq", ("topic", "key", "value", "timestamp", "headers", "source_topic",
+                        "source_partition", "source_offset"),
+    ),
+    "version": DeltaOutput(
+        "_versions", "versions", ("store", "key", "value", "timestamp:valid_from", "task", "seq")
+    ),
+}  # fmt: skip
+
+
+def column_pairs(output: DeltaOutput) -> list[tuple[str, str]]:
+    """``(source column, table column)`` for each of ``output.columns``."""
+    return [tuple(c.split(":")) if ":" in c else (c, c) for c in output.columns]  # type: ignore[misc]
+
+
+@dataclass
+class Progress:
+    """The batch's progress rows, summed over its tasks."""
+
+    metrics: dict[str, int] = field(default_factory=dict)
+    consumed: dict[tuple[str, int], int] = field(default_factory=dict)
+    present: set[tuple[str, str | None]] = field(default_factory=set)  # (kind, topic) with rows
+    changelog_writers: set[str] = field(default_factory=set)  # tasks that wrote changelog rows
+
+    @property
+    def kinds(self) -> set[str]:
+        return {kind for kind, _ in self.present}
+
+    @classmethod
+    def of(cls, rows: Iterable[tuple[str, bytes | str]]) -> Progress:
+        """From ``(task, progress row value)`` pairs."""
+        summed = cls()
+        for task, value in rows:
+            progress = json.loads(value)
+            for name, number in progress["metrics"].items():
+                summed.metrics[name] = summed.metrics.get(name, 0) + int(number)
+            for topic, partition, offset in progress["consumed"]:
+                summed.consumed[(topic, int(partition))] = int(offset)
+            for kind, topic, count in progress["rows"]:
+                if count:
+                    summed.present.add((kind, topic))
+                    if kind == "changelog":
+                        summed.changelog_writers.add(task)
+        return summed
+
+
+def side_files(directory: str) -> list[Path]:
+    """The tasks' side files of a streamed batch (``<task id>.parquet``; a file still being
+    written ends in ``.tmp`` and is not one of them)."""
+    return sorted(Path(directory).glob("*.parquet"))
+
+
+def append_side_outputs(root: str, app: str, batch_id: int, directory: str) -> Progress:
+    """Append the side files' changelog, DLQ and version rows to their Delta tables; returns
+    the batch's progress."""
+    import pyarrow.parquet as pq
+
+    files = side_files(directory)
+    if not files:  # no task had records
+        return Progress()
+    rows = pa.concat_tables([pq.read_table(file) for file in files])
+    kinds = rows.column("kind")
+    is_progress = pc.equal(kinds, "progress")
+    progress = Progress.of(
+        zip(*(rows.filter(is_progress).column(c).to_pylist() for c in ("task", "value")),
+            strict=True)
+    )  # fmt: skip
+    for kind, output in DELTA_OUTPUTS.items():
+        if kind not in progress.kinds:
+            continue
+        of_kind = rows.filter(pc.equal(kinds, kind))
+        pairs = column_pairs(output)
+        table = pa.table(
+            [of_kind.column(source) for source, _ in pairs]
+            + [pa.repeat(pa.scalar(batch_id, pa.int64()), of_kind.num_rows)],
+            names=[target for _, target in pairs] + ["batch_id"],
+        )
+        delta_direct.append(
+            f"{root}/{output.table}", table, f"{app}-{output.txn_name}", batch_id,
+            [output.partition_by] if output.partition_by else None,
+        )  # fmt: skip
+    return progress

@@ -1,0 +1,81 @@
+"""Small Delta tables read and appended from the driver's Python, without Spark (delta-rs).
+
+A micro-batch writes a handful of rows to the runtime's own tables (the offset log, the commit
+log, the state changelog of a streamed batch). Through Spark each such append is a job and a
+Delta transaction of its own, ~0.5 s of mostly idle driver time on every batch; delta-rs
+(the ``deltalake`` package) appends the same rows in ~10 ms. The tables stay ordinary Delta
+tables: Spark reads them, and a table may be appended by both (bench/RESULTS.md).
+
+Appends are idempotent the way Spark's ``txnAppId``/``txnVersion`` writer options make them:
+the transaction is recorded in the commit (a Delta ``txn`` action, which Spark honours too),
+and an append whose version is not above the recorded one is skipped. The check and the
+append are not one atomic step, which is sound because the driver is these tables' only writer.
+
+Paths are local paths or URIs delta-rs understands; object stores take their credentials from
+delta-rs' usual environment variables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+
+Filters = Sequence[tuple[str, str, Any]]
+
+
+def _table(path: str) -> Any:
+    from deltalake import DeltaTable
+
+    return DeltaTable(path) if DeltaTable.is_deltatable(path) else None
+
+
+def append(
+    path: str,
+    rows: pa.Table,
+    app_id: str,
+    version: int,
+    partition_by: Sequence[str] | None = None,
+) -> bool:
+    """Append ``rows`` once per ``(app_id, version)``; False when it was appended before."""
+    from deltalake import CommitProperties, Transaction, write_deltalake
+
+    table = _table(path)
+    if table is not None:
+        recorded = table.transaction_version(app_id)
+        if recorded is not None and version <= recorded:
+            return False
+    write_deltalake(
+        path if table is None else table,
+        rows,
+        mode="append",
+        partition_by=list(partition_by) if partition_by else None,
+        commit_properties=CommitProperties(
+            app_transactions=[Transaction(app_id=app_id, version=version)]
+        ),
+    )
+    return True
+
+
+def transaction_version(path: str, app_id: str) -> int | None:
+    """The last version appended under ``app_id``; None for none (or no table)."""
+    table = _table(path)
+    return None if table is None else table.transaction_version(app_id)
+
+
+def read(path: str, filters: Filters | None = None, columns: list[str] | None = None) -> pa.Table:
+    """The rows of the table's current version matching ``filters`` (pyarrow's
+    ``[(column, op, value)]`` form); an empty table without columns when there is no table."""
+    table = _table(path)
+    if table is None:
+        return pa.table({})
+    return table.to_pyarrow_table(
+        columns=columns, filters=list(filters) if filters is not None else None
+    )
+
+
+def live_files(path: str) -> list[str]:
+    """The data files of the table's current version (absolute paths or URIs)."""
+    table = _table(path)
+    return [] if table is None else list(table.file_uris())
