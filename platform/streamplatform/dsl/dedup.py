@@ -21,19 +21,27 @@ when the interval is short next to a batch) never reaches the store. The waiting
 towards the store's uncommitted limits (``uncommitted_limit_exceeded``). Under
 READ_UNCOMMITTED every write goes to the store at once, as readers expect to see it.
 
+In memory an id is held by the cheapest exact key (``memory_key``): a str id as the str, a
+pair of strs (deduplicate_by_key_value's (key, id) over string keys and ids) as the tuple,
+anything else as its store key; its entry as a ``(timestamp, offset)`` tuple. Store keys and
+packed entries are built only for the writes handed to the store, and most ids expire before
+that. The held writes are counted towards the byte limit by characters, not UTF-8 bytes.
+
 Store layout (one transactional key-value store, bytes keys):
 
-    b"i" + id   -> timestamp (8 bytes) + offset (8 bytes; -1 = no offset)
-    b"m"        -> saved stream time
+    b"i" + canonical_bytes(id)   -> timestamp (8 bytes) + offset (8 bytes; -1 = no offset)
+    b"m"                         -> saved stream time
 """
 
 from __future__ import annotations
 
 import heapq
+import itertools
 import json
 import struct
 from collections import deque
 from collections.abc import Callable, Iterator
+from operator import itemgetter
 from typing import Any
 
 from streamplatform.dsl.processor import Processor, ProcessorContext
@@ -66,6 +74,9 @@ def should_forward(
 
 
 _U32 = struct.Struct(">I").pack
+_U32_AT = struct.Struct(">I").unpack_from
+MemoryKey = str | tuple[str, str] | bytes
+Entry = tuple[int, int]  # (timestamp, offset) of the last record forwarded for an id
 
 
 def canonical_bytes(value: Any) -> bytes:
@@ -94,6 +105,52 @@ def canonical_bytes(value: Any) -> bytes:
         return b"r" + repr(value).encode()
 
 
+def memory_key(identity: Any) -> MemoryKey:
+    """The in-memory key of an id: the id itself when it is a str or a pair of strs (hashable,
+    immutable, and as exact as its store key), else what ``key_from_store`` gives for its
+    store key, so that a key loaded from the store always equals the key of its id."""
+    kind = type(identity)
+    if kind is str:
+        return identity  # type: ignore[no-any-return]
+    if kind is tuple and len(identity) == 2:
+        first, second = identity
+        if type(first) is str and type(second) is str:
+            return identity  # type: ignore[no-any-return]
+    return key_from_store(_ID_PREFIX + canonical_bytes(identity))
+
+
+def store_key(key: MemoryKey) -> bytes:
+    """The store key of an in-memory key (``_ID_PREFIX + canonical_bytes(id)``)."""
+    return key if type(key) is bytes else _ID_PREFIX + canonical_bytes(key)
+
+
+def key_from_store(stored: bytes) -> MemoryKey:
+    """The in-memory key of a store key: the inverse of ``store_key``."""
+    if stored[1:2] == b"s":
+        return stored[2:].decode()
+    if stored[1:2] == b"(" and len(stored) >= 12 and stored[6:7] == b"s":
+        # b"i(" + size(first) + b"s" + first + size(second) + b"s" + second, where a size
+        # is 4 bytes big-endian and counts the b"s" too (canonical_bytes).
+        first_end = 6 + _U32_AT(stored, 2)[0]
+        second_start = first_end + 4
+        if (
+            second_start < len(stored)
+            and stored[second_start : second_start + 1] == b"s"
+            and second_start + _U32_AT(stored, first_end)[0] == len(stored)
+        ):
+            return (stored[7:first_end].decode(), stored[second_start + 1 :].decode())
+    return stored
+
+
+def _held_size(key: MemoryKey) -> int:
+    """Approximately ``len(store_key(key))`` (characters for bytes), without building it."""
+    if type(key) is str:
+        return len(key) + 2
+    if type(key) is tuple:
+        return len(key[0]) + len(key[1]) + 12
+    return len(key)
+
+
 class DeduplicationProcessor(Processor):
     """Forwards the first of duplicates; see :func:`should_forward` and the module docstring.
 
@@ -116,11 +173,13 @@ class DeduplicationProcessor(Processor):
         self.forwarded = 0
         self.dropped = 0
         self.late = 0  # forwarded but too old to open a window
-        # The expiry index, (timestamp, id key, entry) items: entries stored in timestamp
-        # order (a queue, oldest first) and the others (a heap). An item is current while
-        # its entry object is the one in `_entries`.
-        self._in_order: deque[tuple[int, bytes, bytes]] = deque()
-        self._expiry: list[tuple[int, bytes, bytes]] = []
+        # The expiry index: entries stored in timestamp order, as (timestamp, key, entry)
+        # items (a queue, oldest first), and the others as (timestamp, n, key, entry) items (a
+        # heap; n orders equal timestamps, as keys of different types cannot be compared). An
+        # item is current while its entry object is the one in `_entries`.
+        self._in_order: deque[tuple[int, MemoryKey, Entry]] = deque()
+        self._expiry: list[tuple[int, int, MemoryKey, Entry]] = []
+        self._pushed = itertools.count()
         self._task: Any = None
         self._forward: Callable[[Record], None] = lambda record: None
 
@@ -134,15 +193,20 @@ class DeduplicationProcessor(Processor):
             if restore is not None:
                 restore(_ENTRY.unpack(saved)[0])
         self._saved_stream_time: int | None = None
-        self._entries: dict[bytes, bytes] = dict(self.store.prefix(_ID_PREFIX))
-        self._in_order = deque(sorted((_unpack(v)[0], k, v) for k, v in self._entries.items()))
+        self._entries: dict[MemoryKey, Entry] = {
+            key_from_store(key): _unpack(value) for key, value in self.store.prefix(_ID_PREFIX)
+        }
+        self._in_order = deque(
+            sorted(((entry[0], key, entry) for key, entry in self._entries.items()),
+                   key=itemgetter(0))
+        )  # fmt: skip
         self._expiry = []
         # Writes waiting for before_commit() (None: a delete), and the keys the store's view
         # holds (committed, or handed over since): an expired id not among them was never
         # handed over, and its put is dropped instead of followed by a delete.
         self._buffered = self.store.isolation_level is IsolationLevel.READ_COMMITTED
-        self._pending: dict[bytes, bytes | None] = {}
-        self._in_store: set[bytes] = set(self._entries) if self._buffered else set()
+        self._pending: dict[MemoryKey, Entry | None] = {}
+        self._in_store: set[MemoryKey] = set(self._entries) if self._buffered else set()
         self._pending_entries = self._pending_bytes = 0  # every write counted, as a store does
         # The runtime's own context lets the per-record path read the task's stream time and
         # current record directly, and call a single child without the forward loop; any
@@ -154,23 +218,21 @@ class DeduplicationProcessor(Processor):
         )
 
     def process(self, record: Record) -> None:
-        # should_forward(), inlined: this runs once per record. The id's store key is
-        # _ID_PREFIX + canonical_bytes(id); for the common (str key, str id) pair of
-        # deduplicate_by_key_value it is built here directly (the same bytes).
+        # should_forward(), inlined: this runs once per record. The id's in-memory key is
+        # memory_key(id), inlined for the common cases: a str id, and the (str key, str id)
+        # pair of deduplicate_by_key_value.
         key = record[0]
         if self.per_key:
             identity = None if key is None else self.id_of(key, record[1])
             if identity is not None:
                 if type(key) is str and type(identity) is str:
-                    first, second = key.encode(), identity.encode()
-                    id_key = b"".join((b"i(", _U32(len(first) + 1), b"s", first,
-                                       _U32(len(second) + 1), b"s", second))  # fmt: skip
+                    id_key: MemoryKey = (key, identity)
                 else:
-                    id_key = _ID_PREFIX + canonical_bytes((key, identity))
+                    id_key = memory_key((key, identity))
         else:
             identity = self.id_of(key, record[1])
             if identity is not None:
-                id_key = _ID_PREFIX + canonical_bytes(identity)
+                id_key = identity if type(identity) is str else memory_key(identity)
         if identity is None:
             self.forwarded += 1
             self._forward(record)
@@ -189,7 +251,7 @@ class DeduplicationProcessor(Processor):
         stored = entries.get(id_key)
         timestamp = record[2]
         if stored is not None:
-            entry_ts, entry_offset = _unpack(stored)
+            entry_ts, entry_offset = stored
             if not (
                 stream_time - entry_ts > interval
                 or entry_ts - timestamp > interval
@@ -198,23 +260,24 @@ class DeduplicationProcessor(Processor):
                 self.dropped += 1
                 return
         horizon = stream_time - interval
-        in_order, expiry = self._in_order, self._expiry
+        in_order = self._in_order
         if timestamp >= horizon:
-            entry = entries[id_key] = _pack(timestamp, NO_OFFSET if offset is None else offset)
+            entry = entries[id_key] = (timestamp, NO_OFFSET if offset is None else offset)
             if self._buffered:
                 self._pending[id_key] = entry
                 self._pending_entries += 1
-                self._pending_bytes += len(id_key) + 16
+                self._pending_bytes += _held_size(id_key) + 16
             else:
-                self.store.put(id_key, entry)
+                self.store.put(store_key(id_key), _pack(*entry))
             if not in_order or timestamp >= in_order[-1][0]:
                 in_order.append((timestamp, id_key, entry))
             else:
-                heapq.heappush(expiry, (timestamp, id_key, entry))
+                heapq.heappush(self._expiry, (timestamp, next(self._pushed), id_key, entry))
         else:
             self.late += 1
         self.forwarded += 1
         self._forward(record)
+        expiry = self._expiry
         if (in_order and in_order[0][0] < horizon) or (expiry and expiry[0][0] < horizon):
             self._purge(horizon)
 
@@ -223,7 +286,7 @@ class DeduplicationProcessor(Processor):
         if not self._buffered:
             put = self.store.put
             for id_key in self._expire(horizon):
-                put(id_key, None)  # a delete
+                put(store_key(id_key), None)  # a delete
             return
         pending, in_store = self._pending, self._in_store
         writes = nbytes = 0
@@ -233,11 +296,11 @@ class DeduplicationProcessor(Processor):
             else:
                 pending.pop(id_key, None)  # never handed over: nothing to delete
             writes += 1
-            nbytes += len(id_key)
+            nbytes += _held_size(id_key)
         self._pending_entries += writes
         self._pending_bytes += nbytes
 
-    def _expire(self, horizon: int) -> Iterator[bytes]:
+    def _expire(self, horizon: int) -> Iterator[MemoryKey]:
         """Take the entries older than ``horizon`` out of the index and the dict, and yield
         their keys; an index item whose entry was replaced since (the id stored again) only
         leaves the index."""
@@ -249,7 +312,7 @@ class DeduplicationProcessor(Processor):
                 yield id_key
         pop = heapq.heappop
         while expiry and expiry[0][0] < horizon:
-            _, id_key, entry = pop(expiry)
+            _, _, id_key, entry = pop(expiry)
             if entries.get(id_key) is entry:
                 del entries[id_key]
                 yield id_key
@@ -264,11 +327,12 @@ class DeduplicationProcessor(Processor):
     def _hand_over(self) -> None:
         """Give the waiting writes to the store's transaction."""
         pending, in_store, put = self._pending, self._in_store, self.store.put
-        for id_key, value in pending.items():
-            put(id_key, value)
-            if value is None:
+        for id_key, entry in pending.items():
+            if entry is None:
+                put(store_key(id_key), None)
                 in_store.discard(id_key)
             else:
+                put(store_key(id_key), _pack(*entry))
                 in_store.add(id_key)
         pending.clear()
         self._pending_entries = self._pending_bytes = 0
