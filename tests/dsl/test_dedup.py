@@ -347,7 +347,6 @@ def test_an_id_loaded_back_from_the_store_equals_its_in_memory_key(identity):
     assert hash(key_from_store(store_key(key))) == hash(key)
 
 
-
 @settings(max_examples=200, deadline=None)
 @given(
     interval=INTERVALS,
