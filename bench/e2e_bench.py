@@ -9,15 +9,17 @@ duplicates (same key and id within the interval), 3% out of order. Both on ``loc
 - native: Structured Streaming Kafka source -> ``withWatermark`` ->
   ``dropDuplicatesWithinWatermark([key, id])`` -> Delta sink, ``trigger(availableNow=True)``.
 
-Both run once on other data first (``--warmup-records``, 500k: the JVM's class loading and JIT
-are then charged to neither; after a 100k warm-up our first timed run still spent ~4 s more JVM
-CPU than the next ones, native's did not), then ``--repeats`` times each in alternating order on
+Both run once on other data of the same size first (``--warmup-records``, default
+``--records``): the JVM's class loading and JIT are then charged to neither. After a 500k
+warm-up the first timed run, whichever path it was, still spent several seconds more JVM CPU
+than the later ones and warmed the code both paths share (the Kafka reader, the parquet and
+Delta writers) for the next. Then ``--repeats`` times each in alternating order on
 the same data. Prints records/s of both
 (median, spread) and the ratio; then our batch latency p50/p99 with 10k-record batches
 (``--latency-records`` records), and the peak RSS of the Python workers during our runs (summed
 over Spark's Python worker processes, sampled every 0.2 s).
 
-    .venv/bin/python bench/e2e_bench.py [--records 2000000] [--repeats 3] [--latency-records 100000]
+    .venv/bin/python bench/e2e_bench.py [--records 2000000] [--repeats 5] [--latency-records 100000]
 """
 
 from __future__ import annotations
@@ -156,9 +158,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=2_000_000)
     parser.add_argument("--latency-records", type=int, default=100_000)
-    parser.add_argument("--repeats", type=int, default=3, help="timed runs of each, alternating")
-    parser.add_argument("--warmup-records", type=int, default=500_000)
+    parser.add_argument("--repeats", type=int, default=5, help="timed runs of each, alternating")
+    parser.add_argument("--warmup-records", type=int, help="default: --records")
     args = parser.parse_args()
+    if args.warmup_records is None:
+        args.warmup_records = args.records
     ours: list[float] = []
     native: list[float] = []
     with tempfile.TemporaryDirectory() as directory:

@@ -347,7 +347,7 @@ class _TaskRun:
         self.side: list[pa.RecordBatch] = []  # side-output mode: rows other than sink rows
         self._dlq_split = 0  # side-output mode: DLQ records already split off
         self._last_offset = -1
-        self._source: tuple[str, int] | None = None
+        self._source: tuple[str | None, int] | None = None
 
     def stream_records(self, batch: pa.RecordBatch) -> list[ConsumedRecord]:
         """The records of one Arrow batch (STREAM_COLUMNS) of a single Kafka partition, in
@@ -502,12 +502,12 @@ class _TaskRun:
             is_sink = pc.equal(both.column(0), "sink")
             self.side.append(both.filter(pc.invert(is_sink)))
             sink = both.filter(is_sink)
-            headers = [
+            encoded = [
                 encode_headers([(h["key"], h["value"]) for h in structs])
                 for structs in sink.column("headers").to_pylist()
             ]
             return pa.RecordBatch.from_arrays(
-                [pa.array(headers, pa.string()) if name == "headers" else sink.column(name)
+                [pa.array(encoded, pa.string()) if name == "headers" else sink.column(name)
                  for name in SINK_ARROW.names],
                 schema=SINK_ARROW,
             )  # fmt: skip
