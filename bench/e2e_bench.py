@@ -179,22 +179,25 @@ def main() -> None:
             # otherwise be charged to whichever runs first.
             run_ours(spark, settings, "warmup", tmp, args.warmup_records, "warmup-ours")
             run_native(spark, settings, "warmup", tmp, "warmup-native")
+            rows: dict[str, set[int]] = {"ours": set(), "native": set()}
             with WorkerMemory() as memory:
                 for repeat in range(args.repeats):
                     # Alternate which goes first: load from other processes drifts.
                     for which in ("ours", "native") if repeat % 2 == 0 else ("native", "ours"):
                         if which == "ours":
-                            seconds, ours_rows, _ = run_ours(
+                            seconds, written, _ = run_ours(
                                 spark, settings, "bench", tmp, args.records, f"ours-{repeat}"
                             )
                             ours.append(seconds)
                         else:
-                            seconds, native_rows = run_native(
+                            seconds, written = run_native(
                                 spark, settings, "bench", tmp, f"native-{repeat}"
                             )
                             native.append(seconds)
-                        print(f"  run {repeat} {which:6s}: {args.records / seconds:>9,.0f} "
-                              f"records/s ({seconds:.1f} s)", flush=True)  # fmt: skip
+                        rows[which].add(written)
+                        rate = args.records / seconds
+                        print(f"  run {repeat} {which:6s}: {rate:>9,.0f} records/s "
+                              f"({seconds:.1f} s, {written:,} rows)", flush=True)  # fmt: skip
             _, _, batches = run_ours(
                 spark, settings, "latency", tmp, 10_000 // PARTITIONS, "latency"
             )
@@ -202,13 +205,16 @@ def main() -> None:
     n = args.records
     print(f"{n:,} records, {PARTITIONS} partitions, local[2], median of {args.repeats} runs each "
           "(alternating order, after a warm-up of both)")  # fmt: skip
-    for name, runs, rows in (
-        ("ours   StreamingJob exactly_once_v2 -> Delta ", ours, ours_rows),
-        ("native dropDuplicatesWithinWatermark -> Delta", native, native_rows),
+    for name, runs, written in (
+        ("ours   StreamingJob exactly_once_v2 -> Delta ", ours, rows["ours"]),
+        ("native dropDuplicatesWithinWatermark -> Delta", native, rows["native"]),
     ):
         median = statistics.median(runs)
+        counts = " or ".join(f"{count:,}" for count in sorted(written))
         print(f"{name}: {n / median:>9,.0f} records/s ({median:.1f} s, runs "
-              f"{min(runs):.1f}-{max(runs):.1f} s; {rows:,} rows)")  # fmt: skip
+              f"{min(runs):.1f}-{max(runs):.1f} s; {counts} rows)")  # fmt: skip
+    if len(rows["ours"]) > 1:
+        print("WARNING: our runs wrote different row counts from the same data")
     ratios = sorted(b / a for a, b in zip(ours, native, strict=True))
     print(f"ratio ours / native: {statistics.median(native) / statistics.median(ours):.2f}x "
           f"(per pair: {', '.join(f'{r:.2f}' for r in ratios)})")  # fmt: skip
