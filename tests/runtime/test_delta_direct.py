@@ -1,0 +1,59 @@
+"""The driver's small Delta appends (delta-rs): once per (transaction id, version), readable back.
+
+Spark honouring these transactions (a batch re-run on the cached path skipping what delta-rs
+wrote) is covered by the crash tests in test_streaming_job.py, which re-run a streamed batch.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from streamplatform.runtime import delta_direct
+from streamplatform.runtime.logs import CommitLog, OffsetLog
+
+SCHEMA = pa.schema([("task", pa.string()), ("batch_id", pa.int64()), ("value", pa.binary())])
+
+
+def _rows(batch_id: int, *tasks: str) -> pa.Table:
+    return pa.table(
+        {"task": list(tasks), "batch_id": [batch_id] * len(tasks), "value": [b"v"] * len(tasks)},
+        SCHEMA,
+    )
+
+
+def test_an_append_is_written_once_per_version_and_read_back(tmp_path):
+    path = str(tmp_path / "table")
+    assert delta_direct.transaction_version(path, "app-x") is None
+    assert delta_direct.read(path).num_rows == 0  # no table yet
+
+    assert delta_direct.append(path, _rows(0, "0_0", "0_1"), "app-x", 0, ["task"])
+    assert not delta_direct.append(path, _rows(0, "0_0", "0_1"), "app-x", 0, ["task"])  # replay
+    assert delta_direct.append(path, _rows(1, "0_1"), "app-x", 1, ["task"])
+    assert not delta_direct.append(path, _rows(0, "0_0"), "app-x", 0, ["task"])  # older
+
+    assert delta_direct.transaction_version(path, "app-x") == 1
+    assert delta_direct.read(path).num_rows == 3
+    assert delta_direct.read(path, [("batch_id", "=", 1)]).column("task").to_pylist() == ["0_1"]
+    files = delta_direct.live_files(path)
+    assert len(files) == 3 and all(
+        "/task=0_" in file for file in files
+    )  # a file per task and append
+
+
+def test_the_offset_and_commit_logs_round_trip(tmp_path):
+    offsets = OffsetLog(str(tmp_path / "_offsets"), "app")
+    commits = CommitLog(str(tmp_path / "_commits"), "app")
+    assert offsets.planned(0) is None and commits.last() is None
+
+    offsets.append(0, {("t", 1): (0, 5), ("t", 0): (3, 9)})
+    offsets.append(0, {("t", 0): (99, 100)})  # a replayed plan is not logged twice
+    assert offsets.planned(0) == {("t", 0): (3, 9), ("t", 1): (0, 5)}
+    assert offsets.planned(1) is None
+
+    commits.append(0, {("t", 0): 9, ("t", 1): 4}, {"records_in": 10, "dedup_dropped": 2})
+    commits.append(1, {("t", 0): 9, ("t", 1): 5}, {"records_in": 1})
+    last = commits.last()
+    assert last is not None
+    assert (last.batch_id, last.consumed, last.metrics) == (
+        1, {("t", 0): 9, ("t", 1): 5}, {"records_in": 1}
+    )  # fmt: skip
