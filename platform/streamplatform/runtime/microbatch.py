@@ -134,10 +134,11 @@ class StreamingJob:
         )
         self.standby_sync = StandbySync(topology, self.app, BATCH_MARKER)
         self.keep_standbys_warm = True
-        # Resolving the changelog's files reads the Delta log (a second or so per batch), and
-        # only a task whose local state is behind needs them: they are resolved for the first
-        # batch of this job and after a failover, when restores happen; a task that finds
-        # itself behind in another batch fails it, and the batch runs again with them.
+        # The changelog's files (one per task and batch, read from the Delta log) would be
+        # shipped to every task, and only a task whose local state is behind needs them: they
+        # are resolved for the first batch of this job and after a failover, when restores
+        # happen; a task that finds itself behind in another batch fails it, and the batch runs
+        # again with them.
         self._resolve_changelog = True
         # Which batches wrote changelog rows, per task, since the files were last resolved: a
         # task behind only because it had no records since (an idle partition) moves on
