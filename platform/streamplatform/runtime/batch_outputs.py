@@ -29,8 +29,13 @@ from streamplatform.runtime import delta_direct
 class DeltaOutput(NamedTuple):
     table: str  # under <root>/<application.id>/
     txn_name: str  # the transaction id is "<application.id>-<txn_name>"
-    columns: tuple[str, ...]  # output columns (renamed: "source:target"), batch_id added last
+    columns: tuple[str, ...]  # the table's columns, batch_id added last
     partition_by: str | None = None
+    renamed: dict[str, str] = {}  # table column -> output column, where they differ
+
+    def sources(self) -> list[tuple[str, str]]:
+        """``(output column, table column)`` for each of the table's columns."""
+        return [(self.renamed.get(column, column), column) for column in self.columns]
 
 
 DELTA_OUTPUTS = {
@@ -43,14 +48,10 @@ DELTA_OUTPUTS = {
                         "source_partition", "source_offset"),
     ),
     "version": DeltaOutput(
-        "_versions", "versions", ("store", "key", "value", "timestamp:valid_from", "task", "seq")
+        "_versions", "versions", ("store", "key", "value", "valid_from", "task", "seq"),
+        renamed={"valid_from": "timestamp"},
     ),
 }  # fmt: skip
-
-
-def column_pairs(output: DeltaOutput) -> list[tuple[str, str]]:
-    """``(source column, table column)`` for each of ``output.columns``."""
-    return [tuple(c.split(":")) if ":" in c else (c, c) for c in output.columns]  # type: ignore[misc]
 
 
 @dataclass
@@ -109,7 +110,7 @@ def append_side_outputs(root: str, app: str, batch_id: int, directory: str) -> P
         if kind not in progress.kinds:
             continue
         of_kind = rows.filter(pc.equal(kinds, kind))
-        pairs = column_pairs(output)
+        pairs = output.sources()
         table = pa.table(
             [of_kind.column(source) for source, _ in pairs]
             + [pa.repeat(pa.scalar(batch_id, pa.int64()), of_kind.num_rows)],

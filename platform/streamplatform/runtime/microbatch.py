@@ -45,7 +45,6 @@ from streamplatform.runtime.batch_outputs import (
     DELTA_OUTPUTS,
     Progress,
     append_side_outputs,
-    column_pairs,
     side_files,
 )
 from streamplatform.runtime.executor import (
@@ -225,14 +224,14 @@ class StreamingJob:
                             "the changelog", self.app, batch_id)  # fmt: skip
                 resolved = True
                 progress = self._run_and_write(batch_id, ranges, last_committed, True, streamed)
-                progress["metrics"]["task_runs_for_restore"] = 1
+                progress.metrics["task_runs_for_restore"] = 1
             finally:
                 self._resolve_changelog = False
             crash_point("after_outputs", batch_id)
             consumed = {tp: end for tp, (_, end) in ranges.items()} | {
-                tp: offset for tp, offset in progress["consumed"].items() if tp in ranges
+                tp: offset for tp, offset in progress.consumed.items() if tp in ranges
             }
-            metrics = progress["metrics"]
+            metrics = progress.metrics
             written = time.monotonic()
             metrics["plan_ms"] = int((planned - started) * 1000)
             metrics["run_and_write_ms"] = int((written - planned) * 1000)
@@ -240,7 +239,7 @@ class StreamingJob:
             commit_log.append(batch_id, consumed, metrics)
             if resolved or self._changelog_writes is None:
                 self._changelog_writes = ChangelogWrites(batch_id, {})
-            for task in progress["changelog_writers"]:
+            for task in progress.changelog_writers:
                 self._changelog_writes.last_write[task] = batch_id
             self._last = CommittedBatch(batch_id, consumed, metrics)
             crash_point("after_commit", batch_id)
@@ -349,7 +348,7 @@ class StreamingJob:
         last_committed: int | None,
         resolve_changelog: bool,
         streamed: str | None,
-    ) -> dict[str, Any]:
+    ) -> Progress:
         """Run the tasks and write every output of the batch; returns the tasks' progress."""
         if streamed is not None:
             self._execute(batch_id, ranges, last_committed, resolve_changelog, streamed)
@@ -523,7 +522,7 @@ class StreamingJob:
             writer = writer.partitionBy(partition_by)
         writer.save(path)
 
-    def _write_outputs(self, batch_id: int, outputs: Any) -> dict[str, Any]:
+    def _write_outputs(self, batch_id: int, outputs: Any) -> Progress:
         """Write the batch's outputs (all idempotent by ``txnVersion = batch_id``) and return
         the tasks' numbers and consumed offsets.
 
@@ -543,7 +542,7 @@ class StreamingJob:
         def append_kind(kind: str) -> None:
             output = DELTA_OUTPUTS[kind]
             rows = outputs.where(F.col("kind") == kind).select(
-                *(F.col(source).alias(target) for source, target in column_pairs(output))
+                *(F.col(source).alias(target) for source, target in output.sources())
             )
             append(rows, f"{self.root}/{output.table}", output.txn_name, output.partition_by)
 
@@ -583,17 +582,11 @@ class StreamingJob:
                 raise
             for future in futures:
                 future.result()
-        metrics = progress.metrics | {
-            "summary_ms": summary_ms,
-            "writes_ms": int((time.monotonic() - started) * 1000) - summary_ms,
-        }
-        return {
-            "metrics": metrics,
-            "consumed": progress.consumed,
-            "changelog_writers": progress.changelog_writers,
-        }
+        progress.metrics["summary_ms"] = summary_ms
+        progress.metrics["writes_ms"] = int((time.monotonic() - started) * 1000) - summary_ms
+        return progress
 
-    def _write_side_outputs(self, batch_id: int, directory: str) -> dict[str, Any]:
+    def _write_side_outputs(self, batch_id: int, directory: str) -> Progress:
         """A streamed batch's other rows, from its side files (batch_outputs.py): to their
         Delta tables from the driver, and its DLQ records to Kafka from the executors."""
         started = time.monotonic()
@@ -601,15 +594,9 @@ class StreamingJob:
         if "dlq" in progress.kinds:
             files = [str(file) for file in side_files(directory)]
             self._produce_to_kafka(self.spark.read.schema(OUTPUT_SCHEMA).parquet(*files))
-        metrics = progress.metrics | {
-            "tasks_and_sink_ms": self._streamed_ms,
-            "writes_ms": int((time.monotonic() - started) * 1000),
-        }
-        return {
-            "metrics": metrics,
-            "consumed": progress.consumed,
-            "changelog_writers": progress.changelog_writers,
-        }
+        progress.metrics["tasks_and_sink_ms"] = self._streamed_ms
+        progress.metrics["writes_ms"] = int((time.monotonic() - started) * 1000)
+        return progress
 
     def _produce_to_kafka(self, outputs: Any) -> None:
         """The DLQ records and the Kafka sinks' records of ``outputs``, produced from the
