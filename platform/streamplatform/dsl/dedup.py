@@ -53,6 +53,8 @@ _pack, _unpack = _ENTRY.pack, _ENTRY.unpack
 _META_KEY = b"m"
 _ID_PREFIX = b"i"
 NO_OFFSET = -1
+_PURGE_SLACK_FRACTION = 64  # entries held past expiry: at most 1/64 of an interval's worth
+_NEVER_PURGED = -(2**63)
 
 
 def should_forward(
@@ -180,6 +182,13 @@ class DeduplicationProcessor(Processor):
         self._in_order: deque[tuple[int, MemoryKey, Entry]] = deque()
         self._expiry: list[tuple[int, int, MemoryKey, Entry]] = []
         self._pushed = itertools.count()
+        # Purging waits until the horizon has moved on by a sliver of the interval since the
+        # last purge: an entry just past the horizon can no longer cause a drop (the rule reads
+        # its timestamp), so it may stay a little longer, and one purge then takes out a run
+        # of entries instead of one call per record taking out one or two. before_commit()
+        # purges to the exact horizon, so what is committed does not depend on when purges ran.
+        self._purge_slack = interval_ms // _PURGE_SLACK_FRACTION
+        self._purge_after = _NEVER_PURGED
         self._task: Any = None
         self._forward: Callable[[Record], None] = lambda record: None
 
@@ -277,12 +286,13 @@ class DeduplicationProcessor(Processor):
             self.late += 1
         self.forwarded += 1
         self._forward(record)
-        expiry = self._expiry
-        if (in_order and in_order[0][0] < horizon) or (expiry and expiry[0][0] < horizon):
+        if horizon > self._purge_after:
             self._purge(horizon)
 
     def _purge(self, horizon: int) -> None:
-        """Delete the entries older than ``horizon``."""
+        """Delete the entries older than ``horizon``; the next purge waits until the horizon
+        passes ``horizon + _PURGE_SLACK`` of the interval (see ``_purge_after``)."""
+        self._purge_after = horizon + self._purge_slack
         if not self._buffered:
             put = self.store.put
             for id_key in self._expire(horizon):
@@ -340,9 +350,10 @@ class DeduplicationProcessor(Processor):
     def before_commit(self) -> None:
         """Hand the waiting writes to the store and save the task's stream time with the
         entries it explains (the task calls this before committing or preparing)."""
+        stream_time = self.context.stream_time
+        self._purge(stream_time - self.interval)
         if self._pending or self._pending_entries:
             self._hand_over()
-        stream_time = self.context.stream_time
         if stream_time != self._saved_stream_time:
             self.store.put(_META_KEY, _ENTRY.pack(stream_time, 0))
             self._saved_stream_time = stream_time
