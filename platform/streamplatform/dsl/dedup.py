@@ -5,7 +5,8 @@ time is the task's (largest timestamp processed, None keys included); the proces
 in its own store so that it survives a restart together with the entries it explains.
 
 Entries older than ``stream_time - interval`` can never cause a drop again and are purged
-through a time-ordered index. The index lives in memory, rebuilt from the store when the
+through a time-ordered index, in runs: once the horizon has moved on by 1/64 of the interval
+since the last purge, and exactly at every commit. The index lives in memory, rebuilt from the store when the
 task starts: a queue of the entries that arrived in timestamp order (nearly all: popping its
 head is O(1)) and a heap of the others. It costs no store write per record and no range scan
 over deletion markers, and the store stays the single source of truth. The store holds at
