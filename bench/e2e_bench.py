@@ -33,9 +33,10 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
-from streamplatform import StreamsBuilder
+from streamplatform import StreamsBuilder, Topology
 from streamplatform.kafka import LocalBroker, TopicSpec, create_topics, producer
 from streamplatform.runtime.microbatch import StreamingJob
 from streamplatform.serdes import Serdes
@@ -45,9 +46,10 @@ INTERVAL_MS = 10 * 60 * 1000
 PARTITIONS = 3
 
 
-def produce(settings: dict, topic: str, records: int, seed: int = 5) -> None:
+def bench_records(records: int, seed: int = 5) -> Iterator[tuple[str, str, int]]:
+    """The bench's records as (key, JSON value, timestamp): 20% repeat a (key, id) of the last
+    500 new ones, 3% are up to half an interval out of order."""
     rng = random.Random(seed)
-    out = producer(settings, **{"linger.ms": 50, "batch.size": 1_000_000})
     recent: list[tuple[str, str]] = []
     start = 1_767_225_600_000
     for index in range(records):
@@ -59,11 +61,24 @@ def produce(settings: dict, topic: str, records: int, seed: int = 5) -> None:
         timestamp = start + index * 10
         if rng.random() < 0.03:
             timestamp -= rng.randrange(INTERVAL_MS // 2)
-        value = json.dumps({"id": tx_id, "amount": index % 997})
+        yield key, json.dumps({"id": tx_id, "amount": index % 997}), timestamp
+
+
+def produce(settings: dict, topic: str, records: int, seed: int = 5) -> None:
+    out = producer(settings, **{"linger.ms": 50, "batch.size": 1_000_000})
+    for index, (key, value, timestamp) in enumerate(bench_records(records, seed)):
         out.produce(topic, key=key, value=value, timestamp=timestamp)
         if index % 20_000 == 0:
             out.poll(0)
     assert out.flush(120) == 0
+
+
+def dedup_topology(topic: str) -> Topology:
+    """The bench's job: deduplicate_by_key_value(id, 10 min) into the Delta sink."""
+    b = StreamsBuilder()
+    stream = b.stream(topic, Serdes.string(), Serdes.json())
+    stream.deduplicate_by_key_value(lambda k, v: v["id"], INTERVAL_MS).to("deduplicated")
+    return b.build()
 
 
 class WorkerMemory:
@@ -101,9 +116,6 @@ class WorkerMemory:
 
 
 def run_ours(spark, settings, topic, tmp: Path, per_partition_cap: int, name: str):
-    b = StreamsBuilder()
-    stream = b.stream(topic, Serdes.string(), Serdes.json())
-    stream.deduplicate_by_key_value(lambda k, v: v["id"], INTERVAL_MS).to("deduplicated")
     config = {
         "application.id": name,
         "bootstrap.servers": settings["bootstrap.servers"],
@@ -112,7 +124,7 @@ def run_ours(spark, settings, topic, tmp: Path, per_partition_cap: int, name: st
         "platform.delta.root": str(tmp / "delta"),
         "platform.max.records.per.batch": per_partition_cap,
     }
-    job = StreamingJob(b.build(), config, spark=spark, delta_sinks=["deduplicated"])
+    job = StreamingJob(dedup_topology(topic), config, spark=spark, delta_sinks=["deduplicated"])
     started = time.perf_counter()
     results = job.run_until_caught_up()
     elapsed = time.perf_counter() - started
