@@ -6,11 +6,11 @@ in its own store so that it survives a restart together with the entries it expl
 
 Entries older than ``stream_time - interval`` can never cause a drop again and are purged
 through a time-ordered index, in runs: once the horizon has moved on by 1/64 of the interval
-since the last purge, and exactly at every commit. The index lives in memory, rebuilt from the store when the
-task starts: a queue of the entries that arrived in timestamp order (nearly all: popping its
-head is O(1)) and a heap of the others. It costs no store write per record and no range scan
-over deletion markers, and the store stays the single source of truth. The store holds at
-most an interval's worth of ids, so rebuilding reads at most that much.
+since the last purge, and exactly at every commit. The index lives in memory, rebuilt from the
+store when the task starts: a queue of the entries that arrived in timestamp order (nearly all:
+popping its head is O(1)) and a heap of the others. It costs no store write per record and no
+range scan over deletion markers, and the store stays the single source of truth. The store
+holds at most an interval's worth of ids, so rebuilding reads at most that much.
 
 The processor is its store's only writer, so it also keeps the store's entries in a dict,
 loaded with the index: a record's lookup is a dict lookup instead of a store read (most ids are
@@ -296,7 +296,7 @@ class DeduplicationProcessor(Processor):
 
     def _purge(self, horizon: int) -> None:
         """Delete the entries older than ``horizon``; the next purge waits until the horizon
-        passes ``horizon + _PURGE_SLACK`` of the interval (see ``_purge_after``)."""
+        has passed this one by 1/64 of the interval (``_purge_after``)."""
         self._purge_after = horizon + self._purge_slack
         if not self._buffered:
             put = self.store.put
