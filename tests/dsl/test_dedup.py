@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 from datetime import timedelta
+from unittest.mock import patch
 
 import pytest
 from hypothesis import given, settings
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 
 from streamplatform import StreamsBuilder, TopologyTestDriver
 from streamplatform.config import StreamsConfig
+from streamplatform.dsl import dedup
 from streamplatform.records import ConsumedRecord
 from streamplatform.runtime.task import Task
 from streamplatform.serdes import Serdes
@@ -376,3 +378,36 @@ def test_exactly_once_buffered_writes_match_the_model_and_the_write_through_stor
         if key.startswith(b"i")
     }
     assert committed == model_store
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    interval=st.integers(min_value=1, max_value=20),
+    events=st.lists(
+        st.tuples(st.sampled_from([*"abcdefghij", None]), st.integers(min_value=0, max_value=60)),
+        max_size=50,
+    ),
+    fraction=st.sampled_from([1, 2, 4]),
+    commit_every=st.integers(min_value=1, max_value=20),
+)
+def test_purging_in_runs_changes_neither_the_output_nor_the_committed_store(
+    tmp_path_factory, interval, events, fraction, commit_every
+):
+    """A purge waits until the horizon has moved on by interval // 64 since the last, so
+    expired ids stay held a little longer. Here the wait is made a whole, half or quarter
+    interval, so that it happens all the time: that must change nothing the rule decides, and
+    a commit must still leave exactly the live ids stored."""
+    out, model_store = model_with_store(interval, events)
+    for guarantee in ("exactly_once_v2", "at_least_once"):
+        with patch.object(dedup, "_PURGE_SLACK_FRACTION", fraction):
+            forwarded, store = run_tasks(
+                tmp_path_factory.mktemp(guarantee), interval, events, guarantee, commit_every,
+                len(events),
+            )  # fmt: skip
+        assert forwarded == out
+        committed = {
+            key[2:].decode(): struct.unpack(">qq", value)
+            for key, value in store.items()
+            if key.startswith(b"i")
+        }
+        assert committed == model_store
