@@ -276,11 +276,7 @@ class DeduplicationProcessor(Processor):
             if self._buffered:
                 self._pending[id_key] = entry
                 self._pending_entries += 1
-                self._pending_bytes += (
-                    len(id_key[0]) + len(id_key[1]) + 28  # _held_size(id_key) + 16, inlined
-                    if type(id_key) is tuple
-                    else _held_size(id_key) + 16
-                )
+                self._pending_bytes += _held_size(id_key) + 16
             else:
                 self.store.put(store_key(id_key), _pack(*entry))
             if not in_order or timestamp >= in_order[-1][0]:
@@ -311,11 +307,7 @@ class DeduplicationProcessor(Processor):
             else:
                 pending.pop(id_key, None)  # never handed over: nothing to delete
             writes += 1
-            nbytes += (
-                len(id_key[0]) + len(id_key[1]) + 12  # _held_size(id_key), inlined
-                if type(id_key) is tuple
-                else _held_size(id_key)
-            )
+            nbytes += _held_size(id_key)
         self._pending_entries += writes
         self._pending_bytes += nbytes
 
