@@ -96,6 +96,25 @@ def _placement(args: argparse.Namespace) -> int:
     return 0
 
 
+def _discard_batch(args: argparse.Namespace) -> int:
+    """StreamingJob.discard_uncommitted_batch() for a job given by import path and settings."""
+    from streamplatform.config import load_object
+    from streamplatform.runtime.microbatch import StreamingJob
+
+    topology = load_object(args.topology)
+    if callable(topology):
+        topology = topology()
+    settings = dict(setting.split("=", 1) for setting in args.set)
+    job = StreamingJob(topology, settings, delta_sinks=args.delta_sink)
+    try:
+        batch = job.discard_uncommitted_batch()
+    finally:
+        job.close()
+    print(f"Batch {batch} discarded; the next run plans it anew." if batch is not None
+          else "Every planned batch is committed: nothing to discard.")  # fmt: skip
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="streamplatform", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -144,6 +163,22 @@ def build_parser() -> argparse.ArgumentParser:
     placement.add_argument("--tasks", type=int, metavar="N", help="place tasks 0_0 .. 0_<N-1>")
     placement.add_argument("--strict", action="store_true", help="never break a tag rule")
     placement.set_defaults(run=_placement)
+
+    discard = commands.add_parser(
+        "discard-batch",
+        help="drop the uncommitted batch's Delta outputs and plan, so that a changed job "
+        "plans it anew (the way on after ReplayRefused; docs/guarantees.md)",
+    )
+    discard.add_argument(
+        "--topology", required=True, metavar="IMPORT.PATH",
+        help="package.module:name of the Topology, or of a function that builds it",
+    )  # fmt: skip
+    discard.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE",
+        help="a job setting (application.id, bootstrap.servers, platform.delta.root, ...)",
+    )  # fmt: skip
+    discard.add_argument("--delta-sink", action="append", default=[], metavar="TOPIC")
+    discard.set_defaults(run=_discard_batch)
     return parser
 
 

@@ -156,6 +156,13 @@ SETTINGS: tuple[Setting, ...] = (
             "$SPARK_MASTER or local[*].", "string"),
     Setting("platform.max.records.per.batch", _int(1), 100_000, "Upper bound on the records a "
             "micro-batch reads per task.", "int >= 1"),
+    Setting("platform.claim.lease.ms", _int(1_000), 30_000, "How long a job's claim (one "
+            "driver per application.id) outlives its holder's last sign of life; the holder "
+            "renews it three times per lease. A holder on this host whose process is gone "
+            "loses it at once.", "ms >= 1000"),
+    Setting("platform.claim.wait.ms", _int(0), 0, "How long a driver waits for another "
+            "driver's claim on the job to end before it gives up with JobClaimedError. "
+            "0: fail at once.", "ms >= 0"),
 )  # fmt: skip
 
 _BY_NAME = {setting.name: setting for setting in SETTINGS}

@@ -121,7 +121,9 @@ def read_kafka_ranges(
     settings: Mapping[str, str],
     ranges: Mapping[str, Mapping[int, tuple[int, int]]],
 ) -> DataFrame:
-    """Read exactly ``{topic: {partition: (start, end)}}`` (end exclusive), headers included.
+    """Read exactly ``{topic: {partition: (start, end)}}`` (end exclusive), headers included,
+    committed records only (``read_committed``: transaction markers and aborted records leave
+    gaps in the offsets).
 
     One Spark partition per Kafka partition; columns ``key, value, topic, partition, offset,
     timestamp, timestampType, headers``. Connection settings (``bootstrap.servers``,
@@ -144,6 +146,9 @@ def read_kafka_ranges(
         .option("endingOffsets", json.dumps(ending))
         .option("includeHeaders", "true")
         .option("failOnDataLoss", "true")
+        # Committed records only: an aborted transaction's records are never read, and a
+        # range never reaches past the last stable offset (the plan stops there too).
+        .option("kafka.isolation.level", "read_committed")
     )
     for key, value in connection_settings(settings).items():
         if key != "client.id":

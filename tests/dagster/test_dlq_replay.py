@@ -19,6 +19,7 @@ from streamplatform.dlq.ledger import ReplayLedger
 from streamplatform.dlq.records import REPLAY_ATTEMPT_HEADER, REPLAY_BATCH_HEADER, REPLAY_OF_HEADER
 from streamplatform.dlq.replay import DlqReplayer as Replayer
 from streamplatform.kafka import TopicSpec, consumer, create_topics, producer
+from streamplatform.runtime.claim import JobClaimedError
 from streamplatform.runtime.microbatch import StreamingJob
 from streamplatform.serdes import Serdes
 
@@ -217,3 +218,18 @@ def test_an_interrupted_replay_is_finished_once_by_the_next(
     ledger = ReplayLedger(setup["spark"], setup["root"], setup["config"]["application.id"])
     assert ledger.counts() == {"replayed": 3, "parked": 0}
     assert replayer(setup).replay().recovered_batch is None
+
+
+def test_a_second_replay_of_the_same_job_is_refused_while_one_runs(setup):
+    produce(setup, [json.dumps({"amount": -1}).encode()])
+    run_job(setup, strict=True)  # the record is in the DLQ and its mirror
+    running = replayer(setup)
+    running._claim.acquire()  # a replay of this job is under way
+    try:
+        with pytest.raises(JobClaimedError, match="DLQ replay"):
+            replayer(setup).replay()
+        assert republished(setup) == []  # the refused replay published nothing
+    finally:
+        running._claim.release()
+    report = replayer(setup).replay()  # once it ended, the next replay runs
+    assert report.republished == 1 and len(republished(setup)) == 1

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import textwrap
+from datetime import timedelta
 
 from streamplatform import StreamsBuilder, TopologyTestDriver
 from streamplatform.kafka import producer
 from streamplatform.serdes import Serdes
+from streamplatform.state import Stores
 
 PARTITIONS = 3
 RECORDS = 240
@@ -20,11 +22,29 @@ def dedup_topology(source: str, sink: str):
     return b.build()
 
 
-def make_input(kafka_settings, source: str) -> list[tuple[int, str, bytes, int]]:
-    """RECORDS records over 3 partitions: 20% duplicates, 3 poison values."""
+def join_topology(transactions: str, rates: str, sink: str):
+    """Transactions joined as-of their time with a versioned table of rates: a task reads
+    two topics."""
+    b = StreamsBuilder()
+    table = b.table(
+        rates,
+        Serdes.string(),
+        Serdes.json(),
+        store=Stores.persistent_versioned_key_value_store("rates", timedelta(days=1)),
+    )
+    stream = b.stream(transactions, Serdes.string(), Serdes.json())
+    stream.join(table, lambda tx, rate: {**tx, "rate": rate["rate"]}).to(sink)
+    return b.build()  # fmt: skip
+
+
+def make_input(
+    kafka_settings, source: str, indices: range = range(RECORDS)
+) -> list[tuple[int, str, bytes, int]]:
+    """RECORDS records over 3 partitions: 20% duplicates, 3 poison values (or the part of
+    them at ``indices``)."""
     writer = producer(kafka_settings, **{"enable.idempotence": True})
     sent = []
-    for index in range(RECORDS):
+    for index in indices:
         partition = index % PARTITIONS
         tx_id = f"tx-{index - 6 if index % 5 == 0 and index >= 6 else index}"
         value = json.dumps({"id": tx_id, "n": index}).encode()
@@ -84,5 +104,16 @@ CRASHING_RUN = textwrap.dedent("""
     config = {config!r}
     StreamingJob(dedup_topology({source!r}, "deduplicated"), config,
                  delta_sinks=["deduplicated"]).run_until_caught_up()
+    print("finished without crashing")
+""")
+
+# The same for the join job (support.join_topology) over {transactions} and {rates}.
+JOIN_CRASHING_RUN = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {tests!r})
+    from runtime.support import join_topology
+    from streamplatform.runtime.microbatch import StreamingJob
+    StreamingJob(join_topology({transactions!r}, {rates!r}, "enriched"), {config!r},
+                 delta_sinks=["enriched"]).run_until_caught_up()
     print("finished without crashing")
 """)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from streamplatform.runtime import delta_direct
-from streamplatform.runtime.logs import CommitLog, OffsetLog
+from streamplatform.runtime.logs import CommitLog, OffsetLog, PlannedBatch
 
 SCHEMA = pa.schema([("task", pa.string()), ("batch_id", pa.int64()), ("value", pa.binary())])
 
@@ -45,9 +45,10 @@ def test_the_offset_and_commit_logs_round_trip(tmp_path):
     commits = CommitLog(str(tmp_path / "_commits"), "app")
     assert offsets.planned(0) is None and commits.last() is None
 
-    offsets.append(0, {("t", 1): (0, 5), ("t", 0): (3, 9)})
-    offsets.append(0, {("t", 0): (99, 100)})  # a replayed plan is not logged twice
-    assert offsets.planned(0) == {("t", 0): (3, 9), ("t", 1): (0, 5)}
+    assert offsets.append(0, {("t", 1): (0, 5), ("t", 0): (3, 9)}, "f1")
+    # A second plan of a batch is not logged, and says so: the first one holds.
+    assert not offsets.append(0, {("t", 0): (99, 100)}, "f2")
+    assert offsets.planned(0) == PlannedBatch({("t", 0): (3, 9), ("t", 1): (0, 5)}, "f1")
     assert offsets.planned(1) is None
 
     commits.append(0, {("t", 0): 9, ("t", 1): 4}, {"records_in": 10, "dedup_dropped": 2})

@@ -79,9 +79,10 @@ def test_a_broker_that_is_down_is_a_clear_error(tmp_path):
         StreamingJob(dedup_topology("a", "b"), config, delta_sinks=["b"])
 
 
+@pytest.mark.parametrize("batch", [0, 1])
 @pytest.mark.parametrize("step", ["after_plan", "during_tasks", "after_outputs", "after_commit"])
 def test_a_job_killed_at_any_step_resumes_to_the_clean_output(
-    spark, kafka_settings, source_topic, tmp_path, step
+    spark, kafka_settings, source_topic, tmp_path, step, batch
 ):
     source, sent = source_topic
     app = f"crash-{step.replace('_', '-')}-{uuid.uuid4().hex[:4]}"
@@ -91,7 +92,7 @@ def test_a_job_killed_at_any_step_resumes_to_the_clean_output(
     )
     child = subprocess.Popen(
         [sys.executable, "-c", script],
-        env=os.environ | {"STREAMPLATFORM_FAULT": f"{step}:1"},
+        env=os.environ | {"STREAMPLATFORM_FAULT": f"{step}:{batch}"},
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )  # fmt: skip
     try:
@@ -104,7 +105,7 @@ def test_a_job_killed_at_any_step_resumes_to_the_clean_output(
     job = StreamingJob(dedup_topology(source, "deduplicated"), config, spark=spark,
                        delta_sinks=["deduplicated"])  # fmt: skip
     results = job.run_until_caught_up()
-    assert results[0].batch_id == (2 if step == "after_commit" else 1)
+    assert results[0].batch_id == batch + (step == "after_commit")
     assert results[0].replayed == (step != "after_commit")
 
     rows = delta_rows(spark, f"{tmp_path}/delta/{app}/deduplicated")

@@ -40,6 +40,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+
 from streamplatform.config import StreamsConfig
 from streamplatform.dlq.inspect import mirror_path, read_mirror
 from streamplatform.dlq.ledger import PARK, REPUBLISH, Decision, Plan, ReplayLedger
@@ -53,6 +55,7 @@ from streamplatform.dlq.records import (
 )
 from streamplatform.dsl.topology import Topology
 from streamplatform.home import data_dir
+from streamplatform.runtime.claim import JobClaim
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -60,6 +63,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 COORDINATES = ["source_topic", "source_partition", "source_offset"]
+# The replay's claim table holds no rows: only the claims in its Delta log.
+CLAIM_SCHEMA = pa.schema([("claimed", pa.bool_())])
 EXHAUSTED = "AttemptsExhausted"  # the "exception" of a record parked for having max_attempts
 
 
@@ -107,11 +112,28 @@ class DlqReplayer:
         self.mirror = mirror_path(root, self.app)
         self.ledger = ReplayLedger(spark, self.app_root, self.app)
         self.kafka = self.config.kafka_settings("producer")
+        self._claim = JobClaim(
+            f"{self.app_root}/_dlq_replay_claim", f"{self.app}-dlq-replay", CLAIM_SCHEMA,
+            lease_ms=self.config["platform.claim.lease.ms"],
+            wait_ms=self.config["platform.claim.wait.ms"], role="DLQ replay",
+        )  # fmt: skip
 
     # The one entry point ---------------------------------------------------------------------
 
     def replay(self, *, retry_parked: bool = False) -> ReplayReport:
-        """Finish an unfinished batch if there is one, then replay what is new in the mirror."""
+        """Finish an unfinished batch if there is one, then replay what is new in the mirror.
+
+        One replay of a job at a time: it claims the job's DLQ replay first (as a streaming
+        job claims its commit log, runtime/claim.py), so a second replay started meanwhile is
+        refused with JobClaimedError (or waits, ``platform.claim.wait.ms``), and one that lost
+        its claim stops before it publishes or records anything more."""
+        self._claim.acquire()
+        try:
+            return self._replay(retry_parked)
+        finally:
+            self._claim.release()
+
+    def _replay(self, retry_parked: bool) -> ReplayReport:
         last = self.ledger.last_batch()
         recovered: tuple[int, int] | None = None
         if last is not None and not last[1]:
@@ -129,6 +151,7 @@ class DlqReplayer:
         if not candidates:
             return report
         plan = self._plan(batch, max(position, newest), candidates, forced)
+        self._claim.check()
         self.ledger.log_planned(plan)
         self._finish(plan, recovering=False, records=candidates)
         parked = [d for d in plan.decisions if d.action == PARK]
@@ -223,7 +246,9 @@ class DlqReplayer:
         already = self._published(plan) if recovering and republish else set()
         missing = [(d, records[d.source]) for d in republish if d.source not in already]
         if missing:
+            self._claim.check()
             self._publish(plan, missing)
+        self._claim.check()
         self.ledger.record(plan, records)
         self.ledger.log_done(plan)
         if recovering:

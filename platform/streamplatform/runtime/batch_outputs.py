@@ -59,6 +59,8 @@ class Progress:
     """The batch's progress rows, summed over its tasks."""
 
     metrics: dict[str, int] = field(default_factory=dict)
+    # Where the tasks that stopped early stopped, per partition they were given (the other
+    # tasks read their ranges to the end).
     consumed: dict[tuple[str, int], int] = field(default_factory=dict)
     present: set[tuple[str, str | None]] = field(default_factory=set)  # (kind, topic) with rows
     changelog_writers: set[str] = field(default_factory=set)  # tasks that wrote changelog rows
@@ -75,8 +77,9 @@ class Progress:
             progress = json.loads(value)
             for name, number in progress["metrics"].items():
                 summed.metrics[name] = summed.metrics.get(name, 0) + int(number)
-            for topic, partition, offset in progress["consumed"]:
-                summed.consumed[(topic, int(partition))] = int(offset)
+            if progress.get("cut"):  # stopped early: where, on each partition it was given
+                for topic, partition, offset in progress["consumed"]:
+                    summed.consumed[(topic, int(partition))] = int(offset)
             for kind, topic, count in progress["rows"]:
                 if count:
                     summed.present.add((kind, topic))

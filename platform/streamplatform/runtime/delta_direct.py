@@ -79,3 +79,24 @@ def live_files(path: str) -> list[str]:
     """The data files of the table's current version (absolute paths or URIs)."""
     table = _table(path)
     return [] if table is None else list(table.file_uris())
+
+
+def discard(path: str, app_id: str, version: int) -> int:
+    """Delete the rows appended under ``(app_id, version)`` (its ``batch_id = version`` rows)
+    and set the transaction back to ``version - 1``, in one commit, so that the next append
+    of ``version`` is written again. Returns the rows deleted; nothing happens when no such
+    append was recorded."""
+    from deltalake import CommitProperties, Transaction
+
+    table = _table(path)
+    recorded = None if table is None else table.transaction_version(app_id)
+    if recorded is None or recorded < version:
+        return 0
+    properties = CommitProperties(app_transactions=[Transaction(app_id, version - 1)])
+    deleted = table.delete(f"batch_id = {int(version)}", commit_properties=properties)
+    if table.transaction_version(app_id) != version - 1:  # no row matched: no commit was made
+        table.create_write_transaction(
+            [], mode="append", schema=table.schema(),
+            partition_by=table.metadata().partition_columns, commit_properties=properties,
+        )  # fmt: skip
+    return int(deleted.get("num_deleted_rows", 0))

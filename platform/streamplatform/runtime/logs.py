@@ -28,10 +28,11 @@ from typing import Any
 import pyarrow as pa
 
 from streamplatform.runtime import delta_direct
+from streamplatform.runtime.claim import JobClaim
 
 OFFSETS_SCHEMA = pa.schema([
     ("batch_id", pa.int64()), ("topic", pa.string()), ("partition", pa.int32()),
-    ("start_offset", pa.int64()), ("end_offset", pa.int64()),
+    ("start_offset", pa.int64()), ("end_offset", pa.int64()), ("fingerprint", pa.string()),
 ])  # fmt: skip
 COMMITS_SCHEMA = pa.schema([
     ("batch_id", pa.int64()), ("committed_at", pa.timestamp("us", tz="UTC")),
@@ -50,28 +51,44 @@ class CommittedBatch:
     metrics: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class PlannedBatch:
+    ranges: Ranges
+    fingerprint: str | None  # of the job that planned it (fingerprint.py); None: not logged
+
+
 class OffsetLog:
     def __init__(self, path: str, application_id: str) -> None:
         self.path, self.txn_app_id = path, f"{application_id}-offsets"
 
-    def append(self, batch_id: int, ranges: Ranges) -> None:
-        rows = [(batch_id, t, p, start, end) for (t, p), (start, end) in sorted(ranges.items())]
+    def append(self, batch_id: int, ranges: Ranges, fingerprint: str) -> bool:
+        """Log the plan of ``batch_id``; False when a plan of it was logged before (then that
+        plan holds, and this one was not written)."""
+        rows = [
+            (batch_id, t, p, start, end, fingerprint)
+            for (t, p), (start, end) in sorted(ranges.items())
+        ]
         table = pa.Table.from_pylist(
             [dict(zip(OFFSETS_SCHEMA.names, row, strict=True)) for row in rows], OFFSETS_SCHEMA
         )
-        delta_direct.append(self.path, table, self.txn_app_id, batch_id)
+        return delta_direct.append(self.path, table, self.txn_app_id, batch_id)
 
-    def planned(self, batch_id: int) -> Ranges | None:
-        """The ranges batch ``batch_id`` was planned with, or None when it never was."""
+    def planned(self, batch_id: int) -> PlannedBatch | None:
+        """How batch ``batch_id`` was planned, or None when it never was."""
         rows = delta_direct.read(self.path, [("batch_id", "=", batch_id)]).to_pylist()
         if not rows:
             return None
-        return {(r["topic"], r["partition"]): (r["start_offset"], r["end_offset"]) for r in rows}
+        ranges = {(r["topic"], r["partition"]): (r["start_offset"], r["end_offset"]) for r in rows}
+        return PlannedBatch(ranges, rows[0].get("fingerprint"))
 
 
 class CommitLog:
-    def __init__(self, path: str, application_id: str) -> None:
+    """``claim``: the driver's claim on the job (claim.py). With one, every append is made as
+    the claim holder's next commit, so a driver that lost its claim cannot commit a batch."""
+
+    def __init__(self, path: str, application_id: str, claim: JobClaim | None = None) -> None:
         self.path, self.txn_app_id = path, f"{application_id}-commits"
+        self.claim = claim
 
     def append(
         self,
@@ -91,7 +108,10 @@ class CommitLog:
             "metrics": json.dumps(dict(metrics), default=str),
         }
         table = pa.Table.from_pylist([row], COMMITS_SCHEMA)
-        delta_direct.append(self.path, table, self.txn_app_id, batch_id)
+        if self.claim is not None:
+            self.claim.append(table, self.txn_app_id, batch_id)
+        elif not delta_direct.append(self.path, table, self.txn_app_id, batch_id):
+            raise RuntimeError(f"commit log {self.path}: batch {batch_id} was committed before")
 
     def last(self) -> CommittedBatch | None:
         """The newest committed batch, or None before the first commit."""

@@ -1,11 +1,15 @@
 """StreamingJob: a Topology run on Spark in micro-batches, exactly once into Delta.
 
-One micro-batch N (see ../shared/DESIGN.md, "Running on Spark"):
+A driver first claims its application (claim.py): one driver per application.id, and a driver
+that lost its claim cannot commit. Then one micro-batch N (docs/guarantees.md):
 
-1. plan: per source partition ``[consumed, min(end, consumed + platform.max.records.per.batch))``;
-   appended to the offset log before anything runs. A batch planned but not committed (a
-   crash) is re-run with exactly the same ranges;
-2. read exactly those ranges with Spark's Kafka batch source, headers included;
+1. plan: per source partition ``[consumed, min(end, consumed + platform.max.records.per.batch))``
+   where ``end`` is the last stable offset; appended to the offset log, with the job's
+   fingerprint (fingerprint.py), before anything runs. A batch planned but not committed (a
+   crash, or a failure in this process) is re-run with exactly the same ranges, and only by
+   a job with the same fingerprint (``ReplayRefused``, ``discard_uncommitted_batch``);
+2. read exactly those ranges with Spark's Kafka batch source, committed records only,
+   headers included;
 3. run every task in an executor (``mapInArrow``, one Spark partition per Kafka partition, or
    ``applyInArrow`` grouped by task when a task reads several topics; executor.py); the
    output is cached so that every table below reads it without running the tasks again. A job
@@ -17,8 +21,10 @@ One micro-batch N (see ../shared/DESIGN.md, "Running on Spark"):
    (at least once, produced from the executors with each record's own timestamp:
    kafka_output.py). The Delta sinks and the changelog start while the tasks still run (see
    ``_write_outputs``);
-5. append N to the commit log: the commit point. Under exactly_once_v2 the stores applied
-   nothing yet; the tasks settle their prepared writes against the commit log at batch N+1.
+5. append N to the commit log, as the claim holder's next commit: the commit point. The
+   consumed offsets are the planned ends, except where a task stopped early: there, where it
+   stopped on each partition it was given. Under exactly_once_v2 the stores applied nothing
+   yet; the tasks settle their prepared writes against the commit log at batch N+1.
 
 After a crash anywhere, re-running plans the same N and produces the same Delta output once.
 """
@@ -40,13 +46,14 @@ from streamplatform.dsl.topology import Topology
 from streamplatform.home import data_dir
 from streamplatform.kafka.clients import describe_topics
 from streamplatform.placement import Placement
-from streamplatform.runtime import changelog, kafka_output
+from streamplatform.runtime import changelog, delta_direct, kafka_output
 from streamplatform.runtime.batch_outputs import (
     DELTA_OUTPUTS,
     Progress,
     append_side_outputs,
     side_files,
 )
+from streamplatform.runtime.claim import JobClaim
 from streamplatform.runtime.executor import (
     BATCH_MARKER,
     CHANGELOG_FILES_NEEDED,
@@ -59,11 +66,23 @@ from streamplatform.runtime.executor import (
     TaskBatchRunner,
 )
 from streamplatform.runtime.faults import arm, crash_point
-from streamplatform.runtime.logs import CommitLog, CommittedBatch, OffsetLog, Ranges
+from streamplatform.runtime.fingerprint import job_fingerprint
+from streamplatform.runtime.logs import (
+    COMMITS_SCHEMA,
+    CommitLog,
+    CommittedBatch,
+    OffsetLog,
+    PlannedBatch,
+    Ranges,
+)
 from streamplatform.runtime.standby import InstanceLayout, StandbySync
 
 log = logging.getLogger(__name__)
 _UNREAD = object()
+
+
+class ReplayRefused(RuntimeError):
+    """A batch planned under another topology, code or settings would be replayed."""
 
 
 @dataclass(frozen=True)
@@ -119,10 +138,16 @@ class StreamingJob:
         self._stage_outputs: list[Any] = []  # cached per sub-topology, released after a batch
         self._streamed_ms = 0  # the last streamed batch's tasks and sink write
         self._spark = spark
-        self.offset_log = OffsetLog(f"{self.root}/_offsets", self.app)
-        self.commit_log = CommitLog(f"{self.root}/_commits", self.app)
         self._last: Any = _UNREAD  # the newest committed batch, once read
-        self._pending: Ranges | None = None  # a planned, uncommitted batch found at start
+        # One driver per application.id: claimed at the first batch, proven at each commit.
+        self.claim = JobClaim(
+            f"{self.root}/_commits", self.app, COMMITS_SCHEMA,
+            lease_ms=self.config["platform.claim.lease.ms"],
+            wait_ms=self.config["platform.claim.wait.ms"],
+        )  # fmt: skip
+        self.offset_log = OffsetLog(f"{self.root}/_offsets", self.app)
+        self.commit_log = CommitLog(f"{self.root}/_commits", self.app, self.claim)
+        self.fingerprint = job_fingerprint(topology, self.config.to_dict())
         self._watermarks: Any = None
         # With a placement, each task's state lives in its instance's root, and standbys
         # keep warm copies (standby.py); without one, every task uses state.dir.
@@ -179,34 +204,69 @@ class StreamingJob:
     # Running -------------------------------------------------------------------------------
 
     def run(self, max_batches: int | None = None) -> list[BatchResult]:
-        """Run batches until caught up (or ``max_batches``); returns what each did."""
+        """Run batches until caught up (or ``max_batches``); returns what each did. A run
+        that claimed the job releases it at the end."""
+        claimed_here = self.claim.epoch is None
         results: list[BatchResult] = []
-        while max_batches is None or len(results) < max_batches:
-            result = self.run_batch()
-            if result is None:
-                break
-            results.append(result)
+        try:
+            while max_batches is None or len(results) < max_batches:
+                result = self.run_batch()
+                if result is None:
+                    break
+                results.append(result)
+        finally:
+            if claimed_here:
+                self.claim.release()
         return results
 
     def run_until_caught_up(self) -> list[BatchResult]:
         return self.run()
 
     def run_batch(self) -> BatchResult | None:
-        """Plan, run and commit one micro-batch; None when there is nothing to read."""
+        """Plan, run and commit one micro-batch; None when there is nothing to read.
+
+        The first call claims the job (claim.py): a second driver of the same application.id
+        is refused. After a failure of any kind the next call reads the logs again and so
+        replays the logged plan of the batch that failed, exactly.
+        """
+        if self.claim.epoch is None:
+            self._claim()
+        try:
+            return self._run_batch()
+        except BaseException:
+            self._last = _UNREAD
+            raise
+
+    def _claim(self) -> None:
+        """Claim the job; the staging files of earlier runs, now surely dead, go."""
+        self.claim.acquire()
+        self._last = _UNREAD
+        staging = self._staging_root()
+        if staging is not None and staging.exists():
+            for run in staging.iterdir():
+                if run.name != self.claim.run:
+                    shutil.rmtree(run, ignore_errors=True)
+
+    def _run_batch(self) -> BatchResult | None:
         started = time.monotonic()
         offset_log, commit_log = self.offset_log, self.commit_log
-        if self._last is _UNREAD:  # the logs are read once; this job is their only writer
+        if self._last is _UNREAD:
             self._last = commit_log.last()
-            self._pending = offset_log.planned(0 if self._last is None else self._last.batch_id + 1)
         last = self._last
         batch_id = 0 if last is None else last.batch_id + 1
-        ranges, self._pending = self._pending, None
-        replayed = ranges is not None
-        if ranges is None:
+        logged = offset_log.planned(batch_id)
+        if logged is None:
             ranges = self._plan({} if last is None else last.consumed)
             if not any(end > start for start, end in ranges.values()):
                 return None
-            offset_log.append(batch_id, ranges)
+            if not offset_log.append(batch_id, ranges, self.fingerprint):
+                logged = offset_log.planned(batch_id)  # planned meanwhile: that plan holds
+                log.warning("%s batch %d was planned by another driver meanwhile; running "
+                            "its plan", self.app, batch_id)  # fmt: skip
+        replayed = logged is not None
+        if logged is not None:
+            self._check_replayable(batch_id, logged)
+            ranges = logged.ranges
         crash_point("after_plan", batch_id)
         planned = time.monotonic()
         last_committed = None if last is None else last.batch_id
@@ -228,10 +288,13 @@ class StreamingJob:
             finally:
                 self._resolve_changelog = False
             crash_point("after_outputs", batch_id)
+            # A task that stopped early (its stores' uncommitted limits) reported where it
+            # stopped on each partition it was given; every other range was read to its end.
             consumed = {tp: end for tp, (_, end) in ranges.items()} | {
                 tp: offset for tp, offset in progress.consumed.items() if tp in ranges
             }
             metrics = progress.metrics
+            metrics |= _offset_gaps(self.app, batch_id, ranges, consumed, last, metrics)
             written = time.monotonic()
             metrics["plan_ms"] = int((planned - started) * 1000)
             metrics["run_and_write_ms"] = int((written - planned) * 1000)
@@ -276,6 +339,52 @@ class StreamingJob:
         )  # fmt: skip
         return result
 
+    def _check_replayable(self, batch_id: int, logged: PlannedBatch) -> None:
+        """A batch planned but not committed is replayed only by the job that planned it:
+        its first attempt may have written outputs that a changed job would not."""
+        if logged.fingerprint in (None, self.fingerprint):
+            return
+        raise ReplayRefused(
+            f"{self.app}: batch {batch_id} was planned, and may have written some of its "
+            f"outputs, under another topology, code or settings (fingerprint "
+            f"{logged.fingerprint[:12]}, now {self.fingerprint[:12]}). Replaying it under "
+            "this job would mix two versions of one batch. Run it with the code and settings "
+            "it was planned with, or drop what its first attempt wrote and plan it anew under "
+            "this job: StreamingJob.discard_uncommitted_batch() (CLI: streamplatform "
+            "discard-batch). See docs/guarantees.md."
+        )
+
+    def discard_uncommitted_batch(self) -> int | None:
+        """Forget the batch that was planned but never committed: delete what its attempts
+        wrote to the Delta tables (sinks, DLQ mirror, changelog, versions) and its plan, so
+        that the next batch plans it anew under this job's topology, code and settings.
+        Returns its id; None when every planned batch is committed.
+
+        The way on after a refused replay (``ReplayRefused``): a record that failed under the
+        old code and is processed under the new one is then in the sink only, not also in the
+        DLQ mirror. Its stores' prepared writes are discarded by the tasks, as after any crash.
+        What it produced to Kafka topics (at least once) stays there."""
+        if self.claim.epoch is None:
+            self._claim()
+        last = self.commit_log.last()
+        batch_id = 0 if last is None else last.batch_id + 1
+        if self.offset_log.planned(batch_id) is None:
+            return None
+        deleted = {}
+        for path, txn_name in self._batch_tables():
+            deleted[path] = delta_direct.discard(path, f"{self.app}-{txn_name}", batch_id)
+        delta_direct.discard(self.offset_log.path, self.offset_log.txn_app_id, batch_id)
+        self._last = _UNREAD
+        log.warning("%s: batch %d discarded (rows deleted per table: %s); it is planned anew",
+                    self.app, batch_id, deleted)  # fmt: skip
+        return batch_id
+
+    def _batch_tables(self) -> list[tuple[str, str]]:
+        """``(path, transaction name)`` of every Delta table a batch appends to."""
+        sinks = sorted(self.delta_sinks & set(self.topology.sink_topics(self.app)))
+        tables = [(f"{self.root}/{topic}", f"sink-{topic}") for topic in sinks]
+        return tables + [(f"{self.root}/{o.table}", o.txn_name) for o in DELTA_OUTPUTS.values()]
+
     def _end_offsets(self) -> dict[tuple[str, int], tuple[int, int]]:
         """``(low, high)`` watermarks of every source partition, from one reused client."""
         from confluent_kafka import TopicPartition as KafkaTopicPartition
@@ -283,7 +392,12 @@ class StreamingJob:
         from streamplatform.kafka.clients import consumer
 
         if self._watermarks is None:
-            self._watermarks = consumer(self.kafka, group_id=f"{self.app}-watermarks")
+            # read_committed: the high watermark is the last stable offset, so a plan never
+            # reaches into a transaction that is still open.
+            committed_only = {"isolation.level": "read_committed"}
+            self._watermarks = consumer(
+                self.kafka, group_id=f"{self.app}-watermarks", **committed_only
+            )
         return {
             (topic, p): self._watermarks.get_watermark_offsets(KafkaTopicPartition(topic, p), 10)
             for topic in self.sources
@@ -314,7 +428,9 @@ class StreamingJob:
         return moved
 
     def close(self) -> None:
-        """Release the Kafka client (the SparkSession belongs to whoever made it)."""
+        """Release the claim and the Kafka client (the SparkSession belongs to whoever made
+        it)."""
+        self.claim.release()
         if self._watermarks is not None:
             self._watermarks.close()
             self._watermarks = None
@@ -336,10 +452,16 @@ class StreamingJob:
             or not sinks <= self.delta_sinks
         ):
             return None
+        staging = self._staging_root()
+        return None if staging is None else str(staging / self.claim.run / "side")
+
+    def _staging_root(self) -> Path | None:
+        """Where runs keep their side files, one directory per run (claim.run); None when
+        the Delta root is not a local path."""
         root = self.root.removeprefix("file://") if self.root.startswith("file:/") else self.root
         if "://" in root or ":" in root.split("/")[0]:
             return None
-        return str(Path(root).absolute() / "_staging" / "side")
+        return Path(root).absolute() / "_staging"
 
     def _run_and_write(
         self,
@@ -611,6 +733,32 @@ class StreamingJob:
         to_kafka.select(*kafka_output.COLUMNS).mapInArrow(
             kafka_output.producing(self.kafka), kafka_output.PRODUCED_SCHEMA
         ).collect()
+
+
+def _offset_gaps(
+    app: str,
+    batch_id: int,
+    ranges: Ranges,
+    consumed: Mapping[tuple[str, int], int],
+    last: CommittedBatch | None,
+    metrics: Mapping[str, int],
+) -> dict[str, int]:
+    """Offsets a batch did not read as records: ``offsets_skipped``, those gone from Kafka
+    before they were read (retention, a deleted topic's records: the plan starts at the
+    partition's first offset), and ``offset_gaps``, offsets inside the ranges read that held
+    no committed record (transaction markers, aborted or compacted records)."""
+    skipped = 0
+    for tp, (start, _) in ranges.items():
+        before = None if last is None else last.consumed.get(tp)
+        if before is not None and start > before:
+            skipped += start - before
+            log.warning("%s batch %d: offsets %d..%d of %s-%d are gone from Kafka (retention?) "
+                        "and were never read", app, batch_id, before, start - 1, *tp)  # fmt: skip
+    read = sum(consumed[tp] - start for tp, (start, _) in ranges.items())
+    gaps = max(0, read - metrics.get("records_in", 0))
+    if gaps:
+        log.info("%s batch %d: %d offsets held no committed record", app, batch_id, gaps)
+    return {"offsets_skipped": skipped, "offset_gaps": gaps}
 
 
 def _headers_as_json(column: str) -> Any:

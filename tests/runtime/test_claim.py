@@ -1,0 +1,135 @@
+"""The job claim (one driver per application.id) on a Delta table, without Spark or Kafka."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from streamplatform.runtime.claim import JobClaim, JobClaimedError, JobFencedError
+from streamplatform.runtime.logs import COMMITS_SCHEMA, CommitLog
+
+ROW = pa.schema([("batch_id", pa.int64())])
+
+
+def claim(path, **options) -> JobClaim:
+    return JobClaim(str(path), "app", ROW, **options)
+
+
+def append(holder: JobClaim, batch_id: int) -> None:
+    holder.append(pa.table({"batch_id": pa.array([batch_id], pa.int64())}), "app-commits", batch_id)
+
+
+def rows(path) -> list[int]:
+    return sorted(DeltaTable(str(path)).to_pyarrow_table().column("batch_id").to_pylist())
+
+
+def test_a_second_claim_is_refused_naming_the_holder(tmp_path):
+    first = claim(tmp_path / "c")
+    assert first.acquire() == 1
+    try:
+        with pytest.raises(JobClaimedError) as refused:
+            claim(tmp_path / "c").acquire()
+        message = str(refused.value)
+        assert "app" in message and first.run in message and f"pid {os.getpid()}" in message
+        assert "platform.claim.wait.ms" in message
+    finally:
+        first.release()
+    assert claim(tmp_path / "c").acquire() == 2  # released: the next driver gets it
+
+
+def test_a_waiting_claim_gets_the_job_when_the_holder_releases_it(tmp_path):
+    first = claim(tmp_path / "c")
+    first.acquire()
+    threading.Timer(1.0, first.release).start()
+    started = time.monotonic()
+    second = claim(tmp_path / "c", wait_ms=30_000)
+    assert second.acquire() == 2
+    assert time.monotonic() - started >= 0.9
+    second.release()
+
+
+def test_a_holder_that_lost_its_claim_cannot_commit(tmp_path):
+    path = tmp_path / "c"
+    old = claim(path, lease_ms=1_000)
+    old.acquire()
+    append(old, 0)
+    # The old holder stalls (no heartbeat, as if its process were paused) past its lease.
+    old._stop.set()
+    old._heartbeat.join()
+    time.sleep(1.2)
+    new = claim(path, lease_ms=1_000)
+    assert new.acquire() == 2
+    with pytest.raises(JobFencedError, match="lost its claim"):
+        append(old, 1)
+    append(new, 1)
+    assert rows(path) == [0, 1]  # the fenced commit wrote nothing
+    new.release()
+
+
+def test_the_holder_renews_its_claim_while_it_does_not_commit(tmp_path):
+    holder = claim(tmp_path / "c", lease_ms=1_000)
+    holder.acquire()
+    time.sleep(2.5)  # more than two leases without a commit
+    with pytest.raises(JobClaimedError):
+        claim(tmp_path / "c", lease_ms=1_000).acquire()
+    append(holder, 0)  # its own commits still go through after the heartbeats
+    holder.release()
+
+
+def test_a_crashed_holder_on_this_host_is_taken_over_at_once(tmp_path):
+    script = textwrap.dedent(f"""
+        import os, signal, pyarrow as pa
+        from streamplatform.runtime.claim import JobClaim
+        JobClaim({str(tmp_path / "c")!r}, "app", pa.schema([("batch_id", pa.int64())])).acquire()
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    child = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    started = time.monotonic()
+    holder = claim(tmp_path / "c", lease_ms=60_000)
+    assert holder.acquire() == 2  # the lease has not run out, but its process is gone
+    assert time.monotonic() - started < 10
+    holder.release()
+
+
+def test_two_drivers_claiming_at_once_get_one_claim(tmp_path):
+    DeltaTable.create(str(tmp_path / "c"), ROW)
+    outcomes: list[str] = []
+    barrier = threading.Barrier(4)
+
+    def contend() -> None:
+        contender = claim(tmp_path / "c")
+        barrier.wait()
+        try:
+            contender.acquire()
+            outcomes.append("won")
+        except JobClaimedError:
+            outcomes.append("refused")
+
+    threads = [threading.Thread(target=contend) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(outcomes) == ["refused"] * 3 + ["won"]
+    assert DeltaTable(str(tmp_path / "c")).transaction_version("app-epoch") == 1
+
+
+def test_a_commit_log_append_goes_through_the_claim(tmp_path):
+    holder = JobClaim(str(tmp_path / "_commits"), "app", COMMITS_SCHEMA)
+    log = CommitLog(str(tmp_path / "_commits"), "app", holder)
+    with pytest.raises(RuntimeError, match="not claimed"):
+        log.append(0, {("t", 0): 3}, {})
+    holder.acquire()
+    log.append(0, {("t", 0): 3}, {"records_in": 3})
+    assert log.last().consumed == {("t", 0): 3}
+    holder.release()
