@@ -28,6 +28,10 @@ quarter of its time.
 The store writes of a batch always go through a transaction (READ_COMMITTED) here, in both
 modes: it is what lets them leave as the batch's changelog. Under at_least_once they are
 committed by the task at the end of its batch, before the driver's commit point.
+
+A task that fails (a handler answered fail) loses its whole output with its Spark task, so it
+produces its DLQ records to the DLQ topic itself before it fails, as Kafka Streams would have
+sent them (``_TaskRun.send_dlq_before_failing``).
 """
 
 from __future__ import annotations
@@ -51,7 +55,9 @@ import pyarrow.compute as pc
 
 from streamplatform.config import StreamsConfig
 from streamplatform.dsl.topology import Topology
+from streamplatform.errors.exceptions import TaskFailedError
 from streamplatform.records import ConsumedRecord
+from streamplatform.runtime import kafka_output
 from streamplatform.runtime.faults import crash_point
 from streamplatform.runtime.task import Task
 from streamplatform.state import IsolationLevel
@@ -251,6 +257,9 @@ class TaskBatchRunner:
             try:
                 tables = [run.process(records_in_pick_order(table))]
                 tables += run.finish()
+            except TaskFailedError as failure:
+                run.send_dlq_before_failing(failure)
+                raise
             finally:
                 run.close()
             return pa.Table.from_batches([t for t in tables if t is not None], OUTPUT_ARROW)
@@ -278,6 +287,10 @@ class TaskBatchRunner:
                         yield from finished
                     else:
                         run.write_side_output(self.side_output_dir, finished)
+            except TaskFailedError as failure:
+                if run is not None:
+                    run.send_dlq_before_failing(failure)
+                raise
             finally:
                 if run is not None:
                     run.close()
@@ -344,7 +357,9 @@ class _TaskRun:
         self.internal_in = 0  # records read from internal topics (TaskBatchRunner.run)
         self.rows: Counter[tuple[str, str | None]] = Counter()  # (kind, topic) -> rows sent
         self.sink_ms = 0.0
-        self.side: list[pa.RecordBatch] = []  # side-output mode: rows other than sink rows
+        # The DLQ rows taken from the task so far: for the side file (side-output mode), and
+        # for send_dlq_before_failing. DLQ records are few.
+        self.dlq: list[pa.RecordBatch] = []
         self._dlq_split = 0  # side-output mode: DLQ records already split off
         self._last_offset = -1
         self._source: tuple[str | None, int] | None = None
@@ -435,6 +450,27 @@ class _TaskRun:
     def close(self) -> None:
         self.task.close()
 
+    def send_dlq_before_failing(self, failure: TaskFailedError) -> None:
+        """Produce this attempt's DLQ records to the DLQ topic and wait for the broker's
+        acknowledgement, before the task fails with ``failure``.
+
+        Kafka Streams sends a DLQ record as soon as the handler answers, so when one answers
+        fail, the DLQ record of the failing record and those of the records resumed before it
+        are already on their way. Here every row of the failing task is lost with its Spark
+        task (the rows handed to Spark, those still in the task, the side file never written),
+        and the batch is not committed. The DLQ records are sent at least once, as when Kafka
+        Streams restarts a failed task: every run of the failing task sends them, and Spark may
+        run it more than once per batch (a retried attempt on a cluster; on the cached path,
+        once per job reading its output), and again at each re-run of the batch. Raises
+        KafkaOutputError, naming ``failure``, when the broker does not acknowledge them.
+        """
+        self._sink_and_dlq_rows()  # what the task still holds: its DLQ rows join self.dlq
+        if self.dlq:
+            kafka_output.send(
+                self.config.kafka_settings("producer"), self.dlq,
+                f"the DLQ records of task {self.task_name} before it fails ({failure})",
+            )  # fmt: skip
+
     def write_side_output(self, directory: str, batches: list[pa.RecordBatch]) -> None:
         """Every row but the sink rows, to one parquet file (atomically: a re-run of the task
         replaces it whole)."""
@@ -442,7 +478,7 @@ class _TaskRun:
 
         import pyarrow.parquet as pq
 
-        table = pa.Table.from_batches(self.side + batches, OUTPUT_ARROW)
+        table = pa.Table.from_batches(self.dlq + batches, OUTPUT_ARROW)
         os.makedirs(directory, exist_ok=True)
         path = os.path.join(directory, f"{self.task_name}.parquet")
         pq.write_table(table, f"{path}.tmp", compression="none")
@@ -450,14 +486,14 @@ class _TaskRun:
 
     def _sink_rows(self) -> pa.RecordBatch | None:
         """Sink and DLQ records produced so far. In side-output mode only the sink rows are
-        returned, in SINK_ARROW; DLQ rows are kept for the side file."""
+        returned, in SINK_ARROW; DLQ rows are kept for the side file (``self.dlq``)."""
         if self.runner.side_output_dir is not None:
             return self._sink_rows_only()
         return self._sink_and_dlq_rows()
 
     def _sink_and_dlq_rows(self) -> pa.RecordBatch | None:
         """Sink and DLQ records produced so far, in OUTPUT_ARROW: built column by column, not
-        row by row."""
+        row by row. The DLQ rows among them are also kept in ``self.dlq``."""
         task = self.task
         sources = task.take_output_sources()
         records = task.take_output()
@@ -485,12 +521,15 @@ class _TaskRun:
             header_array = pa.ListArray.from_arrays(
                 pa.repeat(pa.scalar(0, pa.int32()), n + 1), _NO_HEADER_VALUES, HEADERS_ARROW
             )
-        return _batch(
+        rows = _batch(
             n, kind=kind, topic=topic_array, key=keys, value=values, timestamp=timestamps,
             headers=header_array, partition=partitions, source_topic=source_topics,
             source_partition=source_partitions, source_offset=source_offsets,
             task=self.task_name,
         )  # fmt: skip
+        if dlq in topic_counts:
+            self.dlq.append(rows.filter(pc.equal(rows.column(0), "dlq")))
+        return rows
 
     def _sink_rows_only(self) -> pa.RecordBatch | None:
         task = self.task
@@ -499,9 +538,7 @@ class _TaskRun:
             self._dlq_split = task.dlq_records
             both = self._sink_and_dlq_rows()
             assert both is not None
-            is_sink = pc.equal(both.column(0), "sink")
-            self.side.append(both.filter(pc.invert(is_sink)))
-            sink = both.filter(is_sink)
+            sink = both.filter(pc.equal(both.column(0), "sink"))
             encoded = [
                 encode_headers([(h["key"], h["value"]) for h in structs])
                 for structs in sink.column("headers").to_pylist()

@@ -15,11 +15,14 @@ drop repeats, every sink record carries the header ``__streamplatform.source`` =
 ``<source topic>/<partition>/<offset>/<n>``: the record its task was processing and the n-th
 output of that record (replacing such a header from an upstream job). DLQ records carry their
 source coordinates in their error headers already.
+
+A task that fails sends its own DLQ records with ``send`` before it fails (executor.py), also
+at least once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -41,48 +44,54 @@ def producing(settings: Mapping[str, Any]) -> Callable[[Iterator[pa.RecordBatch]
     connection = dict(settings)
 
     def produce(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from streamplatform.kafka.clients import producer
-
-        out = producer(connection, **{"enable.idempotence": True, "linger.ms": 20})
-        failures: list[str] = []
-
-        def delivered(error: Any, message: Any) -> None:
-            if error is not None:
-                failures.append(f"{message.topic()}[{message.partition()}]: {error}")
-
-        produced, last_source, nth = 0, None, 0
-        for batch in batches:
-            columns = [batch.column(name).to_pylist() for name in COLUMNS]
-            for row in zip(*columns, strict=True):
-                kind, topic, key, value, timestamp, headers, partition = row[:7]
-                pairs = [(h["key"], h["value"]) for h in headers or ()]
-                if kind == "sink":  # a task's outputs of one source record come one after another
-                    source = row[7:]
-                    nth = nth + 1 if source == last_source else 0
-                    last_source = source
-                    stamp = "/".join(str(part) for part in (*source, nth)).encode()
-                    pairs = [(k, v) for k, v in pairs if k != SOURCE_HEADER] + [
-                        (SOURCE_HEADER, stamp)
-                    ]
-                options: dict[str, Any] = {"on_delivery": delivered}
-                if timestamp is not None and timestamp >= 0:  # 0: the producer's clock
-                    options["timestamp"] = timestamp
-                if pairs:
-                    options["headers"] = pairs
-                if partition is not None:
-                    options["partition"] = partition
-                _produce(out, topic, key, value, options)
-                produced += 1
-        unsent = out.flush(_FLUSH_TIMEOUT_S)
-        if failures or unsent:
-            shown = "; ".join(failures[:5])
-            raise KafkaOutputError(
-                f"{len(failures)} record(s) failed and {unsent} were not acknowledged within "
-                f"{_FLUSH_TIMEOUT_S:.0f}s while producing the batch's Kafka output: {shown}"
-            )
+        produced = send(connection, batches, "the batch's Kafka output")
         yield pa.RecordBatch.from_pydict({"produced": [produced]})
 
     return produce
+
+
+def send(settings: Mapping[str, Any], batches: Iterable[pa.RecordBatch], what: str) -> int:
+    """Produce the rows of ``batches`` (at least ``COLUMNS``) and wait until the broker has
+    acknowledged every one; returns how many. Raises KafkaOutputError, naming ``what``, when
+    some were not: the caller's batch must then not be committed."""
+    from streamplatform.kafka.clients import producer
+
+    out = producer(settings, **{"enable.idempotence": True, "linger.ms": 20})
+    failures: list[str] = []
+
+    def delivered(error: Any, message: Any) -> None:
+        if error is not None:
+            failures.append(f"{message.topic()}[{message.partition()}]: {error}")
+
+    produced, last_source, nth = 0, None, 0
+    for batch in batches:
+        columns = [batch.column(name).to_pylist() for name in COLUMNS]
+        for row in zip(*columns, strict=True):
+            kind, topic, key, value, timestamp, headers, partition = row[:7]
+            pairs = [(h["key"], h["value"]) for h in headers or ()]
+            if kind == "sink":  # a task's outputs of one source record come one after another
+                source = row[7:]
+                nth = nth + 1 if source == last_source else 0
+                last_source = source
+                stamp = "/".join(str(part) for part in (*source, nth)).encode()
+                pairs = [(k, v) for k, v in pairs if k != SOURCE_HEADER] + [(SOURCE_HEADER, stamp)]
+            options: dict[str, Any] = {"on_delivery": delivered}
+            if timestamp is not None and timestamp >= 0:  # 0: the producer's clock
+                options["timestamp"] = timestamp
+            if pairs:
+                options["headers"] = pairs
+            if partition is not None:
+                options["partition"] = partition
+            _produce(out, topic, key, value, options)
+            produced += 1
+    unsent = out.flush(_FLUSH_TIMEOUT_S)
+    if failures or unsent:
+        shown = "; ".join(failures[:5])
+        raise KafkaOutputError(
+            f"{len(failures)} record(s) failed and {unsent} were not acknowledged within "
+            f"{_FLUSH_TIMEOUT_S:g}s while producing {what}: {shown}"
+        )
+    return produced
 
 
 def _produce(out: Any, topic: str, key: Any, value: Any, options: dict[str, Any]) -> None:
