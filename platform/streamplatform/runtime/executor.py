@@ -251,6 +251,7 @@ class TaskBatchRunner:
         with _collector_paused():
             partition = int(table["task_partition"][0].as_py())
             run = _TaskRun(self, partition, planned=table.num_rows)
+            run.first_offsets = _first_offsets(table)
             if self.reads_internal:
                 internal = pa.array(sorted(self.internal_topics))
                 run.internal_in = pc.sum(pc.is_in(table["topic"], value_set=internal)).as_py() or 0
@@ -324,6 +325,18 @@ class TaskBatchRunner:
         )
 
 
+def _first_offsets(table: pa.Table) -> dict[tuple[str, int], int]:
+    """The first offset of each (topic, partition) in a task's rows."""
+    firsts = table.group_by(["topic", "partition"]).aggregate([("offset", "min")])
+    return {
+        (topic, partition): offset
+        for topic, partition, offset in zip(
+            *(firsts.column(c).to_pylist() for c in ("topic", "partition", "offset_min")),
+            strict=True,
+        )
+    }
+
+
 def _batch_held(store: Any) -> int:
     """The last batch a store's committed data holds; -1 for none (batch 0 is a batch)."""
     held = store.committed_offset(BATCH_MARKER)
@@ -355,6 +368,7 @@ class _TaskRun:
         self.half = None if planned is None else planned // 2
         self.cut = False  # stopped early on the stores' uncommitted limits
         self.internal_in = 0  # records read from internal topics (TaskBatchRunner.run)
+        self.first_offsets: dict[tuple[str, int], int] = {}  # per partition given (run())
         self.rows: Counter[tuple[str, str | None]] = Counter()  # (kind, topic) -> rows sent
         self.sink_ms = 0.0
         # The DLQ rows taken from the task so far: for the side file (side-output mode), and
@@ -441,9 +455,14 @@ class _TaskRun:
             "task_output_ms": int((output - processed + self.sink_ms) * 1000),
             "task_persist_ms": int((persisted - output) * 1000),
         }
-        consumed = [[t, p, o] for (t, p), o in task.consumed.items()]
+        # A partition given but not reached before an early stop is consumed up to its first
+        # record: nothing of it was read.
+        positions = self.first_offsets | task.consumed
+        consumed = [[t, p, o] for (t, p), o in positions.items()]
         rows = [[kind, topic, n] for (kind, topic), n in sorted(self.rows.items(), key=str)]
-        progress = json.dumps({"metrics": metrics, "consumed": consumed, "rows": rows}).encode()
+        progress = json.dumps(
+            {"metrics": metrics, "consumed": consumed, "rows": rows, "cut": self.cut}
+        ).encode()
         batches.append(_batch(1, kind="progress", value=[progress], task=self.task_name))
         return batches
 
