@@ -51,9 +51,11 @@ test: setup
 
 # The Dagster UI on http://127.0.0.1:3000 with its instance in .data/dagster, and a local broker
 # (unless KAFKA_BOOTSTRAP_SERVERS points elsewhere). Ctrl-C stops dagster dev, then the broker.
+# The instance first gets its dagster.yaml (telemetry off, pools of one run) and the code
+# location's pools their limits (streamplatform.demo.prepare_instance).
 ui: setup
-	@mkdir -p .data/dagster
-	@test -f .data/dagster/dagster.yaml || printf 'telemetry:\n  enabled: false\n' > .data/dagster/dagster.yaml
+	@$(BIN)/python -c 'from streamplatform.demo import prepare_instance; \
+	  prepare_instance("$(CURDIR)/.data/dagster")'
 	@if [ -z "$$KAFKA_BOOTSTRAP_SERVERS" ]; then $(BIN)/streamplatform broker start; fi
 	@trap 'if [ -z "$$KAFKA_BOOTSTRAP_SERVERS" ]; then $(BIN)/streamplatform broker stop; fi' EXIT; \
 	  trap 'exit 130' INT TERM; \

@@ -4,7 +4,8 @@ Every job runs with the in-process executor: a run is one process with one Spark
 JVM starts once, and the Spark resource stops it at the end), instead of a JVM per step.
 ``workspace.yaml`` points `dagster dev` here; `make ui` starts it with a local broker.
 :func:`build_definitions` gives the same definitions on other resources (`make demo` runs them
-in-process on its own broker).
+in-process on its own broker). :func:`pools` lists the pools its ops run in: one per streaming
+job (``streamplatform/<application.id>``), each limited to one run at a time by the instance.
 """
 
 from collections.abc import Mapping
@@ -28,6 +29,16 @@ def build_definitions(resources: Mapping[str, Any] | None = None) -> dg.Definiti
         sensors=all_sensors,
         executor=dg.in_process_executor,
     )
+
+
+def pools(definitions: dg.Definitions) -> set[str]:
+    """Every pool an op of ``definitions`` runs in, for the instance to limit before a run."""
+    return {
+        op.pool
+        for job in definitions.resolve_all_job_defs()
+        for op in job.graph.iterate_op_defs()
+        if op.pool
+    }
 
 
 defs = build_definitions()

@@ -6,6 +6,10 @@
   versioned snapshot, written to ``<delta root>/tables/fx_rate_versions``, with the versions
   that arrived late (see ``lateness.py``) and the days they affect, which the backfill sensor
   reads. The join's daily output is the ``transactions_enriched`` asset.
+
+Each is in its job's pool (``streamplatform/<application.id>``, limit 1): a second run of the
+same job (a UI materialization during the lag sensor's catch-up run) waits in the queue until
+the first one ends, instead of driving the same application id at the same time.
 """
 
 from typing import Any
@@ -14,6 +18,8 @@ import dagster as dg
 
 from assets.lateness import find_late_versions
 from assets.streams import (
+    DEDUP_POOL,
+    ENRICHMENT_POOL,
     committed,
     dedup_job,
     delta_version,
@@ -40,6 +46,7 @@ SNAPSHOT_TABLE = ("tables", "fx_rate_versions")
 @dg.asset(
     deps=[transactions_topic],
     group_name="streaming",
+    pool=DEDUP_POOL,
     kinds={"spark", "kafka", "delta"},
     description=(
         "Transactions deduplicated by (currency, id) within 10 minutes (KIP-655), exactly once, "
@@ -106,6 +113,7 @@ def write_snapshot(
 @dg.asset(
     deps=[fx_rates_topic, transactions_deduplicated],
     group_name="streaming",
+    pool=ENRICHMENT_POOL,
     kinds={"spark", "kafka", "delta"},
     description=(
         "The versioned snapshot of the FX rates (key, value, valid_from, valid_to) as the "

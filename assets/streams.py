@@ -8,6 +8,12 @@
 
 Topic names are read from ``streamplatform.pipelines`` when a job is built, not at import.
 Every helper here is shared by assets, checks and jobs; Dagster-free where it can be.
+
+``DEDUP_POOL`` and ``ENRICHMENT_POOL`` are the jobs' Dagster pools (:func:`resources.job_pool`)
+for the application ids of the code location's own ``streams`` resource: a pool is part of an
+asset's or op's definition, so it is fixed when the code location loads, like the resources.
+Definitions built on other resources (:func:`definitions.build_definitions`: `make demo`'s
+application ids, the tests') keep these names: a shared pool can only make runs wait longer.
 """
 
 from __future__ import annotations
@@ -19,11 +25,22 @@ from typing import Any
 
 import dagster as dg
 
-from resources import DeltaRootResource, KafkaResource, StateDirResource, StreamsResource
+from resources import (
+    DeltaRootResource,
+    KafkaResource,
+    StateDirResource,
+    StreamsResource,
+    all_resources,
+    job_pool,
+)
 from streamplatform import pipelines
 from streamplatform.dsl.topology import Topology
 from streamplatform.runtime.logs import CommitLog
 from streamplatform.runtime.microbatch import BatchResult, StreamingJob
+
+LOCATION_STREAMS: StreamsResource = all_resources["streams"]
+DEDUP_POOL = job_pool(LOCATION_STREAMS.dedup_application_id)
+ENRICHMENT_POOL = job_pool(LOCATION_STREAMS.enrichment_application_id)
 
 
 @dataclass(frozen=True)
@@ -157,6 +174,10 @@ def run_metadata(
         "dlq_records": sum(r.dlq_records for r in results),
         "restored_records": sum(r.restored_records for r in results),
         "replayed_batches": sum(r.replayed for r in results),
+        # Offsets that held no committed record (transaction markers, aborted or compacted
+        # records), and offsets gone from Kafka before they were read (retention).
+        "offset_gaps": sum(r.metrics.get("offset_gaps", 0) for r in results),
+        "offsets_skipped": sum(r.metrics.get("offsets_skipped", 0) for r in results),
         "batches": len(results),
         "batch_ids": dg.MetadataValue.json(batch_ids),
         "first_batch_id": batch_ids[0] if batch_ids else -1,

@@ -20,7 +20,7 @@ from resources.storage import (
     delta_root_from_env,
     state_dir_from_env,
 )
-from resources.streams import StreamsResource, streams_from_env
+from resources.streams import StreamsResource, job_pool, streams_from_env
 
 
 def build_resources() -> dict[str, Any]:
@@ -76,5 +76,6 @@ __all__ = [
     "StreamsResource",
     "all_resources",
     "build_resources",
+    "job_pool",
     "local_resources",
 ]

@@ -1,8 +1,9 @@
 """StreamsResource: the settings the two streaming jobs share, in one place.
 
 Application ids name the jobs' Delta tables and state directories, so two deployments sharing a
-Delta root need different ones. ``STREAMPLATFORM_MAX_RECORDS_PER_BATCH`` and
-``STREAMPLATFORM_PROCESSING_GUARANTEE`` override the defaults from the environment.
+Delta root need different ones; they name the jobs' Dagster pools too (:func:`job_pool`).
+``STREAMPLATFORM_MAX_RECORDS_PER_BATCH`` and ``STREAMPLATFORM_PROCESSING_GUARANTEE`` override the
+defaults from the environment.
 """
 
 from __future__ import annotations
@@ -12,6 +13,19 @@ from typing import Any
 
 import dagster as dg
 from pydantic import Field
+
+POOL_PREFIX = "streamplatform/"
+
+
+def job_pool(application_id: str) -> str:
+    """The Dagster pool of the streaming job ``application_id``: ``streamplatform/<id>``.
+
+    Every op that runs the job or writes its runtime tables (its asset, its DLQ replay) is in
+    this pool, and the instance limits each pool to one run at a time (``dagster.yaml``'s
+    ``concurrency.pools``): a second run of the same job waits in the queue instead of driving
+    the same application id side by side with the first.
+    """
+    return f"{POOL_PREFIX}{application_id}"
 
 
 class StreamsResource(dg.ConfigurableResource):

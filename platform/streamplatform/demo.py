@@ -34,7 +34,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -55,7 +55,18 @@ HOUR_MS = 3_600_000
 CORRECTION_CURRENCY = "USD"
 CORRECTION_VALID_FROM = pipelines.START_MS + 10 * HOUR_MS + 30 * 60_000
 CORRECTION_FACTOR = 1.05
-TELEMETRY_OFF = "telemetry:\n  enabled: false\n"
+# The settings this project gives every Dagster instance it writes (`make demo`, `make ui`, the
+# tests): telemetry off, and every pool limited to one run at a time. The code location puts
+# each op that runs a streaming job (its asset, its DLQ replay) in the pool of its application
+# id (``resources.job_pool``); ``granularity: run`` makes the daemon's run queue hold a second
+# run of the pool as QUEUED until the first one ends, and the UI says which pool holds it ("View
+# queue criteria"). With ``op`` a started run counts only once its step holds the slot, and ours
+# start Spark first: the second run could start as well and wait inside, at its step. Runs
+# executed in-process (this demo) bypass the queue: pools do not hold them.
+INSTANCE_CONFIG: dict[str, Any] = {
+    "telemetry": {"enabled": False},
+    "concurrency": {"pools": {"default_limit": 1, "granularity": "run"}},
+}
 # Dagster's console logger prints every event at DEBUG; the demo prints its own progress and
 # the runs' warnings (the instance keeps every event: `make ui` shows them).
 LOG_LEVEL = "WARNING"
@@ -101,9 +112,65 @@ def code_location(bootstrap_servers: str) -> Any:
     return definitions.build_definitions(demo_resources(bootstrap_servers))
 
 
+def write_instance_config(home: Path) -> Path:
+    """``home/dagster.yaml`` with :data:`INSTANCE_CONFIG`'s settings where the file has none of
+    its own: an edited file keeps its edits, an older one (telemetry only) gains the pools."""
+    import yaml
+
+    path = home / "dagster.yaml"
+    current = yaml.safe_load(path.read_text()) if path.exists() else None
+    merged = _with_defaults(current or {}, INSTANCE_CONFIG)
+    if merged != current:
+        home.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(merged, sort_keys=False))
+    return path
+
+
+def _with_defaults(config: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(config)
+    for key, value in defaults.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = _with_defaults(merged[key], value)
+        else:
+            merged.setdefault(key, value)
+    return merged
+
+
+def code_location_pools() -> set[str]:
+    """The pools of the code location as `dagster dev` loads it (``definitions.defs``)."""
+    _import_code_location()
+    import definitions
+
+    return definitions.pools(definitions.defs)
+
+
+def init_pools(instance: Any, pools: Iterable[str]) -> None:
+    """Give each pool its (default) limit in the instance before any run uses it.
+
+    Dagster's run queue reads the limited pools before it creates the limit of a pool it meets
+    for the first time, so in that pass it lets every queued run of the new pool through: two
+    runs launched together on a fresh instance would start side by side.
+    """
+    for pool in sorted(pools):
+        instance.event_log_storage.initialize_concurrency_limit_to_default(pool)
+
+
+def prepare_instance(home: str | Path | None = None) -> Path:
+    """The Dagster instance in ``home`` (default :func:`dagster_home`) made ready for `dagster
+    dev` (`make ui`): its dagster.yaml written, the code location's pools limited."""
+    import dagster as dg
+
+    folder = Path(home) if home is not None else dagster_home()
+    write_instance_config(folder)
+    with dg.DagsterInstance.from_config(str(folder)) as instance:
+        init_pools(instance, code_location_pools())
+    return folder
+
+
 def open_instance(fresh: bool = False) -> Any:
-    """The Dagster instance in :func:`dagster_home` (telemetry off unless its dagster.yaml says
-    otherwise); ``fresh`` wipes its runs, events and schedules first (dagster.yaml stays)."""
+    """The Dagster instance in :func:`dagster_home` (its dagster.yaml completed from
+    :data:`INSTANCE_CONFIG`, the code location's pools limited); ``fresh`` wipes its runs,
+    events, schedules and pool limits first (dagster.yaml stays)."""
     import dagster as dg
 
     home = dagster_home()
@@ -118,9 +185,10 @@ def open_instance(fresh: bool = False) -> Any:
         for child in home.iterdir():
             if child != config:
                 shutil.rmtree(child) if child.is_dir() else child.unlink()
-    if not config.exists():
-        config.write_text(TELEMETRY_OFF)
-    return dg.DagsterInstance.from_config(str(home))
+    write_instance_config(home)
+    instance = dg.DagsterInstance.from_config(str(home))
+    init_pools(instance, code_location_pools())
+    return instance
 
 
 def produce_data(

@@ -178,16 +178,22 @@ def chromium(workdir: Path, window: str = "1600,1200") -> Iterator[Browser]:
 
 @contextlib.contextmanager
 def dagster_dev(
-    root: Path, env: Mapping[str, str], log: Path, port: int | None = None, daemon: bool = True
+    root: Path,
+    env: Mapping[str, str],
+    log: Path,
+    port: int | None = None,
+    daemon: bool = True,
+    workspace: str | Path = "workspace.yaml",
 ) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    """`dagster dev` on 127.0.0.1 serving ``root/workspace.yaml`` with ``env`` (DAGSTER_HOME,
-    resources' variables), in its own process group; yields it and its base URL once every
-    code location has loaded. ``daemon=False``: the webserver alone (`dagster-webserver`, the UI
-    part of `dagster dev`), so that no schedule or sensor launches a run meanwhile."""
+    """`dagster dev` on 127.0.0.1 serving ``root/workspace.yaml`` (or ``workspace``) with ``env``
+    (DAGSTER_HOME, resources' variables), in its own process group; yields it and its base URL
+    once every code location has loaded. ``daemon=False``: the webserver alone
+    (`dagster-webserver`, the UI part of `dagster dev`), so that no schedule or sensor launches a
+    run meanwhile; the daemon is also what takes queued runs off the run queue."""
     port = port or free_port()
     base = f"http://127.0.0.1:{port}"
     server = [str(DAGSTER), "dev"] if daemon else [str(WEBSERVER)]
-    command = [*server, "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)]
+    command = [*server, "-w", str(workspace), "-h", "127.0.0.1", "-p", str(port)]
     with group(command, log, cwd=root, env=dict(env)) as process:
         graphql = GraphQL(f"{base}/graphql")
 

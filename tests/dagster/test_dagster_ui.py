@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from streamplatform import webui
+from streamplatform import demo, webui
 from streamplatform.webui import GraphQL, live_members, wait_for
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
@@ -58,7 +58,7 @@ def chromium(tmp_path) -> Iterator[webui.Browser]:
 def test_ui_materializes_through_graphql_and_renders_the_asset(chromium, kafka_settings, tmp_path):
     home, data = tmp_path / "dagster_home", tmp_path / "data"
     home.mkdir()
-    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    demo.write_instance_config(home)  # the project's dagster.yaml (telemetry off, pools)
     env = os.environ | {
         "DAGSTER_HOME": str(home),
         "STREAMPLATFORM_DATA": str(data),
