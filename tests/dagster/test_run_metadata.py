@@ -1,0 +1,23 @@
+"""The streaming assets' run metadata carries the batches' offset gaps (no Spark, no Kafka)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from assets.streams import run_metadata
+from streamplatform.runtime.microbatch import BatchResult
+
+
+def result(batch_id: int, **metrics: int) -> BatchResult:
+    return BatchResult(batch_id, 10, 9, 0, 1, 0, 0, 100, False, metrics)
+
+
+def test_offset_gaps_and_skipped_offsets_are_summed_into_the_metadata():
+    spec = SimpleNamespace(application_id="app", table=lambda name: f"/delta/app/{name}")
+    metadata = run_metadata(
+        spec,
+        [result(0, offset_gaps=6, offsets_skipped=0), result(1, offset_gaps=2, offsets_skipped=3)],
+        {("t", 0): 20},
+        {"t/0": 0},
+    )
+    assert (metadata["offset_gaps"], metadata["offsets_skipped"]) == (8, 3)
