@@ -58,3 +58,14 @@ def test_the_offset_and_commit_logs_round_trip(tmp_path):
     assert (last.batch_id, last.consumed, last.metrics) == (
         1, {("t", 0): 9, ("t", 1): 5}, {"records_in": 1}
     )  # fmt: skip
+
+
+def test_an_offset_log_from_before_fingerprints_gains_the_column(tmp_path):
+    path = str(tmp_path / "_offsets")
+    old = pa.table({"batch_id": [0], "topic": ["t"], "partition": pa.array([0], pa.int32()),
+                    "start_offset": [0], "end_offset": [5]})  # fmt: skip
+    delta_direct.append(path, old, "app-offsets", 0)
+    offsets = OffsetLog(path, "app")
+    assert offsets.planned(0) == PlannedBatch({("t", 0): (0, 5)}, None)  # replayable by any job
+    assert offsets.append(1, {("t", 0): (5, 9)}, "f1")
+    assert offsets.planned(1) == PlannedBatch({("t", 0): (5, 9)}, "f1")

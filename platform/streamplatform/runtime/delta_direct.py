@@ -37,8 +37,10 @@ def append(
     app_id: str,
     version: int,
     partition_by: Sequence[str] | None = None,
+    merge_schema: bool = False,
 ) -> bool:
-    """Append ``rows`` once per ``(app_id, version)``; False when it was appended before."""
+    """Append ``rows`` once per ``(app_id, version)``; False when it was appended before.
+    ``merge_schema``: columns the table lacks are added (older rows read them as null)."""
     from deltalake import CommitProperties, Transaction, write_deltalake
 
     table = _table(path)
@@ -51,6 +53,7 @@ def append(
         rows,
         mode="append",
         partition_by=list(partition_by) if partition_by else None,
+        schema_mode="merge" if merge_schema else None,
         commit_properties=CommitProperties(
             app_transactions=[Transaction(app_id=app_id, version=version)]
         ),

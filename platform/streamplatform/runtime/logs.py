@@ -71,7 +71,8 @@ class OffsetLog:
         table = pa.Table.from_pylist(
             [dict(zip(OFFSETS_SCHEMA.names, row, strict=True)) for row in rows], OFFSETS_SCHEMA
         )
-        return delta_direct.append(self.path, table, self.txn_app_id, batch_id)
+        # An offset log written before plans carried a fingerprint gains the column.
+        return delta_direct.append(self.path, table, self.txn_app_id, batch_id, merge_schema=True)
 
     def planned(self, batch_id: int) -> PlannedBatch | None:
         """How batch ``batch_id`` was planned, or None when it never was."""
