@@ -8,7 +8,7 @@ fingerprint is refused (``microbatch.ReplayRefused``).
 
 What it covers: the topology's structure (``describe()``), the bytecode, constants and
 captured values of every function, processor class and serde reachable from its nodes and
-stores, and the settings in ``OUTPUT_SETTINGS``. It leaves out where and how fast the job runs
+stores (including the functions and classes they call by global name), and the settings in ``OUTPUT_SETTINGS``. It leaves out where and how fast the job runs
 (brokers, Spark master, Delta root, state dir, batch size, claim timings). It is a best
 effort over Python objects: a change inside a library the topology calls (not in its own
 code) is not seen.
@@ -92,6 +92,12 @@ class _Walker:
                     self.feed(cell.cell_contents, deeper)
                 except ValueError:  # an empty cell
                     self.put("<empty>")
+            # The functions and classes it calls by global name (a helper the fix went into).
+            for name in sorted(_global_names(value.__code__)):
+                called = value.__globals__.get(name)
+                if isinstance(called, types.FunctionType | type):
+                    self.put(f"global {name}")
+                    self.feed(called, deeper)
         elif isinstance(value, types.MethodType):
             self.feed(value.__func__, deeper)
             self.feed(value.__self__, deeper)
@@ -138,3 +144,12 @@ class _Walker:
                 if isinstance(member, types.FunctionType):
                     self.put(f"{klass.__qualname__}.{name}")
                     self.feed(member.__code__, depth + 1)
+
+
+def _global_names(code: types.CodeType) -> set[str]:
+    """The names a code object and the code nested in it (lambdas, comprehensions) look up."""
+    names = set(code.co_names)
+    for constant in code.co_consts:
+        if isinstance(constant, types.CodeType):
+            names |= _global_names(constant)
+    return names
