@@ -72,7 +72,12 @@ def test_a_holder_that_lost_its_claim_cannot_commit(tmp_path):
         append(old, 1)
     append(new, 1)
     assert rows(path) == [0, 1]  # the fenced commit wrote nothing
+    old.release()  # a fenced holder writes nothing when it lets go...
+    with pytest.raises(JobClaimedError):  # ...and claiming again is refused while the new runs
+        old.acquire()
     new.release()
+    assert old.acquire() == 3
+    old.release()
 
 
 def test_the_holder_renews_its_claim_while_it_does_not_commit(tmp_path):

@@ -204,16 +204,15 @@ class JobClaim:
             self._heartbeat.join()
         _LIVE_RUNS.discard(self.run)
         with self._lock:
-            if self.epoch is None or self._fenced is not None:
-                return
-            from deltalake import DeltaTable
+            if self.epoch is not None and self._fenced is None:
+                from deltalake import DeltaTable
 
-            try:
-                self._commit_empty(DeltaTable(self.path, version=self._version), "released")
-                self._version += 1
-            except CommitFailedError:
-                log.warning("%s: the claim was taken over before it was released", self.job)
-            self.epoch = None
+                try:
+                    self._commit_empty(DeltaTable(self.path, version=self._version), "released")
+                except CommitFailedError:
+                    log.warning("%s: the claim was taken over before it was released", self.job)
+            # Unheld now: a later acquire() claims anew (and is refused while another holds it).
+            self.epoch, self._fenced = None, None
 
     def check(self) -> None:
         """Raise JobFencedError when another driver claimed the job since; for writers whose

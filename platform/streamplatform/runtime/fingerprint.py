@@ -8,10 +8,11 @@ fingerprint is refused (``microbatch.ReplayRefused``).
 
 What it covers: the topology's structure (``describe()``), the bytecode, constants and
 captured values of every function, processor class and serde reachable from its nodes and
-stores (including the functions and classes they call by global name), and the settings in ``OUTPUT_SETTINGS``. It leaves out where and how fast the job runs
-(brokers, Spark master, Delta root, state dir, batch size, claim timings). It is a best
-effort over Python objects: a change inside a library the topology calls (not in its own
-code) is not seen.
+stores, including the functions and classes they call by global name, and the settings in
+``OUTPUT_SETTINGS``. It leaves out where and how fast the job runs (brokers, Spark master,
+Delta root, state dir, batch size, claim timings). It is a best effort over Python objects:
+code reached through a module attribute, or inside a library the topology calls, is not
+followed.
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ from streamplatform.runtime.batch_outputs import (
     append_side_outputs,
     side_files,
 )
-from streamplatform.runtime.claim import JobClaim
+from streamplatform.runtime.claim import JobClaim, JobFencedError
 from streamplatform.runtime.executor import (
     BATCH_MARKER,
     CHANGELOG_FILES_NEEDED,
@@ -233,6 +233,10 @@ class StreamingJob:
             self._claim()
         try:
             return self._run_batch()
+        except JobFencedError:
+            self._last = _UNREAD
+            self.claim.release()  # the next call claims anew, or is refused while the other runs
+            raise
         except BaseException:
             self._last = _UNREAD
             raise
