@@ -107,6 +107,7 @@ def _finish(child: subprocess.Popen, timeout_s: float = 300) -> tuple[int, str]:
             os.killpg(child.pid, signal.SIGKILL)  # Spark's JVM, if anything is left
 
 
+@pytest.mark.slow  # three driver processes, each with its own Spark: ~60 s
 def test_a_second_driver_is_refused_or_waits_and_the_result_equals_one_clean_run(
     spark, kafka_settings, source_topic, tmp_path
 ):
@@ -287,6 +288,7 @@ def fixed_topology(source: str, sink: str):
     return b.build()
 
 
+@pytest.mark.slow  # a killed driver process, then the job: ~40 s
 def test_a_crashed_batch_is_not_replayed_under_changed_code_until_discarded(
     spark, kafka_settings, source_topic, tmp_path
 ):
@@ -379,6 +381,7 @@ def join_clean(spark, kafka_settings, tmp_path_factory):
     return transactions, rates, clean
 
 
+@pytest.mark.slow  # a killed driver process each, then the job: ~30-40 s each
 @pytest.mark.parametrize("fault", ["after_plan:0", "during_tasks:1", "after_outputs:0",
                                    "after_commit:0"])  # fmt: skip
 def test_the_join_job_killed_at_any_step_resumes_to_the_clean_output(
