@@ -119,3 +119,17 @@ def make_resources(kafka_settings: dict[str, str], data_dir: Path, prefix: str) 
 
 def unique_prefix(name: str) -> str:
     return f"{name}-{uuid.uuid4().hex[:6]}"
+
+
+# GraphQL: launch a run (the UI tests), answering with its id or why not.
+LAUNCH = """
+mutation Launch($params: ExecutionParams!) {
+  launchRun(executionParams: $params) {
+    __typename
+    ... on LaunchRunSuccess { run { runId } }
+    ... on PythonError { message }
+    ... on RunConfigValidationInvalid { errors { message } }
+    ... on InvalidSubsetError { message }
+    ... on PipelineNotFoundError { message }
+  }
+}"""

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from dagster_support import LAUNCH
 
 from streamplatform import demo, webui
 from streamplatform.webui import GraphQL, live_members, wait_for
@@ -24,17 +25,6 @@ pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 ASSET = "standby_placements"
-LAUNCH = """
-mutation Launch($params: ExecutionParams!) {
-  launchRun(executionParams: $params) {
-    __typename
-    ... on LaunchRunSuccess { run { runId } }
-    ... on PythonError { message }
-    ... on RunConfigValidationInvalid { errors { message } }
-    ... on InvalidSubsetError { message }
-    ... on PipelineNotFoundError { message }
-  }
-}"""
 STATUS = """
 query Status($runId: ID!) { runOrError(runId: $runId) { __typename ... on Run { status } } }"""
 METADATA = """

@@ -36,6 +36,7 @@ from dagster._daemon.run_coordinator.queued_run_coordinator_daemon import (
     QueuedRunCoordinatorDaemon,
 )
 from dagster_support import (
+    LAUNCH,
     create_pipeline_topics,
     produce_transactions,
     rename_topics,
@@ -149,17 +150,6 @@ def report(instance: dg.DagsterInstance, run: dg.DagsterRun, event: DagsterEvent
     )
 
 
-LAUNCH = """
-mutation Launch($params: ExecutionParams!) {
-  launchRun(executionParams: $params) {
-    __typename
-    ... on LaunchRunSuccess { run { runId } }
-    ... on PythonError { message }
-    ... on RunConfigValidationInvalid { errors { message } }
-    ... on InvalidSubsetError { message }
-    ... on PipelineNotFoundError { message }
-  }
-}"""
 # What the run page's "View queue criteria" dialog reads (QueuedRunCriteriaQuery), plus status.
 QUEUE = """
 query Queue($a: ID!, $b: ID!, $pool: String!) {
