@@ -1,4 +1,5 @@
-"""Deduplication within a time interval (KIP-655), exactly as ../shared/spec/NOTES.md states it.
+"""Deduplication within a time interval (KIP-655), with the KIP's boundary, late-record and
+replay rules as Kafka settled them.
 
 The store keeps, per id, the (timestamp, offset) of the last record it let through. Stream
 time is the task's (largest timestamp processed, None keys included); the processor saves it

@@ -4,10 +4,11 @@ The task owns its processors and state stores, takes raw source records in offse
 and collects what they produce (sink, repartition and DLQ records) as ``ProducerRecord``s. The
 same code runs in ``TopologyTestDriver`` and in Spark executors; it knows nothing of either.
 
-Errors follow KIP-1033/1034 (../shared/spec/NOTES.md): a record that cannot be deserialized goes
-to the deserialization handler, a processor or punctuator that raises to the processing
-handler, a record that cannot be serialized to the production handler. ``resume`` drops the
-record and goes on, ``fail`` raises TaskFailedError; DLQ records are collected either way.
+Errors follow KIP-1033/1034 (README, "Writing a topology"): a record that cannot be
+deserialized goes to the deserialization handler, a processor or punctuator that raises to the
+processing handler, a record that cannot be serialized to the production handler. ``resume``
+drops the record and goes on, ``fail`` raises TaskFailedError; DLQ records are collected either
+way.
 """
 
 from __future__ import annotations
