@@ -367,9 +367,18 @@ class StreamingJob:
         The way on after a refused replay (``ReplayRefused``): a record that failed under the
         old code and is processed under the new one is then in the sink only, not also in the
         DLQ mirror. Its stores' prepared writes are discarded by the tasks, as after any crash.
-        What it produced to Kafka topics (at least once) stays there."""
-        if self.claim.epoch is None:
+        What it produced to Kafka topics (at least once) stays there. A claim it took for
+        this is released again."""
+        claimed_here = self.claim.epoch is None
+        if claimed_here:
             self._claim()
+        try:
+            return self._discard_uncommitted_batch()
+        finally:
+            if claimed_here:
+                self.claim.release()
+
+    def _discard_uncommitted_batch(self) -> int | None:
         last = self.commit_log.last()
         batch_id = 0 if last is None else last.batch_id + 1
         if self.offset_log.planned(batch_id) is None:
