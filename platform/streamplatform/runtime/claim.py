@@ -37,6 +37,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from streamplatform.runtime import delta_direct
+
 log = logging.getLogger(__name__)
 
 CLAIM_KEY = "streamplatform.claim"  # the commit-info field with the holder of each commit
@@ -110,6 +112,7 @@ class JobClaim:
         self.lease_ms, self.wait_ms = lease_ms, wait_ms
         self.txn_app_id = f"{job}-epoch"
         self.run = uuid.uuid4().hex[:12]
+        self._started = _process_started(os.getpid())
         self.epoch: int | None = None
         self._version = -1  # the table version of this holder's newest commit
         self._last_commit = 0.0
@@ -258,7 +261,7 @@ class JobClaim:
 
         holder = Holder(
             epoch=epoch or self.epoch or 0, run=self.run, host=socket.gethostname(),
-            pid=os.getpid(), started=_process_started(os.getpid()), role=self.role, state=state,
+            pid=os.getpid(), started=self._started, role=self.role, state=state,
         )  # fmt: skip
         return CommitProperties(
             custom_metadata={CLAIM_KEY: json.dumps(asdict(holder))},
@@ -267,10 +270,7 @@ class JobClaim:
         )
 
     def _commit_empty(self, table: Any, state: str, epoch: int | None = None) -> None:
-        table.create_write_transaction(
-            [], mode="append", schema=self.schema, partition_by=table.metadata().partition_columns,
-            commit_properties=self._properties(state, epoch),
-        )  # fmt: skip
+        delta_direct.commit_empty(table, self._properties(state, epoch))
 
     @staticmethod
     def _newest(table: Any) -> tuple[Holder | None, float]:

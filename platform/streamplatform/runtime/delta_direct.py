@@ -98,8 +98,14 @@ def discard(path: str, app_id: str, version: int) -> int:
     properties = CommitProperties(app_transactions=[Transaction(app_id, version - 1)])
     deleted = table.delete(f"batch_id = {int(version)}", commit_properties=properties)
     if table.transaction_version(app_id) != version - 1:  # no row matched: no commit was made
-        table.create_write_transaction(
-            [], mode="append", schema=table.schema(),
-            partition_by=table.metadata().partition_columns, commit_properties=properties,
-        )  # fmt: skip
+        commit_empty(table, properties)
     return int(deleted.get("num_deleted_rows", 0))
+
+
+def commit_empty(table: Any, properties: Any) -> None:
+    """A commit that adds no rows, for what its ``properties`` record (transactions, commit
+    info); made for the version after the one ``table`` was loaded at."""
+    table.create_write_transaction(
+        [], mode="append", schema=table.schema(),
+        partition_by=table.metadata().partition_columns, commit_properties=properties,
+    )  # fmt: skip

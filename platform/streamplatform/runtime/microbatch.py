@@ -254,11 +254,14 @@ class StreamingJob:
     def _run_batch(self) -> BatchResult | None:
         started = time.monotonic()
         offset_log, commit_log = self.offset_log, self.commit_log
-        if self._last is _UNREAD:
+        # A plan of the next batch is only met after (re)reading the logs: at the start and
+        # after a failure. Any other plan logged meanwhile makes the append below say so.
+        fresh = self._last is _UNREAD
+        if fresh:
             self._last = commit_log.last()
         last = self._last
         batch_id = 0 if last is None else last.batch_id + 1
-        logged = offset_log.planned(batch_id)
+        logged = offset_log.planned(batch_id) if fresh else None
         if logged is None:
             ranges = self._plan({} if last is None else last.consumed)
             if not any(end > start for start, end in ranges.values()):
