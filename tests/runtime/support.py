@@ -117,3 +117,44 @@ JOIN_CRASHING_RUN = textwrap.dedent("""
                  delta_sinks=["enriched"]).run_until_caught_up()
     print("finished without crashing")
 """)
+
+# A child process running any topology of this module to the end: ``builder`` names the
+# function, ``args`` its arguments.
+JOB_RUN = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {tests!r})
+    from runtime import support
+    from streamplatform.runtime.microbatch import StreamingJob
+    topology = getattr(support, {builder!r})(*{args!r})
+    StreamingJob(topology, {config!r}, delta_sinks={delta_sinks!r}).run_until_caught_up()
+    print("finished without crashing")
+""")
+
+
+def read_topic(kafka_settings, topic: str, isolation: str = "read_committed") -> list[tuple]:
+    """Every record of ``topic`` a reader with ``isolation`` sees, to the end of each partition:
+    ``(partition, key, value, headers)``, in offset order per partition."""
+    from confluent_kafka import TopicPartition
+
+    from streamplatform.kafka import consumer, describe_topics
+
+    (partitions,) = describe_topics(kafka_settings, [topic]).values()
+    reader = consumer(kafka_settings, f"read-{topic}", **{"isolation.level": isolation})
+    records = []
+    try:
+        for partition in range(partitions):
+            low, high = reader.get_watermark_offsets(TopicPartition(topic, partition), 10)
+            reader.assign([TopicPartition(topic, partition, low)])
+            for _ in range(120):  # at most 120 polls of 0.5 s per partition
+                (position,) = reader.position([TopicPartition(topic, partition)])
+                if position.offset >= high:  # (transaction markers take offsets too)
+                    break
+                message = reader.poll(0.5)
+                if message is not None and message.error() is None:
+                    records.append((partition, message.key(), message.value(),
+                                    message.headers() or []))  # fmt: skip
+            else:
+                raise AssertionError(f"{topic}[{partition}] not read to its end ({high})")
+    finally:
+        reader.close()
+    return records

@@ -26,6 +26,7 @@ import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
@@ -168,8 +169,10 @@ class LocalBroker:
         fresh: bool = True,
         heap_mb: int = 512,
         ready_timeout_s: float = 90.0,
+        properties: Mapping[str, str] | None = None,
     ) -> None:
         self.directory = (directory or default_data_dir()).resolve()
+        self.properties = dict(properties or {})  # server.properties over the defaults below
         self.fresh = fresh
         self.heap_mb = heap_mb
         self.ready_timeout_s = ready_timeout_s
@@ -292,7 +295,7 @@ class LocalBroker:
             # Keep everything: tests and demos write records with timestamps far in the past,
             # which time-based retention would delete within minutes.
             "log.retention.ms": "-1",
-        }
+        } | self.properties
         path = self.directory / "server.properties"
         path.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
         (self.directory / "log4j2.properties").write_text(_LOG4J2)

@@ -470,23 +470,31 @@ class _TaskRun:
         self.task.close()
 
     def send_dlq_before_failing(self, failure: TaskFailedError) -> None:
-        """Produce this attempt's DLQ records to the DLQ topic and wait for the broker's
-        acknowledgement, before the task fails with ``failure``.
+        """Produce this attempt's DLQ records to the DLQ topic, before the task fails with
+        ``failure``.
 
         Kafka Streams sends a DLQ record as soon as the handler answers, so when one answers
         fail, the DLQ record of the failing record and those of the records resumed before it
         are already on their way. Here every row of the failing task is lost with its Spark
         task (the rows handed to Spark, those still in the task, the side file never written),
-        and the batch is not committed. The DLQ records are sent at least once, as when Kafka
-        Streams restarts a failed task: every run of the failing task sends them, and Spark may
-        run it more than once per batch (a retried attempt on a cluster; on the cached path,
-        once per job reading its output), and again at each re-run of the batch. Raises
-        KafkaOutputError, naming ``failure``, when the broker does not acknowledge them.
+        and the batch is not committed. So they are sent here:
+
+        - at least once: acknowledged, as when Kafka Streams restarts a failed task. Every run
+          of the failing task sends them, and Spark may run it more than once per batch (a
+          retried attempt on a cluster; on the cached path, once per job reading its output),
+          and again at each re-run of the batch;
+        - exactly_once_v2: in the task's transaction, which is aborted, as Kafka Streams
+          aborts a failing task's transaction: read_uncommitted readers see them,
+          read_committed ones never do (the task's error names the failing record).
+
+        Raises KafkaOutputError, naming ``failure``, when the broker does not take them.
         """
         self._sink_and_dlq_rows()  # what the task still holds: its DLQ rows join self.dlq
         if self.dlq:
-            kafka_output.send(
-                self.config.kafka_settings("producer"), self.dlq,
+            exactly_once = self.config.exactly_once
+            kafka_output.send_before_failing(
+                self.config.kafka_settings("producer"), self.task_name, self.dlq,
+                self.config["application.id"] if exactly_once else None,
                 f"the DLQ records of task {self.task_name} before it fails ({failure})",
             )  # fmt: skip
 

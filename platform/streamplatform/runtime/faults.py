@@ -3,13 +3,17 @@
 Off unless set in the driver's environment (Spark's Python workers inherit it):
 
 - ``STREAMPLATFORM_FAULT=<step>:<batch id>``: SIGKILL the driver there;
+- ``STREAMPLATFORM_FAIL_ONCE=<step>:<batch id>`` with ``STREAMPLATFORM_FAIL_ONCE_FILE=<path>``:
+  raise ``InjectedFailure`` there the first time (the file records it), so that Spark retries
+  the task (a master with retries: ``local[2,2]``) or the batch fails once;
 - ``STREAMPLATFORM_PAUSE=<step>:<batch id>`` with ``STREAMPLATFORM_PAUSE_DIR=<dir>``: write
   ``<dir>/paused`` there and wait until ``<dir>/resume`` exists (a driver held mid-batch, for
   a second driver to meet).
 
 Steps: ``after_plan`` (offset log written), ``during_tasks`` (inside an executor, half-way
 through a task's records), ``after_outputs`` (Delta and Kafka outputs written, commit log
-not), ``after_commit`` (commit log written). The driver's pid is taken from
+not), ``after_commit`` (commit log written), ``after_kafka_commit`` (inside an executor, a
+task's Kafka transaction committed; exactly_once_v2). The driver's pid is taken from
 ``STREAMPLATFORM_FAULT_PID``, which ``arm()`` sets.
 """
 
@@ -22,8 +26,14 @@ from pathlib import Path
 
 _SPEC = "STREAMPLATFORM_FAULT"
 _PID = "STREAMPLATFORM_FAULT_PID"
+_FAIL_ONCE = "STREAMPLATFORM_FAIL_ONCE"
+_FAIL_ONCE_FILE = "STREAMPLATFORM_FAIL_ONCE_FILE"
 _PAUSE = "STREAMPLATFORM_PAUSE"
 _PAUSE_DIR = "STREAMPLATFORM_PAUSE_DIR"
+
+
+class InjectedFailure(RuntimeError):
+    """The failure ``STREAMPLATFORM_FAIL_ONCE`` asked for."""
 
 
 def arm() -> None:
@@ -35,6 +45,14 @@ def arm() -> None:
 def crash_point(step: str, batch_id: int) -> None:
     if os.environ.get(_SPEC) == f"{step}:{batch_id}":
         os.kill(int(os.environ.get(_PID, os.getpid())), signal.SIGKILL)
+    if os.environ.get(_FAIL_ONCE) == f"{step}:{batch_id}":
+        marker = Path(os.environ[_FAIL_ONCE_FILE])
+        try:
+            marker.touch(exist_ok=False)
+        except FileExistsError:
+            pass  # failed once already
+        else:
+            raise InjectedFailure(f"injected failure at {step} of batch {batch_id}")
     if os.environ.get(_PAUSE) == f"{step}:{batch_id}":
         directory = Path(os.environ[_PAUSE_DIR])
         (directory / "paused").touch()

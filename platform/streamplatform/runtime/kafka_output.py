@@ -1,97 +1,412 @@
-"""Kafka sinks and the DLQ topic, produced from the executors with each record's own timestamp.
+"""Kafka sinks and the DLQ topic: each record with its own timestamp, exactly once under
+exactly_once_v2.
 
 Spark's Kafka writer (4.2) has no timestamp column: every record it writes gets the time of the
-write. A job downstream would then see processing time instead of event time (the enrichment
-job reading the deduplicated topic would join each transaction with the rate valid when the
-dedup job ran, and the daily partitions would follow the wall clock). Kafka Streams forwards
-the record's timestamp to its sinks, so we do too: each Spark partition of the batch's Kafka
-output is produced by an idempotent librdkafka producer with ``timestamp=`` the record's, its
-headers, and the partition the task chose (internal topics) or murmur2 of the key, as Java
-clients do.
+write. A job downstream would then see processing time instead of event time. Kafka Streams
+forwards the record's timestamp to its sinks, so we do too: a batch's Kafka output is produced
+by librdkafka producers with ``timestamp=`` the record's, its headers, and the partition the
+task chose (internal topics) or murmur2 of the key, as Java clients do. Every sink record also
+carries the header ``__streamplatform.source`` = ``<source topic>/<partition>/<offset>/<n>``:
+the record its task was processing and the n-th output of that record.
 
-The writes are at least once: a batch whose producing fails raises, is not committed, and runs
-again; an idempotent producer only removes duplicates from its own retries. So that readers can
-drop repeats, every sink record carries the header ``__streamplatform.source`` =
-``<source topic>/<partition>/<offset>/<n>``: the record its task was processing and the n-th
-output of that record (replacing such a header from an upstream job). DLQ records carry their
-source coordinates in their error headers already.
+**exactly_once_v2** (docs/guarantees.md): each task produces its Kafka records of batch N in
+one Kafka transaction, with ``transactional.id`` = ``<application.id>-<task>``, stable across
+batches, attempts and drivers. The same transaction commits the task's consumed offsets of
+batch N to the consumer group ``application.id``, as Kafka Streams does. So:
 
-A task that fails sends its own DLQ records with ``send`` before it fails (executor.py), also
-at least once.
+- a second attempt of the task (a Spark retry, a speculative copy, the re-run of the batch
+  after a driver crash) starts with ``init_transactions``: the broker aborts what an older
+  attempt left open and fences it (it can no longer commit);
+- then the attempt reads the group's committed offsets (``read_committed``: stable ones). If
+  they already reach the task's consumed offsets of batch N, an earlier attempt committed this
+  task's records: it produces nothing. Otherwise it produces them all and commits.
+
+A task that reads no Kafka topic (after a repartition) has no offsets of its own: its
+transaction commits offset N + 1 of a marker partition in a group of its own,
+``<application.id>-task-<task>``, and the check reads that instead.
+
+The driver appends batch N to its commit log after every task's transaction is committed. A
+driver crash between the two leaves the Kafka records committed and the batch not: the re-run
+skips them (above) and commits the rest. A crash before leaves open transactions: aborted by the
+re-run's ``init_transactions`` (or by the broker after ``transaction.timeout.ms``).
+
+**at_least_once**: one idempotent producer per Spark partition; a batch whose producing fails
+raises, is not committed, and runs again, so a reader may see a record twice (the source
+header tells the copies apart).
 """
 
 from __future__ import annotations
 
+import contextlib
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
-PRODUCED_SCHEMA = "produced LONG"
+from streamplatform.config import ConfigError
+from streamplatform.runtime.faults import crash_point
+
+PRODUCED_SCHEMA = "produced LONG, already_committed LONG"
 COLUMNS = ("kind", "topic", "key", "value", "timestamp", "headers", "partition", "source_topic",
-           "source_partition", "source_offset")  # fmt: skip
+           "source_partition", "source_offset", "task")  # fmt: skip
 SOURCE_HEADER = "__streamplatform.source"
 _FLUSH_TIMEOUT_S = 120.0
+_TRANSACTION_CALL_TIMEOUT_S = 60.0  # init, send offsets, commit, abort
+# Producer settings the runtime sets itself under exactly_once_v2.
+_RUNTIME_OWNED = ("transactional.id",)
 
 
 class KafkaOutputError(RuntimeError):
-    """Some records of a batch were not acknowledged by the broker; the batch is not committed."""
+    """Some records of a batch were not committed (or acknowledged) by the broker; the batch is
+    not committed."""
 
 
-def producing(settings: Mapping[str, Any]) -> Callable[[Iterator[pa.RecordBatch]], Iterator]:
+@dataclass(frozen=True)
+class Transactions:
+    """What the tasks of batch ``batch_id`` need to commit their Kafka outputs exactly once.
+
+    ``offsets``: per task, its consumed position on each Kafka partition it read, as
+    ``(topic, partition, offset)``; ``marker``: the partition a task that read none commits
+    its marker offset on (see the module docstring).
+    """
+
+    app: str
+    batch_id: int
+    offsets: Mapping[str, tuple[tuple[str, int, int], ...]]
+    marker: tuple[str, int]
+
+    def transactional_id(self, task: str) -> str:
+        return f"{self.app}-{task}"
+
+    def group_and_positions(self, task: str) -> tuple[str, list[tuple[str, int, int]]]:
+        """The consumer group and the positions task ``task`` commits in its transaction."""
+        positions = list(self.offsets.get(task, ()))
+        if positions:
+            return self.app, positions
+        topic, partition = self.marker
+        return f"{self.app}-task-{task}", [(topic, partition, self.batch_id + 1)]
+
+
+def producer_for(settings: Mapping[str, Any], **fixed: Any) -> Any:
+    """A producer from ``settings`` (``StreamsConfig.kafka_settings("producer")``: the
+    connection and the ``producer.*`` settings, unprefixed) with ``fixed`` on top. A setting
+    librdkafka does not take is a ConfigError naming it as given (``producer.<name>``)."""
+    from confluent_kafka import KafkaException
+
+    from streamplatform.kafka.clients import connection_settings, producer
+
+    connection = connection_settings(settings)
+    extra = {key: value for key, value in settings.items() if key not in connection}
+    defaults = {"enable.idempotence": True, "linger.ms": 20}
+    try:
+        return producer(connection, **(defaults | extra | fixed))
+    except KafkaException as error:
+        raise ConfigError(
+            f"producer.*: librdkafka refused a producer setting ({error.args[0].str()}); "
+            f"given: {sorted('producer.' + key for key in extra)}"
+        ) from error
+
+
+def check_producer_settings(settings: Mapping[str, Any], exactly_once: bool) -> None:
+    """Raise ConfigError, naming the setting, for producer settings that would break the
+    guarantee (or that librdkafka does not know)."""
+    if exactly_once:
+        for key in _RUNTIME_OWNED:
+            if key in settings:
+                raise ConfigError(
+                    f"producer.{key}: set by the runtime under exactly_once_v2 "
+                    "(<application.id>-<task>, stable per task so that the broker fences "
+                    "zombies); remove it"
+                )
+        if str(settings.get("enable.idempotence", "true")).lower() == "false":
+            raise ConfigError(
+                "producer.enable.idempotence=false: exactly_once_v2 needs idempotent, "
+                "transactional producers; remove it or use processing.guarantee=at_least_once"
+            )
+    producer_for(settings).flush(0)  # librdkafka checks every setting here
+
+
+def explain(error: Any, what: str, settings: Mapping[str, Any]) -> str:
+    """A KafkaException's error from a transactional call, with what to do about it."""
+    from confluent_kafka import KafkaError
+
+    code = error.code()
+    if code == KafkaError.INVALID_TRANSACTION_TIMEOUT:
+        timeout = settings.get("transaction.timeout.ms", "60000 (librdkafka's default)")
+        return (
+            f"{what}: producer.transaction.timeout.ms={timeout} is above the broker's "
+            f"transaction.max.timeout.ms: lower it ({error.str()})"
+        )
+    if code in (
+        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+        KafkaError.GROUP_AUTHORIZATION_FAILED,
+    ):
+        return (
+            f"{what}: the broker does not let this principal use transactions: "
+            "processing.guarantee=exactly_once_v2 needs WRITE and DESCRIBE on the "
+            "TransactionalId prefix <application.id>- and READ on the group "
+            f"<application.id> ({error.str()})"
+        )
+    if code in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH):
+        return (
+            f"{what}: fenced by a newer attempt with the same transactional.id (this one is a "
+            f"zombie); its records are aborted, never visible to read_committed readers "
+            f"({error.str()})"
+        )
+    if code in (KafkaError._TIMED_OUT, KafkaError.COORDINATOR_NOT_AVAILABLE):
+        return (
+            f"{what}: the broker's transaction coordinator did not answer within "
+            f"{_TRANSACTION_CALL_TIMEOUT_S:g}s. processing.guarantee=exactly_once_v2 needs a "
+            "broker that allows transactions (transaction.state.log.replication.factor and "
+            "min.isr no higher than the brokers there are); at_least_once does not "
+            f"({error.str()})"
+        )
+    return f"{what}: {error.str()}"
+
+
+def _transactional_call(call: Callable[..., Any], what: str, settings: Mapping[str, Any],
+                        *args: Any) -> Any:  # fmt: skip
+    from confluent_kafka import KafkaException
+
+    try:
+        return call(*args, _TRANSACTION_CALL_TIMEOUT_S)
+    except KafkaException as error:
+        raise KafkaOutputError(explain(error.args[0], what, settings)) from error
+
+
+class TaskOutput:
+    """The Kafka records of one task (exactly_once_v2: in its transaction) or, at least once,
+    of one Spark partition, for one batch.
+
+    ``transactional_id``: produce in a transaction (``init_transactions`` first: it fences
+    every older producer with that id and aborts what it left open). ``commit_to``: the
+    consumer group and positions the transaction commits; if the group's committed offsets
+    already reach them, an earlier attempt committed these records: nothing is produced.
+    """
+
+    def __init__(
+        self,
+        settings: Mapping[str, Any],
+        what: str,
+        transactional_id: str | None = None,
+        commit_to: tuple[str, list[tuple[str, int, int]]] | None = None,
+        batch_id: int = -1,
+    ) -> None:
+        self.settings, self.what, self.batch_id = settings, what, batch_id
+        self.failures: list[str] = []
+        self.produced = 0
+        self.already_committed = False
+        self._last_source: Any = None
+        self._nth = 0
+        self._group: Any = None
+        self._positions: list[tuple[str, int, int]] = []
+        fixed = {} if transactional_id is None else {"transactional.id": transactional_id}
+        self.out = producer_for(settings, **fixed)
+        self.transactional = transactional_id is not None
+        if not self.transactional:
+            return
+        _transactional_call(self.out.init_transactions, what, settings)
+        if commit_to is not None:
+            group, self._positions = commit_to
+            self._group = _group_client(settings, group)
+            self.already_committed = _committed(self._group, self._positions, what)
+        if not self.already_committed:
+            self.out.begin_transaction()
+
+    def produce(self, row: tuple) -> None:
+        if self.already_committed:
+            return
+        kind, topic, key, value, timestamp, headers, partition = row[:7]
+        pairs = [(h["key"], h["value"]) for h in headers or ()]
+        if kind == "sink":  # a task's outputs of one source record come one after another
+            source = row[7:10]
+            self._nth = self._nth + 1 if source == self._last_source else 0
+            self._last_source = source
+            stamp = "/".join(str(part) for part in (*source, self._nth)).encode()
+            pairs = [(k, v) for k, v in pairs if k != SOURCE_HEADER] + [(SOURCE_HEADER, stamp)]
+        options: dict[str, Any] = {"on_delivery": self._delivered}
+        if timestamp is not None and timestamp >= 0:  # 0: the producer's clock
+            options["timestamp"] = timestamp
+        if pairs:
+            options["headers"] = pairs
+        if partition is not None:
+            options["partition"] = partition
+        _produce(self.out, topic, key, value, options)
+        self.produced += 1
+
+    def _delivered(self, error: Any, message: Any) -> None:
+        if error is not None:
+            self.failures.append(f"{message.topic()}[{message.partition()}]: {error}")
+
+    def commit(self) -> int:
+        """Wait for every record's acknowledgement; in a transaction, add the task's offsets
+        and commit it. Returns how many records were produced."""
+        if self.already_committed:
+            return 0
+        unsent = self.out.flush(_FLUSH_TIMEOUT_S)
+        if self.failures or unsent:
+            shown = "; ".join(self.failures[:5])
+            raise KafkaOutputError(
+                f"{len(self.failures)} record(s) failed and {unsent} were not acknowledged "
+                f"within {_FLUSH_TIMEOUT_S:g}s while producing {self.what}: {shown}"
+            )
+        if not self.transactional:
+            return self.produced
+        if self._group is not None:
+            from confluent_kafka import TopicPartition
+
+            offsets = [TopicPartition(t, p, o) for t, p, o in self._positions]
+            metadata = self._group.consumer_group_metadata()
+            _transactional_call(self.out.send_offsets_to_transaction, self.what, self.settings,
+                                offsets, metadata)  # fmt: skip
+        _transactional_call(self.out.commit_transaction, self.what, self.settings)
+        crash_point("after_kafka_commit", self.batch_id)
+        return self.produced
+
+    def abort(self) -> None:
+        """Give up an open transaction (nothing of it becomes visible to read_committed)."""
+        if self.transactional and not self.already_committed:
+            from confluent_kafka import KafkaException
+
+            # Fenced or gone: the broker aborts it anyway (a newer attempt, or the timeout).
+            with contextlib.suppress(KafkaException):
+                self.out.abort_transaction(_TRANSACTION_CALL_TIMEOUT_S)
+
+    def close(self) -> None:
+        if self._group is not None:
+            self._group.close()
+            self._group = None
+
+
+def _group_client(settings: Mapping[str, Any], group: str) -> Any:
+    """A consumer of ``group`` that never joins it: for the group's metadata and stable
+    committed offsets (read_committed makes the broker wait for pending transactional ones)."""
+    from streamplatform.kafka.clients import connection_settings, consumer
+
+    return consumer(connection_settings(settings), group, **{"isolation.level": "read_committed"})
+
+
+def _committed(group: Any, positions: list[tuple[str, int, int]], what: str) -> bool:
+    """Whether the group's committed offsets reach ``positions``: an earlier attempt committed
+    this task's transaction of this batch."""
+    from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+    moving = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+              KafkaError.COORDINATOR_NOT_AVAILABLE)  # fmt: skip
+    deadline = time.monotonic() + _TRANSACTION_CALL_TIMEOUT_S
+    while True:
+        try:
+            found = group.committed([TopicPartition(t, p) for t, p, _ in positions],
+                                    _TRANSACTION_CALL_TIMEOUT_S)  # fmt: skip
+            break
+        except KafkaException as error:
+            # The group's coordinator is moving or loading (a new group, a broker restart).
+            if error.args[0].code() in moving and time.monotonic() < deadline:
+                time.sleep(0.2)
+                continue
+            raise KafkaOutputError(f"{what}: reading the committed offsets: {error}") from error
+    committed = {(tp.topic, tp.partition): tp.offset for tp in found}
+    return all(committed.get((t, p), -1) >= offset for t, p, offset in positions)
+
+
+def producing(
+    settings: Mapping[str, Any], transactions: Transactions | None
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator]:
     """A ``mapInArrow`` function producing rows of ``COLUMNS`` to Kafka; it yields one row with
-    how many records it produced."""
+    how many records it produced and how many tasks an earlier attempt had committed."""
     connection = dict(settings)
 
     def produce(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        produced = send(connection, batches, "the batch's Kafka output")
-        yield pa.RecordBatch.from_pydict({"produced": [produced]})
+        produced, skipped = send(connection, batches, transactions, "the batch's Kafka output")
+        yield pa.RecordBatch.from_pydict({"produced": [produced], "already_committed": [skipped]})
 
     return produce
 
 
-def send(settings: Mapping[str, Any], batches: Iterable[pa.RecordBatch], what: str) -> int:
-    """Produce the rows of ``batches`` (at least ``COLUMNS``) and wait until the broker has
-    acknowledged every one; returns how many. Raises KafkaOutputError, naming ``what``, when
-    some were not: the caller's batch must then not be committed."""
-    from streamplatform.kafka.clients import producer
+def send(
+    settings: Mapping[str, Any],
+    batches: Iterable[pa.RecordBatch],
+    transactions: Transactions | None,
+    what: str,
+) -> tuple[int, int]:
+    """Produce the rows of ``batches`` (``COLUMNS``) and wait until the broker has them:
+    acknowledged (at least once) or committed, each task's in its transaction. Returns how
+    many records were produced and how many tasks were found committed already. Raises
+    KafkaOutputError, naming ``what``, when some were not: the batch must then not be
+    committed.
 
-    out = producer(settings, **{"enable.idempotence": True, "linger.ms": 20})
-    failures: list[str] = []
+    A task's rows must come one after another (they do: a Spark partition of the batch's
+    output holds whole tasks)."""
+    produced = skipped = 0
+    current: TaskOutput | None = None
+    current_task: str | None = None
+    done: set[str | None] = set()
+    try:
+        for batch in batches:
+            columns = [batch.column(name).to_pylist() for name in COLUMNS]
+            for row in zip(*columns, strict=True):
+                task = row[10] if transactions is not None else None
+                if current is None or current_task != task:
+                    if current is not None:
+                        produced += current.commit()
+                        current.close()
+                        done.add(current_task)
+                    if task in done:
+                        raise RuntimeError(f"{what}: task {task}'s rows are not together")
+                    current, current_task = _open(settings, task, transactions, what), task
+                    skipped += current.already_committed
+                current.produce(row)
+        if current is not None:
+            produced += current.commit()
+    except BaseException:
+        if current is not None:
+            current.abort()
+        raise
+    finally:
+        if current is not None:
+            current.close()
+    return produced, skipped
 
-    def delivered(error: Any, message: Any) -> None:
-        if error is not None:
-            failures.append(f"{message.topic()}[{message.partition()}]: {error}")
 
-    produced, last_source, nth = 0, None, 0
-    for batch in batches:
-        columns = [batch.column(name).to_pylist() for name in COLUMNS]
-        for row in zip(*columns, strict=True):
-            kind, topic, key, value, timestamp, headers, partition = row[:7]
-            pairs = [(h["key"], h["value"]) for h in headers or ()]
-            if kind == "sink":  # a task's outputs of one source record come one after another
-                source = row[7:]
-                nth = nth + 1 if source == last_source else 0
-                last_source = source
-                stamp = "/".join(str(part) for part in (*source, nth)).encode()
-                pairs = [(k, v) for k, v in pairs if k != SOURCE_HEADER] + [(SOURCE_HEADER, stamp)]
-            options: dict[str, Any] = {"on_delivery": delivered}
-            if timestamp is not None and timestamp >= 0:  # 0: the producer's clock
-                options["timestamp"] = timestamp
-            if pairs:
-                options["headers"] = pairs
-            if partition is not None:
-                options["partition"] = partition
-            _produce(out, topic, key, value, options)
-            produced += 1
-    unsent = out.flush(_FLUSH_TIMEOUT_S)
-    if failures or unsent:
-        shown = "; ".join(failures[:5])
-        raise KafkaOutputError(
-            f"{len(failures)} record(s) failed and {unsent} were not acknowledged within "
-            f"{_FLUSH_TIMEOUT_S:g}s while producing {what}: {shown}"
-        )
-    return produced
+def _open(
+    settings: Mapping[str, Any], task: str | None, transactions: Transactions | None, what: str
+) -> TaskOutput:
+    if transactions is None or task is None:
+        return TaskOutput(settings, what)
+    return TaskOutput(
+        settings, f"{what} of task {task}", transactions.transactional_id(task),
+        transactions.group_and_positions(task), transactions.batch_id,
+    )  # fmt: skip
+
+
+def send_before_failing(
+    settings: Mapping[str, Any], task: str, rows: list[pa.RecordBatch], app: str | None, what: str
+) -> None:
+    """The DLQ records of a task that fails. At least once (``app`` None): produced and
+    acknowledged. exactly_once_v2 (``app``): produced in the task's transaction, which is
+    aborted as the task fails, as in Kafka Streams: read_committed readers never see them,
+    read_uncommitted ones (and the task's error) do."""
+    transactional_id = None if app is None else f"{app}-{task}"
+    output = TaskOutput(settings, what, transactional_id)
+    try:
+        for batch in rows:
+            columns = [batch.column(name).to_pylist() for name in COLUMNS]
+            for row in zip(*columns, strict=True):
+                output.produce(row)
+        if app is None:
+            output.commit()
+            return
+        unsent = output.out.flush(_FLUSH_TIMEOUT_S)
+        if output.failures or unsent:
+            raise KafkaOutputError(
+                f"{what}: {unsent} record(s) not acknowledged, failures: {output.failures[:5]}"
+            )
+    finally:
+        output.abort()
+        output.close()
 
 
 def _produce(out: Any, topic: str, key: Any, value: Any, options: dict[str, Any]) -> None:

@@ -67,6 +67,7 @@ from streamplatform.runtime.executor import (
 )
 from streamplatform.runtime.faults import arm, crash_point
 from streamplatform.runtime.fingerprint import job_fingerprint
+from streamplatform.runtime.group_offsets import GroupOffsets
 from streamplatform.runtime.logs import (
     COMMITS_SCHEMA,
     CommitLog,
@@ -121,6 +122,12 @@ class StreamingJob:
         self.config = config if isinstance(config, StreamsConfig) else StreamsConfig(config)
         self.app: str = self.config["application.id"]
         self.kafka = self.config.kafka_settings()
+        # The Kafka sinks' and DLQ's producers: the connection and the producer.* settings.
+        self.producer_settings = self.config.kafka_settings("producer")
+        kafka_output.check_producer_settings(self.producer_settings, self.config.exactly_once)
+        self.group_offsets = GroupOffsets(
+            self.producer_settings, self.app, self.config.exactly_once
+        )
         root = self.config["platform.delta.root"] or str(data_dir() / "delta")
         self.root = f"{root.rstrip('/')}/{self.app}"
         self.state_dir = self.config["state.dir"] or str(data_dir() / "state")
@@ -245,6 +252,13 @@ class StreamingJob:
         """Claim the job; the staging files of earlier runs, now surely dead, go."""
         self.claim.acquire()
         self._last = _UNREAD
+        # Under exactly_once_v2: fences the offset commits of the driver that lost the claim,
+        # and checks that the broker allows transactions, before any batch runs.
+        try:
+            self.group_offsets.start()
+        except BaseException:
+            self.claim.release()
+            raise
         staging = self._staging_root()
         if staging is not None and staging.exists():
             for run in staging.iterdir():
@@ -295,11 +309,7 @@ class StreamingJob:
             finally:
                 self._resolve_changelog = False
             crash_point("after_outputs", batch_id)
-            # A task that stopped early (its stores' uncommitted limits) reported where it
-            # stopped on each partition it was given; every other range was read to its end.
-            consumed = {tp: end for tp, (_, end) in ranges.items()} | {
-                tp: offset for tp, offset in progress.consumed.items() if tp in ranges
-            }
+            consumed = _consumed(ranges, progress)
             metrics = progress.metrics
             metrics |= _offset_gaps(self.app, batch_id, ranges, consumed, last, metrics)
             written = time.monotonic()
@@ -313,6 +323,7 @@ class StreamingJob:
                 self._changelog_writes.last_write[task] = batch_id
             self._last = CommittedBatch(batch_id, consumed, metrics)
             crash_point("after_commit", batch_id)
+            self.group_offsets.commit(consumed)
             if streamed is not None:
                 shutil.rmtree(Path(streamed).parent, ignore_errors=True)
             metrics["commit_ms"] = int((time.monotonic() - written) * 1000)
@@ -447,6 +458,7 @@ class StreamingJob:
         """Release the claim and the Kafka client (the SparkSession belongs to whoever made
         it)."""
         self.claim.release()
+        self.group_offsets.close()
         if self._watermarks is not None:
             self._watermarks.close()
             self._watermarks = None
@@ -490,10 +502,10 @@ class StreamingJob:
         """Run the tasks and write every output of the batch; returns the tasks' progress."""
         if streamed is not None:
             self._execute(batch_id, ranges, last_committed, resolve_changelog, streamed)
-            return self._write_side_outputs(batch_id, streamed)
+            return self._write_side_outputs(batch_id, ranges, streamed)
         outputs = self._execute(batch_id, ranges, last_committed, resolve_changelog)
         try:
-            return self._write_outputs(batch_id, outputs)
+            return self._write_outputs(batch_id, ranges, outputs)
         finally:
             self._release(outputs)
 
@@ -660,7 +672,7 @@ class StreamingJob:
             writer = writer.partitionBy(partition_by)
         writer.save(path)
 
-    def _write_outputs(self, batch_id: int, outputs: Any) -> Progress:
+    def _write_outputs(self, batch_id: int, ranges: Ranges, outputs: Any) -> Progress:
         """Write the batch's outputs (all idempotent by ``txnVersion = batch_id``) and return
         the tasks' numbers and consumed offsets.
 
@@ -714,7 +726,10 @@ class StreamingJob:
                     and t not in self.internal_topics
                 ]
                 if "dlq" in progress.kinds or kafka_sinks:
-                    futures.append(pool.submit(self._produce_to_kafka, outputs))
+                    transactions = self._transactions(batch_id, _consumed(ranges, progress))
+                    futures.append(
+                        pool.submit(self._produce_to_kafka, outputs, transactions, progress)
+                    )
             except BaseException:
                 wait(futures)  # the writes already started end (or fail) before this raises
                 raise
@@ -724,31 +739,82 @@ class StreamingJob:
         progress.metrics["writes_ms"] = int((time.monotonic() - started) * 1000) - summary_ms
         return progress
 
-    def _write_side_outputs(self, batch_id: int, directory: str) -> Progress:
-        """A streamed batch's other rows, from its side files (batch_outputs.py): to their
-        Delta tables from the driver, and its DLQ records to Kafka from the executors."""
+    def _write_side_outputs(self, batch_id: int, ranges: Ranges, directory: str) -> Progress:
+        """A streamed batch's other rows, from its side files (batch_outputs.py, one per
+        task): to their Delta tables and its DLQ records to Kafka, from the driver (they are
+        few)."""
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
         started = time.monotonic()
         progress = append_side_outputs(self.root, self.app, batch_id, directory)
         if "dlq" in progress.kinds:
-            files = [str(file) for file in side_files(directory)]
-            self._produce_to_kafka(self.spark.read.schema(OUTPUT_SCHEMA).parquet(*files))
+            transactions = self._transactions(batch_id, _consumed(ranges, progress))
+            dlq = []
+            for file in side_files(directory):
+                rows = pq.read_table(file, columns=list(kafka_output.COLUMNS))
+                dlq += rows.filter(pc.equal(rows["kind"], "dlq")).to_batches()
+            produced, already = kafka_output.send(
+                self.producer_settings, dlq, transactions, "the batch's DLQ records"
+            )
+            progress.metrics["kafka_records_produced"] = produced
+            progress.metrics["kafka_tasks_already_committed"] = already
         progress.metrics["tasks_and_sink_ms"] = self._streamed_ms
         progress.metrics["writes_ms"] = int((time.monotonic() - started) * 1000)
         return progress
 
-    def _produce_to_kafka(self, outputs: Any) -> None:
+    def _produce_to_kafka(
+        self, outputs: Any, transactions: kafka_output.Transactions | None, progress: Progress
+    ) -> None:
         """The DLQ records and the Kafka sinks' records of ``outputs``, produced from the
         executors, each with its own timestamp (Spark's Kafka writer would stamp them with the
-        time of the write)."""
+        time of the write); under exactly_once_v2 one transaction per task (kafka_output.py).
+        A Spark partition of ``outputs`` holds whole tasks (one, or several grouped)."""
         from pyspark.sql import functions as F
 
         to_kafka = outputs.where(
             (F.col("kind") == "dlq")
             | ((F.col("kind") == "sink") & ~F.col("topic").isin(list(self.delta_sinks)))
         )
-        to_kafka.select(*kafka_output.COLUMNS).mapInArrow(
-            kafka_output.producing(self.kafka), kafka_output.PRODUCED_SCHEMA
-        ).collect()
+        counts = (
+            to_kafka.select(*kafka_output.COLUMNS)
+            .mapInArrow(
+                kafka_output.producing(self.producer_settings, transactions),
+                kafka_output.PRODUCED_SCHEMA,
+            )
+            .collect()
+        )
+        progress.metrics["kafka_records_produced"] = sum(row.produced for row in counts)
+        progress.metrics["kafka_tasks_already_committed"] = sum(
+            row.already_committed for row in counts
+        )
+
+    def _transactions(
+        self, batch_id: int, consumed: Mapping[tuple[str, int], int]
+    ) -> kafka_output.Transactions | None:
+        """Under exactly_once_v2, what each task commits with its Kafka outputs: its consumed
+        offsets on the Kafka partitions it read (task ``<sub-topology>_<partition>`` reads that
+        partition of each of its sub-topology's Kafka topics)."""
+        if not self.config.exactly_once:
+            return None
+        offsets: dict[str, list[tuple[str, int, int]]] = {}
+        for subtopology in self.topology.subtopologies:
+            for topic in subtopology.source_topics(self.topology, self.app):
+                for (read, partition), offset in sorted(consumed.items()):
+                    if read == topic:
+                        task = f"{subtopology.id}_{partition}"
+                        offsets.setdefault(task, []).append((topic, partition, offset))
+        offsets_by_task = {task: tuple(positions) for task, positions in offsets.items()}
+        return kafka_output.Transactions(self.app, batch_id, offsets_by_task, (self.sources[0], 0))
+
+
+def _consumed(ranges: Ranges, progress: Progress) -> dict[tuple[str, int], int]:
+    """Where the batch stopped on each partition: a task that stopped early (its stores'
+    uncommitted limits) reported where it stopped on each partition it was given; every other
+    range was read to its end."""
+    return {tp: end for tp, (_, end) in ranges.items()} | {
+        tp: offset for tp, offset in progress.consumed.items() if tp in ranges
+    }
 
 
 def _offset_gaps(

@@ -1,0 +1,381 @@
+"""Exactly-once Kafka outputs (processing.guarantee=exactly_once_v2): a read_committed reader
+sees every sink and DLQ record once, whatever kills the driver or retries a task; zombies are
+fenced; the consumer group application.id shows the job's progress (docs/guarantees.md)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from streamplatform.config import ConfigError
+from streamplatform.kafka import TopicSpec, admin_client, consumer, create_topics, producer
+from streamplatform.runtime import kafka_output
+from streamplatform.runtime.kafka_output import KafkaOutputError, TaskOutput, Transactions
+from streamplatform.runtime.microbatch import StreamingJob
+
+from .support import (
+    JOB_RUN,
+    PARTITIONS,
+    dedup_topology,
+    delta_rows,
+    expected_with_the_test_driver,
+    job_config,
+    make_input,
+    read_topic,
+)
+
+pytestmark = [pytest.mark.broker, pytest.mark.spark]
+TESTS = os.path.dirname(os.path.dirname(__file__))
+
+
+def _child(config, builder, args, delta_sinks=(), env=None) -> subprocess.Popen:
+    script = JOB_RUN.format(tests=TESTS, builder=builder, args=tuple(args), config=config,
+                            delta_sinks=list(delta_sinks))  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-c", script], env=os.environ | (env or {}), stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )  # fmt: skip
+
+
+def _finish(child: subprocess.Popen, timeout_s: float = 300) -> tuple[int, str]:
+    try:
+        output, _ = child.communicate(timeout=timeout_s)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)  # the Spark JVM a killed driver left behind
+        child.wait(60)
+    return child.returncode, output
+
+
+def _values(records) -> list[tuple[bytes, bytes]]:
+    return sorted((key, value) for _, key, value, _ in records)
+
+
+def _topics(kafka_settings, app: str) -> tuple[str, str]:
+    sink, dlq = f"{app}-out", f"{app}-dlq"
+    create_topics(kafka_settings, [TopicSpec(sink, PARTITIONS), TopicSpec(dlq, 1)])
+    return sink, dlq
+
+
+POISON = [b"{poison"] * 3  # support.make_input's poison records, one DLQ record each
+
+
+@pytest.mark.slow  # ~35 s each: a child driver killed, then the rest in this process
+@pytest.mark.parametrize(
+    ("step", "delta_sink"),
+    [
+        ("after_plan", False),
+        ("during_tasks", False),
+        ("after_kafka_commit", False),  # one task's transaction committed, the others open
+        ("after_outputs", False),  # every transaction committed, the batch not
+        ("after_commit", False),
+        ("after_kafka_commit", True),  # the DLQ records of a Delta-sink job, from the driver
+    ],
+)
+def test_a_job_killed_at_any_step_leaves_each_kafka_record_once_for_read_committed(
+    spark, kafka_settings, source_topic, tmp_path, step, delta_sink
+):
+    source, sent = source_topic
+    app = f"eosk-{step.replace('_', '-')}-{uuid.uuid4().hex[:4]}"
+    sink, dlq = _topics(kafka_settings, app)
+    config = job_config(kafka_settings, tmp_path, app, source) | {
+        "errors.dead.letter.queue.topic.name": dlq
+    }
+    delta_sinks = [sink] if delta_sink else []
+    child = _child(config, "dedup_topology", (source, sink), delta_sinks,
+                   env={"STREAMPLATFORM_FAULT": f"{step}:1"})  # fmt: skip
+    code, output = _finish(child)
+    assert code == -signal.SIGKILL, output[-3000:]  # the poison record 101 is in batch 1
+
+    job = StreamingJob(dedup_topology(source, sink), config, spark=spark, delta_sinks=delta_sinks)
+    results = job.run_until_caught_up()
+    job.close()
+    assert results[0].batch_id == 1 + (step == "after_commit")
+    assert results[0].replayed == (step != "after_commit")
+    if step in ("after_kafka_commit", "after_outputs"):
+        # The re-run found what the killed driver's tasks had committed, and skipped it.
+        assert results[0].metrics["kafka_tasks_already_committed"] >= 1
+    expected = expected_with_the_test_driver(source, sent)
+    if delta_sink:
+        rows = delta_rows(spark, f"{tmp_path}/delta/{app}/{sink}")
+        assert sorted((k, v) for _, _, k, v in rows) == expected
+    else:
+        assert _values(read_topic(kafka_settings, sink)) == expected
+    assert [value for _, _, value, _ in read_topic(kafka_settings, dlq)] == POISON
+
+
+def test_a_zombie_attempt_of_a_task_is_fenced_and_its_records_never_seen(
+    kafka_settings, topic_name
+):
+    """Two attempts of task 0_0 of one batch: the newer one's init_transactions fences the
+    older one, whose records are aborted; a third attempt finds the batch committed."""
+    create_topics(kafka_settings, [TopicSpec(topic_name, 1)])
+    app = f"zombie-{uuid.uuid4().hex[:6]}"
+    transactions = Transactions(app, 7, {"0_0": ((topic_name, 0, 3),)}, (topic_name, 0))
+    settings = {"bootstrap.servers": kafka_settings["bootstrap.servers"]}
+
+    def attempt(value: bytes) -> TaskOutput:
+        output = TaskOutput(settings, "task 0_0", transactions.transactional_id("0_0"),
+                            transactions.group_and_positions("0_0"), 7)  # fmt: skip
+        output.produce(("sink", topic_name, b"k", value, 1_000, [], 0, "in", 0, 0))
+        return output
+
+    older = attempt(b"from the zombie")
+    older.out.flush(10)  # in the log, in an open transaction
+    newer = attempt(b"from the new attempt")  # fences the older one, aborting its records
+    assert newer.commit() == 1
+    with pytest.raises(KafkaOutputError, match="fenced by a newer attempt"):
+        older.commit()
+    older.close()
+    newer.close()
+    third = TaskOutput(settings, "task 0_0", transactions.transactional_id("0_0"),
+                       transactions.group_and_positions("0_0"), 7)  # fmt: skip
+    assert third.already_committed  # the group's offsets say so: it produces nothing
+    third.close()
+
+    assert [v for _, _, v, _ in read_topic(kafka_settings, topic_name)] == [b"from the new attempt"]
+    uncommitted = [v for _, _, v, _ in read_topic(kafka_settings, topic_name, "read_uncommitted")]
+    assert sorted(uncommitted) == [b"from the new attempt", b"from the zombie"]
+
+
+def _group_offsets(kafka_settings, group: str) -> dict[tuple[str, int], int]:
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    admin = admin_client(kafka_settings)
+    future = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group]
+    listed = future.result(timeout=30)
+    return {(tp.topic, tp.partition): tp.offset for tp in listed.topic_partitions}
+
+
+def test_the_consumer_group_shows_the_commit_logs_offsets_and_the_jobs_lag(
+    spark, kafka_settings, source_topic, tmp_path
+):
+    from confluent_kafka import TopicPartition
+
+    source, _ = source_topic
+    app = f"group-{uuid.uuid4().hex[:6]}"
+    sink, dlq = _topics(kafka_settings, app)
+    config = job_config(kafka_settings, tmp_path, app, source) | {
+        "errors.dead.letter.queue.topic.name": dlq
+    }
+    job = StreamingJob(dedup_topology(source, sink), config, spark=spark)
+    try:
+        (result,) = job.run(max_batches=1)
+        committed = job.commit_log.last()
+    finally:
+        job.close()
+    assert committed is not None and result.lag > 0
+    group = _group_offsets(kafka_settings, app)
+    assert group == committed.consumed
+    # Lag as Kafka tools compute it: each partition's end offset minus the group's offset.
+    reader = consumer(kafka_settings, f"lag-{app}", **{"isolation.level": "read_uncommitted"})
+    try:
+        lag = 0
+        for (topic, partition), offset in group.items():
+            _, high = reader.get_watermark_offsets(TopicPartition(topic, partition), 10)
+            lag += high - offset
+    finally:
+        reader.close()
+    assert lag == result.lag
+
+
+def test_wrong_producer_settings_stop_the_job_at_start_naming_the_setting(
+    kafka_settings, source_topic, tmp_path
+):
+    source, _ = source_topic
+    app = f"badprod-{uuid.uuid4().hex[:6]}"
+    config = job_config(kafka_settings, tmp_path, app, source)
+    for setting, message in [
+        ("producer.transactional.id", "producer.transactional.id: set by the runtime"),
+        ("producer.enable.idempotence", "producer.enable.idempotence=false"),
+        ("producer.linger.millis", "producer.*: librdkafka refused"),
+    ]:
+        value = "false" if "idempotence" in setting else "x"
+        with pytest.raises(ConfigError, match=message.replace(".", r"\.").replace("*", r"\*")):
+            StreamingJob(dedup_topology(source, "out"), config | {setting: value},
+                         delta_sinks=["out"])  # fmt: skip
+    # Above the broker's transaction.max.timeout.ms (15 min): refused when the job starts.
+    job = StreamingJob(dedup_topology(source, "out"), config | {
+        "producer.transaction.timeout.ms": 3_600_000}, delta_sinks=["out"])  # fmt: skip
+    try:
+        with pytest.raises(KafkaOutputError, match=r"producer\.transaction\.timeout\.ms=3600000"):
+            job.run_batch()
+        assert job.offset_log.planned(0) is None  # nothing ran
+    finally:
+        job.close()
+
+
+@pytest.mark.slow  # ~25 s: a broker of its own
+def test_a_broker_without_transactions_stops_an_exactly_once_job_at_start(tmp_path, monkeypatch):
+    from streamplatform.kafka import LocalBroker
+
+    # Its transaction log needs 3 replicas and there is one broker: no coordinator, ever.
+    broker = LocalBroker(tmp_path / "broker", properties={
+        "transaction.state.log.replication.factor": "3"})  # fmt: skip
+    settings = {"bootstrap.servers": broker.start()}
+    try:
+        create_topics(settings, [TopicSpec("in", 1)])
+        monkeypatch.setattr(kafka_output, "_TRANSACTION_CALL_TIMEOUT_S", 5.0)
+        config = job_config(settings, tmp_path, "no-txn", "in")
+        config.pop("errors.dead.letter.queue.topic.name")
+        job = StreamingJob(dedup_topology("in", "out"), config, delta_sinks=["out"])
+        try:
+            with pytest.raises(KafkaOutputError, match="needs a broker that allows transactions"):
+                job.run_batch()
+        finally:
+            job.close()
+        at_least_once = config | {"processing.guarantee": "at_least_once"}
+        job = StreamingJob(dedup_topology("in", "out"), at_least_once, delta_sinks=["out"])
+        try:
+            assert job.run_batch() is None  # nothing to read, and no transaction needed
+        finally:
+            job.close()
+    finally:
+        broker.stop()
+
+
+# The mission's chain ---------------------------------------------------------------------
+
+
+def _chain_input(kafka_settings, name: str) -> tuple[str, str, list]:
+    """Transactions with 20% duplicates and 3 poison records (support.make_input), keyed
+    k0..k2, and a versioned table of rates for those keys, all earlier in event time."""
+    raw, rates = f"{name}-raw", f"{name}-rates"
+    create_topics(kafka_settings, [TopicSpec(raw, PARTITIONS), TopicSpec(rates, PARTITIONS)])
+    writer = producer(kafka_settings)
+    for version in range(4):
+        for key in ("k0", "k1", "k2"):  # partitioned by murmur2, as the dedup job's output
+            writer.produce(rates, key=key, value=json.dumps({"rate": version + 0.5}).encode(),
+                           timestamp=500_000 + version * 1_000)  # fmt: skip
+    assert writer.flush(60) == 0
+    return raw, rates, make_input(kafka_settings, raw)
+
+
+def _run_chain(kafka_settings, tmp_path: Path, name: str, raw: str, rates: str, kill: bool):
+    """The dedup job (raw -> Kafka topic <name>-deduped, exactly once) and the enrichment job
+    (that topic joined with the rates -> Delta table enriched). With ``kill``: each job's
+    driver is SIGKILLed at a random moment first, and the dedup job's Kafka producing fails
+    once after its first transaction committed, so that Spark retries that task."""
+    deduped = f"{name}-deduped"
+    create_topics(kafka_settings, [TopicSpec(deduped, PARTITIONS)])
+    dedup = job_config(kafka_settings, tmp_path, f"{name}-dedup", raw) | {
+        "errors.dead.letter.queue.topic.name": f"{name}-dlq",
+        "platform.spark.master": "local[2,2]",  # a task may fail once and be retried
+    }
+    create_topics(kafka_settings, [TopicSpec(f"{name}-dlq", 1)])
+    enrich = job_config(kafka_settings, tmp_path, f"{name}-enrich", deduped) | {
+        "errors.dead.letter.queue.topic.name": f"{name}-dlq",
+    }
+    jobs = [
+        (dedup, "dedup_topology", (raw, deduped), ()),
+        (enrich, "join_topology", (deduped, rates, "enriched"), ("enriched",)),
+    ]
+    chosen = random.Random(name)
+    for config, builder, args, delta_sinks in jobs:
+        if kill:
+            env = {
+                "STREAMPLATFORM_FAIL_ONCE": "after_kafka_commit:0",
+                "STREAMPLATFORM_FAIL_ONCE_FILE": str(tmp_path / f"{builder}-failed"),
+            }
+            child = _child(config, builder, args, delta_sinks, env)
+            planned = tmp_path / "delta" / config["application.id"] / "_offsets" / "_delta_log"
+            deadline = time.monotonic() + 240
+            while not planned.exists() and child.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(chosen.uniform(3.0, 12.0))  # Spark starts, then batches run
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGKILL)
+            _finish(child)
+        code, output = _finish(_child(config, builder, args, delta_sinks))
+        assert code == 0 and "finished without crashing" in output, output[-3000:]
+    return deduped, f"{tmp_path}/delta/{name}-enrich/enriched"
+
+
+@pytest.mark.slow  # ~3 min: six child drivers
+def test_the_dedup_to_kafka_to_enrichment_chain_equals_a_clean_run_row_for_row(
+    spark, kafka_settings, tmp_path
+):
+    name = f"chain-{uuid.uuid4().hex[:6]}"
+    raw, rates, sent = _chain_input(kafka_settings, name)
+    clean_topic, clean_table = _run_chain(kafka_settings, tmp_path / "clean", f"{name}-c", raw,
+                                          rates, kill=False)  # fmt: skip
+    killed_topic, killed_table = _run_chain(kafka_settings, tmp_path / "killed", f"{name}-k",
+                                            raw, rates, kill=True)  # fmt: skip
+    assert (tmp_path / "killed" / "dedup_topology-failed").exists()  # a task was retried
+
+    clean = _values(read_topic(kafka_settings, clean_topic))
+    assert clean == expected_with_the_test_driver(raw, sent)
+    assert _values(read_topic(kafka_settings, killed_topic)) == clean
+
+    def enriched(path):
+        rows = spark.read.format("delta").load(path).collect()
+        return sorted((r.key, r.value) for r in rows)
+
+    want = enriched(clean_table)
+    assert len(want) == len(clean) > 0
+    assert all(json.loads(value)["rate"] == 3.5 for _, value in want)
+    assert enriched(killed_table) == want  # row for row: no duplicate, no loss
+
+
+def test_explain_names_what_to_change():
+    from confluent_kafka import KafkaError
+
+    settings = {"transaction.timeout.ms": "3600000"}
+    timeout = kafka_output.explain(
+        KafkaError(KafkaError.INVALID_TRANSACTION_TIMEOUT), "x", settings
+    )
+    assert "producer.transaction.timeout.ms=3600000" in timeout
+    denied = kafka_output.explain(
+        KafkaError(KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED), "x", settings
+    )
+    assert "TransactionalId prefix <application.id>-" in denied
+    assert "allows transactions" in kafka_output.explain(
+        KafkaError(KafkaError._TIMED_OUT), "x", settings
+    )
+
+
+def test_rows_of_a_task_must_come_together(monkeypatch):
+    """A Spark partition holds whole tasks; if one did not, two producers of one task would
+    fence each other: this is refused before anything is produced."""
+    rows = pa.RecordBatch.from_pydict({
+        "kind": ["sink"] * 3, "topic": ["t"] * 3, "key": [b"k"] * 3, "value": [b"v"] * 3,
+        "timestamp": [1, 2, 3], "headers": [[], [], []], "partition": [0, 0, 0],
+        "source_topic": ["s"] * 3, "source_partition": [0, 0, 0], "source_offset": [1, 2, 3],
+        "task": ["0_0", "0_1", "0_0"],
+    })  # fmt: skip
+
+    class Recorder:  # stands in for TaskOutput: what send() opened and committed, in order
+        opened: list = []
+
+        def __init__(self, task):
+            self.task, self.already_committed = task, False
+            Recorder.opened.append(task)
+
+        def produce(self, row):
+            pass
+
+        def commit(self):
+            return 1
+
+        def abort(self):
+            pass
+
+        def close(self):
+            pass
+
+    transactions = Transactions("app", 0, {}, ("s", 0))
+    monkeypatch.setattr(kafka_output, "_open", lambda settings, task, txns, what: Recorder(task))
+    with pytest.raises(RuntimeError, match="task 0_0's rows are not together"):
+        kafka_output.send({}, [rows], transactions, "the batch's Kafka output")
+    assert Recorder.opened == ["0_0", "0_1"]
