@@ -16,6 +16,7 @@ import dagster as dg
 from assets import all_asset_checks, all_assets
 from jobs import all_jobs, all_schedules, all_sensors
 from resources import all_resources
+from streamplatform.dagster import pools  # noqa: F401 (definitions.pools, for the demo)
 
 
 def build_definitions(resources: Mapping[str, Any] | None = None) -> dg.Definitions:
@@ -29,16 +30,6 @@ def build_definitions(resources: Mapping[str, Any] | None = None) -> dg.Definiti
         sensors=all_sensors,
         executor=dg.in_process_executor,
     )
-
-
-def pools(definitions: dg.Definitions) -> set[str]:
-    """Every pool an op of ``definitions`` runs in, for the instance to limit before a run."""
-    return {
-        op.pool
-        for job in definitions.resolve_all_job_defs()
-        for op in job.graph.iterate_op_defs()
-        if op.pool
-    }
 
 
 defs = build_definitions()

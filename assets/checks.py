@@ -11,7 +11,6 @@
   version touched, the streaming join's rows equal the batch as-of join's, row for row.
 """
 
-import json
 import os
 import random
 from collections import Counter
@@ -32,6 +31,7 @@ from resources import (
     StreamsResource,
 )
 from streamplatform import pipelines
+from streamplatform.dagster.checks import offset_log_problems
 from streamplatform.serdes import Serdes
 
 MAX_LISTED = 20
@@ -113,44 +113,7 @@ def no_duplicates_within_interval(
 
 def log_gaps(spark: Any, spec: JobSpec) -> tuple[int, list[str]]:
     """Batches in the job's logs and every break of contiguity found, described."""
-    from streamplatform.versioned_snapshot import versions_table_version
-
-    offsets_path, commits_path = spec.table("_offsets"), spec.table("_commits")
-    if versions_table_version(spark, commits_path) is None:
-        return 0, []
-    commits = spark.read.format("delta").load(commits_path).select("batch_id", "consumed").collect()
-    planned = spark.read.format("delta").load(offsets_path).collect()
-    consumed_by_batch = {
-        int(r.batch_id): {(t, int(p)): int(o) for t, p, o in json.loads(r.consumed)}
-        for r in commits
-    }
-    plans: dict[int, dict[tuple[str, int], tuple[int, int]]] = {}
-    for row in planned:
-        plans.setdefault(int(row.batch_id), {})[(row.topic, int(row.partition))] = (
-            int(row.start_offset), int(row.end_offset))  # fmt: skip
-    problems = []
-    batches = sorted(consumed_by_batch)
-    if batches != list(range(len(batches))):
-        problems.append(f"commit log batch ids are not 0..{len(batches) - 1}: {batches[:10]}")
-    previous: dict[tuple[str, int], int] = {}
-    for batch in batches:
-        plan = plans.get(batch)
-        if plan is None:
-            problems.append(f"batch {batch} is committed but was never planned")
-            continue
-        for tp, (start, end) in sorted(plan.items()):
-            if tp in previous and start != previous[tp]:
-                problems.append(f"batch {batch} {tp[0]}/{tp[1]} starts at {start}, previous "
-                                f"batch consumed up to {previous[tp]}")  # fmt: skip
-            done = consumed_by_batch[batch].get(tp, end)
-            if not start <= done <= end:
-                problems.append(f"batch {batch} {tp[0]}/{tp[1]} consumed up to {done}, outside "
-                                f"its planned [{start}, {end})")  # fmt: skip
-            previous[tp] = done
-    uncommitted = sorted(set(plans) - set(batches))
-    if uncommitted and uncommitted != [len(batches)]:
-        problems.append(f"planned batches {uncommitted} are not committed and not the next one")
-    return len(batches), problems
+    return offset_log_problems(spark, spec.app_root)
 
 
 @dg.asset_check(

@@ -143,7 +143,10 @@ def with_columns(rows: Any, day: str, computed_by: str) -> Any:
         "Deduplicated transactions with the FX rate valid at their time and the amount in EUR, "
         "one partition per UTC day. Default: the streaming join's rows of the day; the backfill "
         "sensor recomputes days hit by late rate versions with a batch as-of join "
-        "(mode=batch_as_of)."
+        "(mode=batch_as_of). Guarantee (exactly_once_v2): each deduplicated transaction once, "
+        "as the dedup job commits its Kafka output in transactions and the enrichment job "
+        "reads it read_committed and writes its Delta sink once per batch; a day's "
+        "materialization replaces exactly that day."
     ),
 )
 def transactions_enriched(

@@ -49,9 +49,14 @@ SNAPSHOT_TABLE = ("tables", "fx_rate_versions")
     pool=DEDUP_POOL,
     kinds={"spark", "kafka", "delta"},
     description=(
-        "Transactions deduplicated by (currency, id) within 10 minutes (KIP-655), exactly once, "
-        "written to the Kafka topic `transactions-deduplicated`; poison records go to the DLQ "
-        "topic and its Delta mirror. Runs the dedup job's micro-batches until caught up."
+        "Transactions deduplicated by (currency, id) within 10 minutes (KIP-655), written to "
+        "the Kafka topic `transactions-deduplicated`; poison records go to the DLQ topic and "
+        "its Delta mirror. Runs the dedup job's micro-batches until caught up. Guarantee "
+        "(processing.guarantee=exactly_once_v2, the default): a read_committed reader of "
+        "either topic sees each record once, whatever crashes or retries happen (one Kafka "
+        "transaction per task and batch, committing the task's offsets to the consumer group "
+        "`transactions-dedup`); the DLQ mirror holds each committed DLQ record once. Under "
+        "at_least_once the topics may hold repeats (header `__streamplatform.source`)."
     ),
 )
 def transactions_deduplicated(
@@ -121,7 +126,9 @@ def write_snapshot(
         "enrichment job until caught up: it keeps the store and joins every deduplicated "
         "transaction with the rate valid at its time into its Delta sink. Reports the versions "
         "that arrived after the join had passed their start (late corrections) and the days "
-        "they affect, for the backfill sensor."
+        "they affect, for the backfill sensor. Guarantee (exactly_once_v2): it reads "
+        "`transactions-deduplicated` read_committed, and each read record's join row, store "
+        "writes and versions are in the Delta tables once, whatever crashes or retries happen."
     ),
 )
 def fx_rate_versions(

@@ -34,6 +34,7 @@ from resources import (
     job_pool,
 )
 from streamplatform import pipelines
+from streamplatform.dagster.checks import lag_by_partition as partition_lag
 from streamplatform.dsl.topology import Topology
 from streamplatform.runtime.logs import CommitLog
 from streamplatform.runtime.microbatch import BatchResult, StreamingJob
@@ -142,13 +143,7 @@ def lag_by_partition(
     kafka: KafkaResource, topics: Sequence[str], consumed: Mapping[tuple[str, int], int]
 ) -> dict[str, int]:
     """``{"topic/partition": records not consumed yet}`` from the brokers' end offsets."""
-    lag = {}
-    for topic in topics:
-        for partition, (low, high) in kafka.end_offsets(topic).items():
-            lag[f"{topic}/{partition}"] = max(
-                0, high - max(consumed.get((topic, partition), low), low)
-            )
-    return lag
+    return partition_lag(kafka.end_offsets, topics, consumed)
 
 
 def delta_version(spark: Any, path: str) -> int | None:

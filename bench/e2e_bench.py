@@ -20,6 +20,14 @@ the same data. Prints records/s of both
 over Spark's Python worker processes, sampled every 0.2 s).
 
     .venv/bin/python bench/e2e_bench.py [--records 2000000] [--repeats 5] [--latency-records 100000]
+
+``--sink kafka``: the same job writing its output to a Kafka topic instead, three ways on the
+same data in the same run: ours exactly_once_v2 (a Kafka transaction per task and batch, the
+offsets in the consumer group), ours at_least_once (idempotent producers, acknowledged), and
+Spark's native Kafka sink (at least once) behind ``dropDuplicatesWithinWatermark``. Prints
+records/s of each and the price of exactly once: EOS time / ALOS time (target at most 1.10).
+
+    .venv/bin/python bench/e2e_bench.py --sink kafka [--records 2000000] [--repeats 5]
 """
 
 from __future__ import annotations
@@ -73,11 +81,11 @@ def produce(settings: dict, topic: str, records: int, seed: int = 5) -> None:
     assert out.flush(120) == 0
 
 
-def dedup_topology(topic: str) -> Topology:
-    """The bench's job: deduplicate_by_key_value(id, 10 min) into the Delta sink."""
+def dedup_topology(topic: str, sink: str = "deduplicated") -> Topology:
+    """The bench's job: deduplicate_by_key_value(id, 10 min) into ``sink``."""
     b = StreamsBuilder()
     stream = b.stream(topic, Serdes.string(), Serdes.json())
-    stream.deduplicate_by_key_value(lambda k, v: v["id"], INTERVAL_MS).to("deduplicated")
+    stream.deduplicate_by_key_value(lambda k, v: v["id"], INTERVAL_MS).to(sink)
     return b.build()
 
 
@@ -133,15 +141,22 @@ def run_ours(spark, settings, topic, tmp: Path, per_partition_cap: int, name: st
     return elapsed, rows, results
 
 
-def run_native(spark, settings, topic, tmp: Path, name: str = "native"):
-    from pyspark.sql import functions as F
-
-    stream = (
+def kafka_stream(spark, settings: dict, topic: str):
+    """Spark's own Kafka source over the whole of ``topic``."""
+    return (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", settings["bootstrap.servers"])
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
         .load()
+    )
+
+
+def run_native(spark, settings, topic, tmp: Path, name: str = "native"):
+    from pyspark.sql import functions as F
+
+    stream = (
+        kafka_stream(spark, settings, topic)
         .select(
             F.col("key").cast("string").alias("key"),
             F.col("value").cast("string").alias("value"),
@@ -166,15 +181,145 @@ def run_native(spark, settings, topic, tmp: Path, name: str = "native"):
     return elapsed, spark.read.format("delta").load(path).count()
 
 
+def run_ours_to_kafka(spark, settings, topic, tmp: Path, name: str, guarantee: str):
+    """Ours into the Kafka topic ``name``: seconds and the records a read_committed reader
+    counts there."""
+    create_topics(settings, [TopicSpec(name, PARTITIONS)])
+    config = {
+        "application.id": name,
+        "bootstrap.servers": settings["bootstrap.servers"],
+        "processing.guarantee": guarantee,
+        "state.dir": str(tmp / name / "state"),
+        "platform.delta.root": str(tmp / "delta"),
+        "platform.max.records.per.batch": 10**9,
+    }
+    job = StreamingJob(dedup_topology(topic, name), config, spark=spark)
+    started = time.perf_counter()
+    job.run_until_caught_up()
+    elapsed = time.perf_counter() - started
+    job.close()
+    return elapsed, count_committed(settings, name)
+
+
+def run_native_to_kafka(spark, settings, topic, tmp: Path, name: str):
+    from pyspark.sql import functions as F
+
+    create_topics(settings, [TopicSpec(name, PARTITIONS)])
+    stream = (
+        kafka_stream(spark, settings, topic)
+        .withColumn("id", F.get_json_object(F.col("value").cast("string"), "$.id"))
+        .withWatermark("timestamp", f"{INTERVAL_MS // 1000} seconds")
+        .dropDuplicatesWithinWatermark(["key", "id"])
+        .select("key", "value")
+    )
+    started = time.perf_counter()
+    query = (
+        stream.writeStream.format("kafka")
+        .option("kafka.bootstrap.servers", settings["bootstrap.servers"])
+        .option("topic", name)
+        .option("checkpointLocation", str(tmp / f"{name}-checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    elapsed = time.perf_counter() - started
+    return elapsed, count_committed(settings, name)
+
+
+def count_committed(settings: dict, topic: str) -> int:
+    """Records a read_committed reader sees in ``topic``, read to the end of each partition
+    (the end event comes past transaction markers and aborted records too)."""
+    from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
+
+    from streamplatform.kafka import consumer
+
+    reader = consumer(settings, f"count-{topic}", **{"isolation.level": "read_committed",
+                                                     "enable.partition.eof": True})  # fmt: skip
+    total = 0
+    try:
+        for partition in range(PARTITIONS):
+            reader.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
+            at_end = False
+            while not at_end:
+                for message in reader.consume(10_000, 1.0):
+                    if message.error() is None:
+                        total += 1
+                    elif message.error().code() == KafkaError._PARTITION_EOF:
+                        at_end = True
+                    else:
+                        raise RuntimeError(f"reading {topic}: {message.error()}")
+    finally:
+        reader.close()
+    return total
+
+
+def kafka_sink(args: argparse.Namespace) -> None:
+    """The ``--sink kafka`` variant (module docstring)."""
+    runs: dict[str, list[float]] = {"eos": [], "alos": [], "native": []}
+    rows: dict[str, set[int]] = {which: set() for which in runs}
+    with tempfile.TemporaryDirectory() as directory:
+        tmp = Path(directory)
+        with LocalBroker(tmp / "broker") as broker:
+            settings = {"bootstrap.servers": broker.bootstrap_servers}
+            create_topics(settings, [TopicSpec(t, PARTITIONS) for t in ("bench", "warmup")])
+            produce(settings, "bench", args.records)
+            produce(settings, "warmup", args.warmup_records, seed=11)
+            spark = spark_session(master="local[2]", app_name="e2e-bench-kafka")
+
+            def run(which: str, topic: str, name: str) -> tuple[float, int]:
+                if which == "native":
+                    return run_native_to_kafka(spark, settings, topic, tmp, name)
+                guarantee = "exactly_once_v2" if which == "eos" else "at_least_once"
+                return run_ours_to_kafka(spark, settings, topic, tmp, name, guarantee)
+
+            for which in runs:  # warm-up, on other data
+                run(which, "warmup", f"warmup-{which}")
+            orders = [
+                ("eos", "alos", "native"),
+                ("native", "alos", "eos"),
+                ("alos", "eos", "native"),
+            ]
+            for repeat in range(args.repeats):
+                for which in orders[repeat % len(orders)]:  # load from other processes drifts
+                    seconds, written = run(which, "bench", f"out-{which}-{repeat}")
+                    runs[which].append(seconds)
+                    rows[which].add(written)
+                    print(f"  run {repeat} {which:6s}: {args.records / seconds:>9,.0f} records/s "
+                          f"({seconds:.1f} s, {written:,} records)", flush=True)  # fmt: skip
+            spark.stop()
+    n = args.records
+    print(f"{n:,} records, {PARTITIONS} partitions, local[2], median of {args.repeats} runs each, "
+          "output to a 3-partition Kafka topic")  # fmt: skip
+    for which, label in (
+        ("eos", "ours   exactly_once_v2 -> Kafka (transactions)"),
+        ("alos", "ours   at_least_once   -> Kafka (idempotent)  "),
+        ("native", "native Spark Kafka sink (at least once)       "),
+    ):
+        median = statistics.median(runs[which])
+        counts = " or ".join(f"{count:,}" for count in sorted(rows[which]))
+        print(f"{label}: {n / median:>9,.0f} records/s ({median:.1f} s, runs "
+              f"{min(runs[which]):.1f}-{max(runs[which]):.1f} s; {counts} records)")  # fmt: skip
+    price = statistics.median(runs["eos"]) / statistics.median(runs["alos"])
+    pairs = sorted(e / a for e, a in zip(runs["eos"], runs["alos"], strict=True))
+    print(f"price of exactly once: EOS time / ALOS time = {price:.3f} "
+          f"(per run: {', '.join(f'{r:.3f}' for r in pairs)}; target <= 1.10)")  # fmt: skip
+    native = statistics.median(runs["native"]) / statistics.median(runs["eos"])
+    print(f"ratio ours EOS / native (records/s): {native:.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=2_000_000)
     parser.add_argument("--latency-records", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=5, help="timed runs of each, alternating")
     parser.add_argument("--warmup-records", type=int, help="default: --records")
+    parser.add_argument("--sink", choices=("delta", "kafka"), default="delta")
     args = parser.parse_args()
     if args.warmup_records is None:
         args.warmup_records = args.records
+    if args.sink == "kafka":
+        kafka_sink(args)
+        return
     ours: list[float] = []
     native: list[float] = []
     with tempfile.TemporaryDirectory() as directory:

@@ -24,22 +24,18 @@ from resources import (
     StateDirResource,
     StreamsResource,
 )
+from streamplatform.dagster.factory import DlqReplayConfig as ReplayConfig
 from streamplatform.dlq import DlqReplayer
 
 JOBS = {"dedup": dedup_job, "enrichment": enrichment_job}
 POOLS = {"dedup": DEDUP_POOL, "enrichment": ENRICHMENT_POOL}
 
 
-class DlqReplayConfig(dg.Config):
+class DlqReplayConfig(ReplayConfig):
+    """The library's replay settings (max_attempts, retry_parked), and whose DLQs."""
+
     jobs: list[str] = Field(
         default_factory=lambda: list(JOBS), description=f"Whose DLQ to replay: {list(JOBS)}."
-    )
-    max_attempts: int = Field(
-        default=3, description="Replays a record may have before it stays parked."
-    )
-    retry_parked: bool = Field(
-        default=False,
-        description="Also retry parked records (after a fix), whatever their attempts.",
     )
 
 

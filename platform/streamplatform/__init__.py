@@ -1,8 +1,11 @@
 """streamplatform: Kafka Streams' newest stateful features for PySpark pipelines run from Dagster.
 
 The public API is re-exported here; everything not listed in ``__all__`` is internal.
-Serdes live in ``streamplatform.serdes``, stores in ``streamplatform.state`` and error handling
-in ``streamplatform.errors``.
+Serdes live in ``streamplatform.serdes``, stores in ``streamplatform.state``, error handling
+in ``streamplatform.errors``, dead letter queues in ``streamplatform.dlq`` and the Dagster
+integration in ``streamplatform.dagster``. The Spark-side names (``StreamingJob``,
+``BatchResult``, ``DlqReplayer``, ``read_versioned_snapshot``, ``batch_as_of_join``) load on
+first use, so that ``import streamplatform`` stays light for a topology and its tests.
 
 The example of DESIGN.md, executed as a test: deduplicate transactions by id within 10 minutes,
 then join each with the FX rate valid at its time.
@@ -67,3 +70,21 @@ __all__ = [
     "TopologyTestDriver",
 ]
 __version__ = "0.1.0"
+
+# Loaded on first use (PEP 562): name -> module.
+_LAZY = {
+    "StreamingJob": "streamplatform.runtime.microbatch",
+    "BatchResult": "streamplatform.runtime.microbatch",
+    "DlqReplayer": "streamplatform.dlq.replay",
+    "read_versioned_snapshot": "streamplatform.versioned_snapshot",
+    "batch_as_of_join": "streamplatform.versioned_snapshot",
+}
+__all__ += sorted(_LAZY)
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'streamplatform' has no attribute {name!r}")

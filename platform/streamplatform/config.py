@@ -123,8 +123,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("bootstrap.servers", _optional_string, None, "Kafka brokers, host:port,... Needed "
             "to run on Kafka; the TopologyTestDriver does without.", "string"),
     Setting("processing.guarantee", _choice(*GUARANTEES), "at_least_once",
-            "exactly_once_v2: READ_COMMITTED stores, prepared and settled transactions, "
-            "idempotent Delta sinks. at_least_once: READ_UNCOMMITTED stores committed in the task.",
+            "exactly_once_v2: READ_COMMITTED stores, idempotent Delta sinks, and each task's "
+            "Kafka outputs (sinks, DLQ) in one Kafka transaction (transactional.id "
+            "<application.id>-<task>) with its offsets for the consumer group application.id. "
+            "at_least_once: READ_UNCOMMITTED stores; Kafka outputs may repeat after a crash "
+            "(each carries the __streamplatform.source header).",
             " | ".join(GUARANTEES)),
     Setting("state.dir", _string, None, "Root of the local state stores; a task's stores live "
             "in <state.dir>/<application.id>/<task id>/. Default: .data/state.", "path"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import textwrap
 from datetime import timedelta
+from typing import NamedTuple
 
 from streamplatform import StreamsBuilder, TopologyTestDriver
 from streamplatform.kafka import producer
@@ -131,30 +132,42 @@ JOB_RUN = textwrap.dedent("""
 """)
 
 
-def read_topic(kafka_settings, topic: str, isolation: str = "read_committed") -> list[tuple]:
-    """Every record of ``topic`` a reader with ``isolation`` sees, to the end of each partition:
-    ``(partition, key, value, headers)``, in offset order per partition."""
-    from confluent_kafka import TopicPartition
+class Record(NamedTuple):
+    """One record as a Kafka consumer sees it."""
+
+    partition: int
+    key: bytes | None
+    value: bytes | None
+    timestamp: int
+    headers: list
+
+
+def read_topic(kafka_settings, topic: str, isolation: str = "read_committed") -> list[Record]:
+    """Every record of ``topic`` a reader with ``isolation`` sees, to the end of each partition,
+    in offset order per partition."""
+    from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
     from streamplatform.kafka import consumer, describe_topics
 
     (partitions,) = describe_topics(kafka_settings, [topic]).values()
-    reader = consumer(kafka_settings, f"read-{topic}", **{"isolation.level": isolation})
+    reader = consumer(kafka_settings, f"read-{topic}", **{"isolation.level": isolation,
+                                                          "enable.partition.eof": True})  # fmt: skip
     records = []
     try:
         for partition in range(partitions):
-            low, high = reader.get_watermark_offsets(TopicPartition(topic, partition), 10)
-            reader.assign([TopicPartition(topic, partition, low)])
-            for _ in range(120):  # at most 120 polls of 0.5 s per partition
-                (position,) = reader.position([TopicPartition(topic, partition)])
-                if position.offset >= high:  # (transaction markers take offsets too)
-                    break
+            reader.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
+            for _ in range(240):  # at most 240 polls of 0.5 s per partition
                 message = reader.poll(0.5)
-                if message is not None and message.error() is None:
-                    records.append((partition, message.key(), message.value(),
-                                    message.headers() or []))  # fmt: skip
+                if message is None:
+                    continue
+                if message.error() is not None:
+                    # The end, past transaction markers and aborted records too.
+                    assert message.error().code() == KafkaError._PARTITION_EOF, message.error()
+                    break
+                records.append(Record(partition, message.key(), message.value(),
+                                      message.timestamp()[1], message.headers() or []))  # fmt: skip
             else:
-                raise AssertionError(f"{topic}[{partition}] not read to its end ({high})")
+                raise AssertionError(f"{topic}[{partition}] not read to its end in 120 s")
     finally:
         reader.close()
     return records

@@ -15,13 +15,13 @@ import pytest
 from streamplatform import StreamsBuilder, TopologyTestDriver
 from streamplatform.config import StreamsConfig
 from streamplatform.errors import TaskFailedError
-from streamplatform.kafka import TopicSpec, consumer, create_topics, producer
+from streamplatform.kafka import TopicSpec, create_topics, producer
 from streamplatform.runtime import kafka_output
 from streamplatform.runtime.executor import INPUT_COLUMNS, TaskBatchRunner
 from streamplatform.runtime.microbatch import StreamingJob
 from streamplatform.serdes import Serdes
 
-from .support import job_config
+from .support import job_config, read_topic
 
 STACKTRACE = "__streams.errors.stacktrace"
 HANDLERS = {
@@ -63,32 +63,6 @@ def produce_input(kafka_settings, source: str) -> None:
     assert writer.flush(60) == 0, "the broker did not acknowledge every test record"
 
 
-def read_topic(kafka_settings, topic: str, isolation: str = "read_uncommitted") -> list[tuple]:
-    """Every record of a one-partition topic a reader with ``isolation`` sees: (key, value,
-    timestamp, headers)."""
-    from confluent_kafka import TopicPartition
-
-    reader = consumer(
-        kafka_settings, group_id=f"read-{uuid.uuid4().hex[:6]}", **{"isolation.level": isolation}
-    )
-    try:
-        low, high = reader.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
-        reader.assign([TopicPartition(topic, 0, low)])
-        records = []
-        for _ in range(60):  # at most 60 polls of 1 s; transaction markers take offsets too
-            (position,) = reader.position([TopicPartition(topic, 0)])
-            if position.offset >= high:
-                return records
-            message = reader.poll(1)
-            if message is not None:
-                assert message.error() is None, message.error()
-                records.append((message.key(), message.value(), message.timestamp()[1],
-                                message.headers() or []))  # fmt: skip
-        raise AssertionError(f"{topic}: not read to its end ({high}) in 60 s")
-    finally:
-        reader.close()
-
-
 def what_the_test_driver_writes(topology, source: str, dlq: str) -> list[tuple]:
     """The DLQ records of the same input through the TopologyTestDriver."""
     config = {"application.id": "expected", "errors.dead.letter.queue.topic.name": dlq}
@@ -111,6 +85,12 @@ def without_stacktrace(records: list[tuple]) -> list[tuple]:
     for *_, headers in records:
         assert dict(headers)[STACKTRACE].startswith(b"Traceback"), headers
     return [(*r[:3], tuple(h for h in r[3] if h[0] != STACKTRACE)) for r in records]
+
+
+def dlq_records(kafka_settings, dlq: str, isolation: str = "read_uncommitted") -> list[tuple]:
+    """The DLQ topic's records as ``(key, value, timestamp, headers)``."""
+    return [(r.key, r.value, r.timestamp, r.headers)
+            for r in read_topic(kafka_settings, dlq, isolation)]  # fmt: skip
 
 
 def copies_of(expected: list[tuple], sent: list[tuple]) -> int:
@@ -191,18 +171,18 @@ def test_a_failing_task_sends_its_dlq_records_before_failing_and_its_batch_is_no
         if guarantee == "exactly_once_v2":
             # In the failing task's transaction, aborted as it fails (as Kafka Streams does):
             # in the log, never seen by read_committed readers.
-            assert copies_of(expected, read_topic(kafka_settings, dlq)) >= 1
-            assert read_topic(kafka_settings, dlq, "read_committed") == []
+            assert copies_of(expected, dlq_records(kafka_settings, dlq)) >= 1
+            assert dlq_records(kafka_settings, dlq, "read_committed") == []
             return
         # At least once: each Spark job reading the failed task's cached output runs it again.
-        sent = copies_of(expected, read_topic(kafka_settings, dlq))
+        sent = copies_of(expected, dlq_records(kafka_settings, dlq))
         assert sent >= 1
 
         # The failed batch runs again, and fails again: its DLQ records are sent again.
         with pytest.raises(Exception, match=failed):
             job.run_batch()
         assert job.commit_log.last() is None
-        assert copies_of(expected, read_topic(kafka_settings, dlq)) > sent
+        assert copies_of(expected, dlq_records(kafka_settings, dlq)) > sent
     finally:
         job.close()
 

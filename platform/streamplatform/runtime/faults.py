@@ -5,7 +5,8 @@ Off unless set in the driver's environment (Spark's Python workers inherit it):
 - ``STREAMPLATFORM_FAULT=<step>:<batch id>``: SIGKILL the driver there;
 - ``STREAMPLATFORM_FAIL_ONCE=<step>:<batch id>`` with ``STREAMPLATFORM_FAIL_ONCE_FILE=<path>``:
   raise ``InjectedFailure`` there the first time (the file records it), so that Spark retries
-  the task (a master with retries: ``local[2,2]``) or the batch fails once;
+  the task (a master with retries: ``local[2,2]``) or the batch fails once; ``<step>:*`` fails
+  at that step of whichever batch reaches it first;
 - ``STREAMPLATFORM_PAUSE=<step>:<batch id>`` with ``STREAMPLATFORM_PAUSE_DIR=<dir>``: write
   ``<dir>/paused`` there and wait until ``<dir>/resume`` exists (a driver held mid-batch, for
   a second driver to meet).
@@ -45,7 +46,7 @@ def arm() -> None:
 def crash_point(step: str, batch_id: int) -> None:
     if os.environ.get(_SPEC) == f"{step}:{batch_id}":
         os.kill(int(os.environ.get(_PID, os.getpid())), signal.SIGKILL)
-    if os.environ.get(_FAIL_ONCE) == f"{step}:{batch_id}":
+    if os.environ.get(_FAIL_ONCE) in (f"{step}:{batch_id}", f"{step}:*"):
         marker = Path(os.environ[_FAIL_ONCE_FILE])
         try:
             marker.touch(exist_ok=False)

@@ -1,0 +1,62 @@
+"""Operate any streamplatform topology from Dagster: declare a job once, get its definitions.
+
+In Python::
+
+    import dagster as dg
+    from streamplatform.dagster import (
+        StreamingJobSpec, StreamplatformResource, streaming_definitions)
+
+    defs = streaming_definitions(
+        [StreamingJobSpec(name="orders_deduplicated", topology="my_project.topologies:orders",
+                          dlq_topic="orders-dlq", delta_sinks=["orders-clean"])],
+        resource=StreamplatformResource(),
+    )
+
+or in YAML with :class:`StreamingJobComponent` (a Dagster ``Component``; one ``defs.yaml`` per
+job). Either gives, per job: the streaming asset with its checks, a versioned snapshot asset
+per versioned store, the DLQ replay job and schedule, and the lag sensor (see
+:mod:`streamplatform.dagster.factory`), all on one :class:`StreamplatformResource` bound under
+the key ``streamplatform``.
+
+Runs of one job are kept apart by its pool ``streamplatform/<application.id>``: give the
+instance ``concurrency: {pools: {default_limit: 1}}`` in ``dagster.yaml`` so that a second
+launch waits in the queue (:func:`pools` lists a definitions' pools).
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from streamplatform.dagster.component import StreamingJobComponent
+from streamplatform.dagster.factory import (
+    RESOURCE_KEY,
+    job_pool,
+    streaming_definitions,
+    topic_key,
+)
+from streamplatform.dagster.resource import KafkaConnection, SparkSettings, StreamplatformResource
+from streamplatform.dagster.spec import StreamingJobSpec
+
+
+def pools(definitions: dg.Definitions) -> set[str]:
+    """Every pool an op of ``definitions`` runs in."""
+    return {
+        op.pool
+        for job in definitions.resolve_all_job_defs()
+        for op in job.graph.iterate_op_defs()
+        if op.pool
+    }
+
+
+__all__ = [
+    "RESOURCE_KEY",
+    "KafkaConnection",
+    "SparkSettings",
+    "StreamingJobComponent",
+    "StreamingJobSpec",
+    "StreamplatformResource",
+    "job_pool",
+    "pools",
+    "streaming_definitions",
+    "topic_key",
+]

@@ -1,0 +1,381 @@
+"""streaming_definitions: the Dagster definitions of declared streaming jobs, in one call.
+
+For each :class:`StreamingJobSpec` it yields:
+
+- the **streaming asset** ``<name>``: a materialization runs the job's micro-batches until every
+  source partition is read to its end; it depends on its source topics as external assets
+  (``kafka/<topic>``), runs in the job's pool ``streamplatform/<application.id>`` (the instance
+  limits each pool to one run, so a second launch waits in the queue), and reports what it did
+  as metadata (rows in and out, duplicates dropped, DLQ records, throughput, lag, consumed
+  offsets, every runtime metric summed);
+- its **asset checks**, evaluated with each materialization: ``caught_up`` (no lag left),
+  ``dlq_ratio`` (DLQ records / records read under ``max_dlq_ratio``) and ``offsets_contiguous``
+  (the offset and commit logs have no gap and no overlap);
+- a **versioned snapshot asset** ``<name>_<store>_versions`` per versioned store (KIP-889): the
+  store's versions ``(key, value, valid_from, valid_to)`` as a Delta table under
+  ``<delta root>/<application.id>/_snapshots/<store>``;
+- with a DLQ topic, the **DLQ replay** job ``<name>_dlq_replay`` and its schedule
+  ``<name>_dlq_replay_schedule``: records that pass the current topology are re-published to
+  their source topic, those that fail again are parked, each DLQ record once
+  (:class:`streamplatform.dlq.DlqReplayer`); its op is in the job's pool too;
+- the **lag sensor** ``<name>_lag``: a run of the asset when the records not yet consumed pass
+  ``lag_threshold`` (off by default; a sensor that starts Spark runs unasked surprises).
+
+Everything is named after the job, so two declarations (two component files) never collide.
+The resource is the one under the key ``streamplatform`` (:class:`StreamplatformResource`).
+"""
+
+# No `from __future__ import annotations`: Dagster reads the decorated functions' annotations.
+
+import re
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import dagster as dg
+from pydantic import Field
+
+from streamplatform.dagster.checks import dlq_ratio, lag_by_partition, offset_log_problems
+from streamplatform.dagster.resource import StreamplatformResource
+from streamplatform.dagster.spec import StreamingJobSpec
+from streamplatform.dlq import DlqReplayer
+from streamplatform.runtime.logs import CommitLog
+from streamplatform.runtime.microbatch import BatchResult, StreamingJob
+
+RESOURCE_KEY = "streamplatform"
+POOL_PREFIX = "streamplatform/"
+CHECKS = {
+    "caught_up": "Every source partition was read to its end by the run (no lag left).",
+    "dlq_ratio": "DLQ records / records read by the run stay under the declared maximum.",
+    "offsets_contiguous": "The offset and commit logs have no gap and no overlap: each batch "
+    "starts where the previous one was consumed up to.",
+}
+
+
+def job_pool(application_id: str) -> str:
+    """The Dagster pool of the streaming job ``application_id``: ``streamplatform/<id>``.
+
+    Every op that runs the job or writes its runtime tables (its asset, its DLQ replay) is in
+    it; an instance whose ``concurrency.pools.default_limit`` is 1 runs one at a time."""
+    return f"{POOL_PREFIX}{application_id}"
+
+
+def topic_key(topic: str) -> dg.AssetKey:
+    """The asset key of a Kafka topic: ``kafka/<topic>``."""
+    return dg.AssetKey(["kafka", topic])
+
+
+def streaming_definitions(
+    jobs: Sequence[StreamingJobSpec],
+    *,
+    resource: StreamplatformResource | None = None,
+    lag_threshold: int = 1000,
+    max_dlq_ratio: float = 0.01,
+    dlq_replay_cron: str = "*/15 * * * *",
+    dlq_replay_running: bool = False,
+) -> dg.Definitions:
+    """The definitions of ``jobs`` (module docstring). ``resource``: the
+    :class:`StreamplatformResource` to bind under ``streamplatform``; leave it out when the
+    project binds one itself (once for every job)."""
+    names = [job.name for job in jobs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"job names must be unique, got {names}")
+    assets: list[Any] = []
+    job_defs, schedules, sensors = [], [], []
+    for job in jobs:
+        streaming = streaming_asset(job, max_dlq_ratio)
+        assets.append(streaming)
+        assets += [snapshot_asset(job, store) for store in job.versioned_stores()]
+        if job.dlq_topic:
+            replay = dlq_replay_job(job)
+            job_defs.append(replay)
+            schedules.append(
+                dg.ScheduleDefinition(
+                    name=f"{job.name}_dlq_replay_schedule",
+                    job=replay,
+                    cron_schedule=dlq_replay_cron,
+                    default_status=dg.DefaultScheduleStatus.RUNNING
+                    if dlq_replay_running
+                    else dg.DefaultScheduleStatus.STOPPED,
+                    description=f"Replays {job.name}'s DLQ; a DLQ record is replayed at most once.",
+                )
+            )
+        sensors.append(lag_sensor(job, streaming, lag_threshold))
+    return dg.Definitions(
+        assets=assets,
+        jobs=job_defs,
+        schedules=schedules,
+        sensors=sensors,
+        resources={RESOURCE_KEY: resource} if resource is not None else {},
+    )
+
+
+# The streaming asset ----------------------------------------------------------------------
+
+
+def streaming_asset(job: StreamingJobSpec, max_dlq_ratio: float = 0.01) -> dg.AssetsDefinition:
+    key = dg.AssetKey(job.name)
+    sinks = ", ".join(
+        [f"Kafka topic `{t}`" for t in job.kafka_sink_topics()]
+        + [f"Delta table `{t}`" for t in job.delta_sinks]
+    )  # fmt: skip
+    description = job.description or (
+        f"Runs the streaming job `{job.app_id}` until caught up: "
+        f"{', '.join(job.source_topics())} -> {sinks or 'its stores'}"
+        + (f"; failing records to the DLQ topic `{job.dlq_topic}`" if job.dlq_topic else "")
+        + ". Guarantee under exactly_once_v2 (the default): each record read is in the Delta "
+        "sinks and state once, and a read_committed reader sees each Kafka output once, "
+        "whatever crashes or retries happen."
+    )
+
+    @dg.asset(
+        name=job.name,
+        deps=[topic_key(topic) for topic in job.source_topics()],
+        group_name=job.group_name,
+        pool=job_pool(job.app_id),
+        kinds={"spark", "kafka", "delta"},
+        description=description,
+        check_specs=[
+            dg.AssetCheckSpec(name, asset=key, description=text) for name, text in CHECKS.items()
+        ],  # fmt: skip
+        freshness_policy=None
+        if job.freshness is None
+        else dg.FreshnessPolicy.time_window(fail_window=job.freshness),
+        metadata={"application_id": job.app_id, "topology": job.load_topology().describe()},
+    )
+    def _streaming(context: dg.AssetExecutionContext, streamplatform: StreamplatformResource):
+        return materialize(context, job, streamplatform, max_dlq_ratio)
+
+    return _streaming
+
+
+def materialize(
+    context: Any, job: StreamingJobSpec, resource: StreamplatformResource, max_dlq_ratio: float
+) -> dg.MaterializeResult:
+    """Run ``job`` until caught up; its metadata and check results."""
+    settings = job_settings(job, resource)
+    spark = resource.spark_session
+    started = time.monotonic()
+    streaming = StreamingJob(job.load_topology(), settings, spark=spark,
+                             delta_sinks=job.delta_sinks)  # fmt: skip
+    results: list[BatchResult] = []
+    try:
+        while (result := streaming.run_batch()) is not None:
+            results.append(result)
+            context.log.info(
+                f"{job.app_id} batch {result.batch_id}: {result.records_in} in, "
+                f"{result.records_out} out, {result.duplicates_dropped} duplicates dropped, "
+                f"{result.dlq_records} to the DLQ, lag {result.lag}"
+            )
+    finally:
+        streaming.close()
+    seconds = time.monotonic() - started
+    app_root = f"{resource.delta_root_path()}/{job.app_id}"
+    last = CommitLog(f"{app_root}/_commits", job.app_id).last()
+    consumed = {} if last is None else dict(last.consumed)
+    lag = lag_by_partition(resource.end_offsets, job.source_topics(), consumed)
+    metadata = run_metadata(results, seconds, consumed, lag) | {
+        "application_id": job.app_id,
+        "committed_batch_id": -1 if last is None else last.batch_id,
+        "commit_log": dg.MetadataValue.path(f"{app_root}/_commits"),
+    }
+    records_in = int(metadata["rows_in"])
+    ratio = dlq_ratio(records_in, int(metadata["dlq_records"]))
+    batches, problems = offset_log_problems(spark, app_root)
+    checks = [
+        dg.AssetCheckResult(check_name="caught_up", passed=sum(lag.values()) == 0,
+                            severity=dg.AssetCheckSeverity.WARN,
+                            metadata={"lag": sum(lag.values())}),
+        dg.AssetCheckResult(check_name="dlq_ratio", passed=ratio <= max_dlq_ratio,
+                            severity=dg.AssetCheckSeverity.WARN,
+                            metadata={"ratio": ratio, "max_ratio": max_dlq_ratio}),
+        dg.AssetCheckResult(check_name="offsets_contiguous", passed=not problems,
+                            metadata={"batches": batches,
+                                      "problems": dg.MetadataValue.json(problems[:20])}),
+    ]  # fmt: skip
+    return dg.MaterializeResult(metadata=metadata, check_results=checks)
+
+
+def job_settings(job: StreamingJobSpec, resource: StreamplatformResource) -> dict[str, Any]:
+    return job.streams_settings(resource.kafka_settings(), resource.delta_root_path(),
+                                resource.state_dir_path())  # fmt: skip
+
+
+def run_metadata(
+    results: Sequence[BatchResult],
+    seconds: float,
+    consumed: Mapping[tuple[str, int], int],
+    lag: Mapping[str, int],
+) -> dict[str, Any]:
+    """What a run did, as Dagster metadata (numbers plot over time in the UI)."""
+    rows_in = sum(r.records_in for r in results)
+    metrics: dict[str, int] = {}
+    for result in results:
+        for name, value in result.metrics.items():
+            metrics[name] = metrics.get(name, 0) + int(value)
+    batch_ids = [r.batch_id for r in results]
+    return {
+        "rows_in": rows_in,
+        "rows_out": sum(r.records_out for r in results),
+        "duplicates_dropped": sum(r.duplicates_dropped for r in results),
+        "dlq_records": sum(r.dlq_records for r in results),
+        "restored_records": sum(r.restored_records for r in results),
+        "replayed_batches": sum(r.replayed for r in results),
+        "batches": len(results),
+        "first_batch_id": batch_ids[0] if batch_ids else -1,
+        "last_batch_id": batch_ids[-1] if batch_ids else -1,
+        "duration_s": round(seconds, 3),
+        "records_per_second": round(rows_in / seconds, 1) if seconds > 0 else 0.0,
+        "lag": sum(lag.values()),
+        "lag_by_partition": dg.MetadataValue.json(dict(lag)),
+        "consumed_offsets": dg.MetadataValue.json(
+            {f"{t}/{p}": offset for (t, p), offset in sorted(consumed.items())}
+        ),
+        "runtime_metrics": dg.MetadataValue.json(metrics),
+    }
+
+
+# The versioned snapshot asset -------------------------------------------------------------
+
+
+def snapshot_asset(job: StreamingJobSpec, store: str) -> dg.AssetsDefinition:
+    name = f"{job.name}_{re.sub(r'[^A-Za-z0-9_]', '_', store)}_versions"
+
+    @dg.asset(
+        name=name,
+        deps=[dg.AssetKey(job.name)],
+        group_name=job.group_name,
+        pool=job_pool(job.app_id),
+        kinds={"spark", "delta"},
+        description=f"The versioned store `{store}` of `{job.app_id}` (KIP-889): every version "
+        "(key, value, valid_from, valid_to) as a Delta table, rewritten from the job's "
+        "versions log as of its latest commit.",
+    )
+    def _snapshot(streamplatform: StreamplatformResource) -> dg.MaterializeResult:
+        from pyspark.sql import functions as F
+
+        from streamplatform.versioned_snapshot import (
+            read_versioned_snapshot,
+            versions_table_version,
+        )
+
+        spark = streamplatform.spark_session
+        app_root = f"{streamplatform.delta_root_path()}/{job.app_id}"
+        versions_path, path = f"{app_root}/_versions", f"{app_root}/_snapshots/{store}"
+        log_version = versions_table_version(spark, versions_path)
+        if log_version is None:
+            return dg.MaterializeResult(metadata={"versions": 0, "keys": 0})
+        snapshot = read_versioned_snapshot(spark, versions_path, store, log_version).select(
+            F.col("key").cast("string").alias("key"), F.col("value").cast("string").alias("value"),
+            "valid_from", "valid_to",
+        )  # fmt: skip
+        snapshot.write.format("delta").mode("overwrite").save(path)
+        counts = spark.read.format("delta").load(path).agg(
+            F.count("*").alias("versions"), F.countDistinct("key").alias("keys")
+        ).first()  # fmt: skip
+        return dg.MaterializeResult(metadata={
+            "versions": int(counts.versions), "keys": int(counts.keys),
+            "versions_log_version": log_version, "table": dg.MetadataValue.path(path),
+        })  # fmt: skip
+
+    return _snapshot
+
+
+# The DLQ replay ---------------------------------------------------------------------------
+
+
+class DlqReplayConfig(dg.Config):
+    max_attempts: int = Field(
+        default=3, description="Replays a record may have before it stays parked."
+    )
+    retry_parked: bool = Field(
+        default=False,
+        description="Also retry parked records (after a fix), whatever their attempts.",
+    )
+
+
+def dlq_replay_job(job: StreamingJobSpec) -> dg.JobDefinition:
+    @dg.op(
+        name=f"replay_{job.name}_dead_letters",
+        pool=job_pool(job.app_id),
+        description=f"Replay {job.name}'s DLQ records through its current topology "
+        "(re-publish what passes, park what fails again), each exactly once.",
+    )
+    def replay(
+        context: dg.OpExecutionContext,
+        config: DlqReplayConfig,
+        streamplatform: StreamplatformResource,
+    ) -> None:
+        replayer = DlqReplayer(
+            job.load_topology(), job_settings(job, streamplatform),
+            streamplatform.spark_session, max_attempts=config.max_attempts,
+        )  # fmt: skip
+        report = replayer.replay(retry_parked=config.retry_parked)
+        context.log.info(
+            f"{job.app_id}: {report.candidates} DLQ records to replay, {report.republished} "
+            f"re-published, {report.parked} parked (replay batch {report.replay_batch})"
+        )
+        metadata: dict[str, Any] = {
+            "candidates": report.candidates,
+            "republished": report.republished,
+            "parked": report.parked,
+            "exhausted": report.exhausted,
+            "replay_batch": -1 if report.replay_batch is None else report.replay_batch,
+            "recovered_batch": -1 if report.recovered_batch is None else report.recovered_batch,
+            "parked_by_exception": dg.MetadataValue.json(report.parked_by_exception),
+        }
+        context.log_event(dg.AssetObservation(asset_key=dg.AssetKey(job.name),
+                                              metadata={f"dlq_replay_{k}": v
+                                                        for k, v in metadata.items()}))  # fmt: skip
+
+    @dg.job(
+        name=f"{job.name}_dlq_replay",
+        executor_def=dg.in_process_executor,
+        description=f"Replay {job.name}'s dead-lettered records through its current topology.",
+        tags={"streamplatform/kind": "dlq-replay", "streamplatform/application-id": job.app_id},
+    )
+    def _replay_job() -> None:
+        replay()
+
+    return _replay_job
+
+
+# The lag sensor ---------------------------------------------------------------------------
+
+
+def lag_sensor(
+    job: StreamingJobSpec, asset: dg.AssetsDefinition, threshold: int
+) -> dg.SensorDefinition:
+    key = dg.AssetKey(job.name)
+
+    @dg.sensor(
+        name=f"{job.name}_lag",
+        target=[asset],
+        minimum_interval_seconds=60,
+        default_status=dg.DefaultSensorStatus.STOPPED,
+        description=f"Launches a run of {job.name} when its lag passes {threshold} records.",
+    )
+    def _lag(context: dg.SensorEvaluationContext, streamplatform: StreamplatformResource):
+        records = context.instance.fetch_materializations(key, limit=1).records
+        record = records[0] if records else None
+        materialization = None if record is None else record.asset_materialization
+        consumed: dict[tuple[str, int], int] = {}
+        if materialization is not None and "consumed_offsets" in materialization.metadata:
+            offsets: Any = materialization.metadata["consumed_offsets"].value
+            for name, offset in dict(offsets).items():
+                topic, partition = name.rsplit("/", 1)
+                consumed[(topic, int(partition))] = int(offset)
+        try:
+            lag = sum(lag_by_partition(streamplatform.end_offsets, job.source_topics(),
+                                       consumed).values())  # fmt: skip
+        except (LookupError, ConnectionError) as error:
+            return dg.SkipReason(f"cannot measure the lag of {job.name}: {error}")
+        if lag <= threshold:
+            return dg.SkipReason(f"{job.name}: lag {lag} within {threshold} records")
+        storage_id = 0 if record is None else int(record.storage_id)
+        return dg.RunRequest(
+            run_key=f"catch-up:{job.name}:{storage_id}", asset_selection=[key],
+            tags={"streamplatform/catch-up-lag": str(lag)},
+        )  # fmt: skip
+
+    return _lag

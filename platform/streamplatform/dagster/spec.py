@@ -1,0 +1,160 @@
+"""StreamingJobSpec: a streaming job declared once, for Dagster to operate.
+
+A declaration names the job (its asset), its topology (the object, a function that builds it,
+or an import path ``"package.module:name"`` to either), its Delta sinks, its DLQ topic and its
+settings in Kafka Streams' names. The settings are checked when the definitions load, so a
+wrong one stops the code location with a message naming it, not the first run. Where the job
+runs (Kafka, Spark, Delta root, state dir) comes from :class:`StreamplatformResource` when a
+run starts, never from the declaration.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from streamplatform.config import ConfigError, StreamsConfig
+from streamplatform.dsl.topology import Topology
+
+# Settings the resource supplies at run time: a declaration that sets them is refused.
+FROM_THE_RESOURCE = (
+    "bootstrap.servers",
+    "state.dir",
+    "platform.delta.root",
+    "platform.spark.master",
+)
+# Set by the declaration's own fields.
+FROM_THE_FIELDS = ("application.id", "errors.dead.letter.queue.topic.name")
+# What a job declared without settings gets: exactly once, and poison records to the DLQ
+# instead of failing the job (with a DLQ topic declared).
+DEFAULTS: Mapping[str, Any] = {"processing.guarantee": "exactly_once_v2"}
+WITH_A_DLQ: Mapping[str, Any] = {
+    "default.deserialization.exception.handler": "log_and_continue",
+    "processing.exception.handler": "log_and_continue",
+}
+
+
+@dataclass(frozen=True)
+class StreamingJobSpec:
+    """One streaming job, as Dagster operates it (module docstring).
+
+    ``name``: the streaming asset's name, and the ``application.id`` unless ``application_id``
+    is given. ``delta_sinks``: output topics written to Delta tables under
+    ``<delta root>/<application.id>/<topic>`` instead of Kafka. ``dlq_topic``: the DLQ topic
+    (KIP-1034); with one, poison records and failing records go there and the job continues,
+    unless ``settings`` choose other handlers. ``settings``: more StreamsConfig settings.
+    ``freshness``: the asset's freshness policy, a materialization at least this often.
+    """
+
+    name: str
+    topology: Topology | Callable[[], Topology] | str
+    application_id: str | None = None
+    delta_sinks: Sequence[str] = ()
+    dlq_topic: str | None = None
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    group_name: str = "streaming"
+    description: str | None = None
+    freshness: timedelta | None = None
+
+    def __post_init__(self) -> None:
+        if not self.name.replace("_", "").isalnum():
+            raise ConfigError(f"{self.name!r}: a job name is an asset name: letters, digits, _")
+        given = set(self.settings)
+        for name in sorted(given & set(FROM_THE_RESOURCE)):
+            raise ConfigError(
+                f"{self.name}: settings.{name} comes from the StreamplatformResource "
+                "(kafka, spark, delta_root, state_dir), not from a job's settings"
+            )
+        for name in sorted(given & set(FROM_THE_FIELDS)):
+            raise ConfigError(
+                f"{self.name}: settings.{name} is the job's "
+                f"{'application_id' if name == 'application.id' else 'dlq_topic'} field"
+            )
+        # Every key and value checked now, with placeholders for what comes at run time.
+        try:
+            StreamsConfig(self.streams_settings({"bootstrap.servers": "check:9092"}, "/", "/"))
+        except ConfigError as error:
+            raise ConfigError(f"{self.name}: {error}") from None
+        unknown = set(self.delta_sinks) - set(self.load_topology().sink_topics(self.app_id))
+        if unknown:
+            raise ConfigError(
+                f"{self.name}: delta_sinks {sorted(unknown)} are not sink topics of the "
+                f"topology (its sinks: {self.load_topology().sink_topics(self.app_id)})"
+            )
+
+    @property
+    def app_id(self) -> str:
+        return self.application_id or self.name
+
+    def load_topology(self) -> Topology:
+        """The topology, built or imported as declared (once)."""
+        return self._topology
+
+    @functools.cached_property
+    def _topology(self) -> Topology:
+        target: Any = self.topology
+        if isinstance(target, str):
+            target = _import(target, self.name)
+        if callable(target) and not isinstance(target, Topology):
+            target = target()
+        if not isinstance(target, Topology):
+            raise ConfigError(
+                f"{self.name}: topology must be a Topology, a function returning one, or an "
+                f"import path 'package.module:name' to either; got {type(target).__name__}"
+            )
+        return target
+
+    def streams_settings(
+        self, kafka: Mapping[str, Any], delta_root: str, state_dir: str
+    ) -> dict[str, Any]:
+        """The job's StreamsConfig settings on the given Kafka, Delta root and state dir."""
+        settings = dict(DEFAULTS) | (dict(WITH_A_DLQ) if self.dlq_topic else {})
+        settings |= dict(self.settings)
+        return (
+            dict(kafka)
+            | settings
+            | {
+                "application.id": self.app_id,
+                "errors.dead.letter.queue.topic.name": self.dlq_topic,
+                "platform.delta.root": delta_root,
+                "state.dir": state_dir,
+            }
+        )
+
+    def source_topics(self) -> list[str]:
+        """The topics the job reads from outside (not its repartition topics)."""
+        topology = self.load_topology()
+        internal = set(topology.repartition_topics(self.app_id))
+        return [t for t in dict.fromkeys(topology.source_topics(self.app_id)) if t not in internal]
+
+    def kafka_sink_topics(self) -> list[str]:
+        topology = self.load_topology()
+        internal = set(topology.repartition_topics(self.app_id))
+        return [
+            t
+            for t in dict.fromkeys(topology.sink_topics(self.app_id))
+            if t not in internal and t not in self.delta_sinks
+        ]
+
+    def versioned_stores(self) -> list[str]:
+        return sorted(n for n, s in self.load_topology().stores.items() if s.kind == "versioned")
+
+
+def _import(path: str, job: str) -> Any:
+    module_name, _, attribute = path.partition(":")
+    if not module_name or not attribute:
+        raise ConfigError(f"{job}: topology {path!r}: expected 'package.module:name'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ConfigError(
+            f"{job}: topology {path!r}: cannot import {module_name}: {error}"
+        ) from error
+    try:
+        return getattr(module, attribute)
+    except AttributeError:
+        raise ConfigError(f"{job}: topology {path!r}: {module_name} has no {attribute!r}") from None

@@ -1,0 +1,247 @@
+"""streamplatform.dagster on a project that is not the demo: a throwaway Dagster project in a
+temp dir with its own topology (orders deduplicated by order id, into Delta), declared once with
+the Python factory and once with YAML (the component). Checked with `dagster definitions
+validate`, then materialized, its DLQ replayed and its lag sensor ticked on the real broker,
+Spark and Delta."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from streamplatform.config import ConfigError
+from streamplatform.dagster import (
+    StreamingJobSpec,
+    StreamplatformResource,
+    job_pool,
+    pools,
+    streaming_definitions,
+)
+from streamplatform.kafka import TopicSpec, create_topics, producer
+
+TOPOLOGY = '''
+from datetime import timedelta
+
+from streamplatform import StreamsBuilder
+from streamplatform.serdes import Serdes
+
+RAW, CLEAN = {raw!r}, {clean!r}
+
+
+def orders_topology():
+    """Orders deduplicated by order id within an hour, into the table topic CLEAN."""
+    b = StreamsBuilder()
+    orders = b.stream(RAW, Serdes.string(), Serdes.json())
+    orders.deduplicate_by_key_value(lambda k, v: v["order_id"], timedelta(hours=1)).to(
+        CLEAN, Serdes.string(), Serdes.json())
+    return b.build()
+'''
+# The factory declaration and the YAML one: the same job, in the project's own words.
+FACTORY_DEFINITIONS = """
+from orders_project.topologies import CLEAN
+from streamplatform.dagster import StreamingJobSpec, StreamplatformResource, streaming_definitions
+
+defs = streaming_definitions(
+    [StreamingJobSpec(name="orders_clean", topology="orders_project.topologies:orders_topology",
+                      application_id={app!r}, delta_sinks=[CLEAN], dlq_topic={dlq!r},
+                      settings={{"platform.max.records.per.batch": 50}})],
+    resource=StreamplatformResource(),  # KAFKA_BOOTSTRAP_SERVERS, STREAMPLATFORM_DATA or local
+    lag_threshold=10,
+)
+"""
+COMPONENT_YAML = """
+type: streamplatform.dagster.StreamingJobComponent
+attributes:
+  name: orders_clean
+  topology: orders_project.topologies:orders_topology
+  application_id: {app}
+  delta_sinks: [{clean}]
+  dlq_topic: {dlq}
+  settings:
+    platform.max.records.per.batch: 50
+  freshness_minutes: 60
+  lag_threshold: 10
+  resource: {{}}  # KAFKA_BOOTSTRAP_SERVERS, STREAMPLATFORM_DATA or local
+"""
+COMPONENT_DEFINITIONS = """
+from pathlib import Path
+
+import dagster as dg
+
+defs = dg.load_from_defs_folder(path_within_project=Path(__file__).parent)
+"""
+PYPROJECT = """
+[project]
+name = "orders-project"
+version = "0.0.1"
+
+[tool.dg]
+directory_type = "project"
+
+[tool.dg.project]
+root_module = "orders_project"
+defs_module = "orders_project.defs"
+"""
+
+
+def write_project(root: Path, names: dict[str, str], with_yaml: bool) -> Path:
+    """The throwaway project: ``orders_project`` with its topology and its definitions."""
+    package = root / "orders_project"
+    (package / "defs").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "defs" / "__init__.py").write_text("")
+    (package / "topologies.py").write_text(TOPOLOGY.format(**names))
+    (root / "pyproject.toml").write_text(PYPROJECT)
+    if with_yaml:
+        (package / "defs" / "orders").mkdir()
+        (package / "defs" / "orders" / "defs.yaml").write_text(COMPONENT_YAML.format(**names))
+        (package / "definitions.py").write_text(COMPONENT_DEFINITIONS)
+    else:
+        (package / "definitions.py").write_text(FACTORY_DEFINITIONS.format(**names))
+    return root
+
+
+def load(root: Path) -> dg.Definitions:
+    """The project's definitions, imported as `dagster` would (its root on sys.path)."""
+    sys.path.insert(0, str(root))
+    try:
+        for name in [m for m in sys.modules if m.startswith("orders_project")]:
+            del sys.modules[name]
+        module = __import__("orders_project.definitions", fromlist=["defs"])
+        return module.defs
+    finally:
+        sys.path.remove(str(root))
+
+
+def names_for(tag: str) -> dict[str, str]:
+    return {"raw": f"orders-{tag}", "clean": f"orders-clean-{tag}", "dlq": f"orders-dlq-{tag}",
+            "app": f"orders-{tag}"}  # fmt: skip
+
+
+@pytest.mark.parametrize("with_yaml", [False, True], ids=["factory", "yaml"])
+def test_a_project_of_its_own_validates_with_the_dagster_cli(tmp_path, with_yaml):
+    root = write_project(tmp_path, names_for("v"), with_yaml)
+    validated = subprocess.run(
+        [sys.executable, "-m", "dagster", "definitions", "validate", "-m",
+         "orders_project.definitions", "-d", str(root)],
+        cwd=root, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert validated.returncode == 0, validated.stdout[-3000:] + validated.stderr[-3000:]
+    assert "Validation successful" in validated.stdout + validated.stderr
+
+    defs = load(root)
+    keys = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
+    assert {"orders_clean", "kafka/orders-v"} <= keys
+    assert pools(defs) == {job_pool("orders-v")}
+    assert defs.resolve_job_def("orders_clean_dlq_replay") is not None
+    assert defs.resolve_sensor_def("orders_clean_lag") is not None
+    asset = defs.resolve_assets_def("orders_clean")
+    checks = {key.name for key in asset.check_keys}
+    assert checks == {"caught_up", "dlq_ratio", "offsets_contiguous"}
+
+
+def test_a_wrong_declaration_stops_loading_with_the_setting_named(tmp_path):
+    topology = _tiny_topology
+    with pytest.raises(ConfigError, match="orders: settings.bootstrap.servers comes from"):
+        StreamingJobSpec(name="orders", topology=topology, settings={"bootstrap.servers": "x"})
+    with pytest.raises(ConfigError, match="(?s)orders: .*processing.guarantee='maybe'"):
+        StreamingJobSpec(name="orders", topology=topology,
+                         settings={"processing.guarantee": "maybe"})  # fmt: skip
+    with pytest.raises(ConfigError, match="no.such.setting: unknown setting"):
+        StreamingJobSpec(name="orders", topology=topology, settings={"no.such.setting": 1})
+    with pytest.raises(ConfigError, match=r"delta_sinks \['elsewhere'\] are not sink topics"):
+        StreamingJobSpec(name="orders", topology=topology, delta_sinks=["elsewhere"])
+    with pytest.raises(ConfigError, match="cannot import no_such_module"):
+        StreamingJobSpec(name="orders", topology="no_such_module:orders")
+    with pytest.raises(ValueError, match="unique"):
+        spec = StreamingJobSpec(name="orders", topology=topology)
+        streaming_definitions([spec, spec])
+
+
+def _tiny_topology():
+    from streamplatform import StreamsBuilder
+    from streamplatform.serdes import Serdes
+
+    b = StreamsBuilder()
+    b.stream("in", Serdes.string(), Serdes.json()).to("out")
+    return b.build()
+
+
+def produce_orders(settings: dict, topic: str) -> int:
+    """60 orders, 15 of them sent twice, and one record that is not JSON: 60 distinct."""
+    out = producer(settings)
+    for n in range(60):
+        value = json.dumps({"order_id": f"o-{n}", "amount": n}).encode()
+        out.produce(topic, key=f"c{n % 4}", value=value, timestamp=1_000_000 + n * 1_000)
+        if n % 4 == 0:
+            out.produce(topic, key=f"c{n % 4}", value=value, timestamp=1_000_500 + n * 1_000)
+    out.produce(topic, key="c1", value=b"{not json", timestamp=1_100_000)
+    assert out.flush(60) == 0
+    return 60
+
+
+@pytest.mark.broker
+@pytest.mark.spark
+@pytest.mark.slow  # ~60 s: two materializations, a DLQ replay, sensor ticks
+@pytest.mark.parametrize("with_yaml", [False, True], ids=["factory", "yaml"])
+def test_the_project_materializes_replays_its_dlq_and_ticks_its_sensor(
+    spark, kafka_settings, tmp_path, monkeypatch, with_yaml
+):
+    tag = uuid.uuid4().hex[:6]
+    names = names_for(tag)
+    create_topics(kafka_settings, [TopicSpec(names["raw"], 2), TopicSpec(names["dlq"], 1)])
+    # The project's resource as a deployment sets it: from the environment.
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", kafka_settings["bootstrap.servers"])
+    monkeypatch.setenv("STREAMPLATFORM_DATA", str(tmp_path / "data"))
+    defs = load(write_project(tmp_path / "project", names, with_yaml))
+    resources = {"streamplatform": StreamplatformResource()}
+    instance = dg.DagsterInstance.ephemeral()
+    asset = defs.resolve_assets_def("orders_clean")
+    sensor = defs.resolve_sensor_def("orders_clean_lag")
+
+    def tick():
+        with dg.build_sensor_context(instance=instance, resources=resources) as context:
+            return sensor(context)
+
+    distinct = produce_orders(kafka_settings, names["raw"])
+    request = tick()  # nothing materialized yet: the whole topic is lag
+    assert isinstance(request, dg.RunRequest), request
+    assert request.asset_selection == [asset.key]
+
+    result = dg.materialize([asset], instance=instance)
+    assert result.success
+    (materialization,) = result.asset_materializations_for_node("orders_clean")
+    metadata = {k: v.value for k, v in materialization.metadata.items()}
+    assert metadata["rows_in"] == distinct + 15 + 1
+    assert metadata["duplicates_dropped"] == 15
+    assert metadata["dlq_records"] == 1
+    assert metadata["lag"] == 0
+    assert metadata["records_per_second"] > 0
+    checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
+    # 1 DLQ record in 76 is above the default 1%: the check warns.
+    assert checks == {"caught_up": True, "dlq_ratio": False, "offsets_contiguous": True}
+    table = spark.read.format("delta").load(
+        f"{tmp_path}/data/delta/{names['app']}/{names['clean']}"
+    )
+    assert table.count() == distinct
+
+    skipped = tick()
+    assert isinstance(skipped, dg.SkipReason) and "lag 0 within 10" in skipped.skip_message
+
+    replay_job = defs.resolve_job_def("orders_clean_dlq_replay")
+    replay = replay_job.execute_in_process(instance=instance)
+    assert replay.success
+    (observed,) = [e for e in replay.all_events if e.event_type_value == "ASSET_OBSERVATION"]
+    report = observed.event_specific_data.asset_observation.metadata
+    assert report["dlq_replay_candidates"].value == 1
+    assert report["dlq_replay_parked"].value == 1  # still not JSON: parked, not re-published
+    again = replay_job.execute_in_process(instance=instance)
+    (observed,) = [e for e in again.all_events if e.event_type_value == "ASSET_OBSERVATION"]
+    assert observed.event_specific_data.asset_observation.metadata[
+        "dlq_replay_candidates"].value == 0  # each DLQ record replayed once  # fmt: skip
