@@ -37,7 +37,7 @@ from streamplatform.config import StreamsConfig
 from streamplatform.dsl.topology import Topology
 from streamplatform.errors.exceptions import StreamsError
 from streamplatform.records import ConsumedRecord, Headers, ProducerRecord
-from streamplatform.runtime.task import Task
+from streamplatform.runtime.task import Task, add_metrics
 from streamplatform.serdes import Serde
 from streamplatform.state.stores import duration_ms
 
@@ -175,11 +175,10 @@ class TopologyTestDriver:
         raise KeyError(f"No open task on partition {partition} has a store named {name!r}")
 
     def metrics(self) -> dict[str, int]:
-        totals: dict[str, int] = defaultdict(int)
+        totals: dict[str, int] = {}
         for task in self._tasks.values():
-            for name, value in task.metrics().items():
-                totals[name] += value
-        return dict(totals)
+            add_metrics(totals, task.metrics())
+        return totals
 
     # Processing --------------------------------------------------------------------------------
 

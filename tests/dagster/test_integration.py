@@ -164,12 +164,28 @@ def test_a_wrong_declaration_stops_loading_with_the_setting_named(tmp_path):
         streaming_definitions([spec, spec])
 
 
-def _tiny_topology():
+def test_a_job_reading_another_jobs_kafka_topic_is_downstream_of_it():
+    """Each job materializes the Kafka topics it writes (kafka/<topic>): the dedup -> Kafka
+    -> enrichment chain is one lineage in the asset graph, declared job by job."""
+    first = StreamingJobSpec(name="first", topology=_tiny_topology)  # in -> out
+    second = StreamingJobSpec(name="second", topology=lambda: _tiny_topology("out", "final"),
+                              delta_sinks=["final"])  # fmt: skip
+    defs = streaming_definitions([first, second], resource=StreamplatformResource())
+    graph = defs.resolve_asset_graph()
+    out = dg.AssetKey(["kafka", "out"])
+    assert graph.get(dg.AssetKey("second")).parent_keys == {out}
+    assert graph.get(out).parent_keys == {dg.AssetKey("first")}
+    assert graph.get(dg.AssetKey("first")).parent_keys == {dg.AssetKey(["kafka", "in"])}
+    assert graph.get(out).is_materializable  # by the job `first`, not an external stub
+    assert dg.AssetKey(["kafka", "final"]) not in graph.get_all_asset_keys()  # a Delta sink
+
+
+def _tiny_topology(source: str = "in", sink: str = "out"):
     from streamplatform import StreamsBuilder
     from streamplatform.serdes import Serdes
 
     b = StreamsBuilder()
-    b.stream("in", Serdes.string(), Serdes.json()).to("out")
+    b.stream(source, Serdes.string(), Serdes.json()).to(sink)
     return b.build()
 
 
@@ -223,6 +239,11 @@ def test_the_project_materializes_replays_its_dlq_and_ticks_its_sensor(
     assert metadata["dlq_records"] == 1
     assert metadata["lag"] == 0
     assert metadata["records_per_second"] > 0
+    assert (metadata["late_records"], metadata["join_misses"]) == (0, 0)
+    # The largest event time read: order 59's. The poison record after it (1,100,000 ms) was
+    # never deserialized, so it does not move stream time (as in Kafka Streams).
+    assert metadata["event_time_watermark_ms"] == 1_059_000
+    assert metadata["event_time_watermark"] == "1970-01-01T00:17:39.000+00:00"
     checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
     # 1 DLQ record in 76 is above the default 1%: the check warns.
     assert checks == {"caught_up": True, "dlq_ratio": False, "offsets_contiguous": True}

@@ -83,3 +83,21 @@ def test_stream_and_table_share_one_subtopology():
         "0_1",
         "0_2",
     ]
+
+
+@pytest.mark.parametrize("left", [False, True])
+def test_a_task_counts_joins_misses_and_its_stream_time(left):
+    """The numbers the Dagster asset reports as join_misses and event_time_watermark."""
+    events = [("A", "a1", 1_000), ("B", "b0", 500), ("A", "a2", 2_000), ("A", "a0", 400)]
+    with TopologyTestDriver(_topology(versioned=True, left=left), {"application.id": "j"}) as d:
+        topics = {
+            "A": d.create_input_topic("stream", Serdes.string(), Serdes.string()),
+            "B": d.create_input_topic("table", Serdes.string(), Serdes.string()),
+        }
+        for side, value, timestamp in events:
+            topics[side].pipe_input("k", value, timestamp=timestamp)
+        metrics = d.metrics()
+    # a1 (before any version) and a0 (before b0's time) miss; a2 joins b0.
+    assert (metrics["join_joined"], metrics["join_misses"]) == (1, 2)
+    assert metrics["stream_time_max"] == 2_000  # the largest timestamp read, not the last
+    assert metrics["records_out"] == (3 if left else 1)

@@ -6,8 +6,10 @@ For each :class:`StreamingJobSpec` it yields:
   source partition is read to its end; it depends on its source topics as external assets
   (``kafka/<topic>``), runs in the job's pool ``streamplatform/<application.id>`` (the instance
   limits each pool to one run, so a second launch waits in the queue), and reports what it did
-  as metadata (rows in and out, duplicates dropped, DLQ records, throughput, lag, consumed
-  offsets, every runtime metric summed);
+  as metadata (rows in and out, duplicates dropped, late records, join misses, DLQ records,
+  throughput, the event-time watermark, lag, consumed offsets, every runtime metric); the
+  Kafka topics it writes are assets it materializes too (``kafka/<topic>``), so a job reading
+  one of them is downstream of it;
 - its **asset checks**, evaluated with each materialization: ``caught_up`` (no lag left),
   ``dlq_ratio`` (DLQ records / records read under ``max_dlq_ratio``) and ``offsets_contiguous``
   (the offset and commit logs have no gap and no overlap);
@@ -30,6 +32,7 @@ The resource is the one under the key ``streamplatform`` (:class:`Streamplatform
 import re
 import time
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import dagster as dg
@@ -41,6 +44,7 @@ from streamplatform.dagster.spec import StreamingJobSpec
 from streamplatform.dlq import DlqReplayer
 from streamplatform.runtime.logs import CommitLog
 from streamplatform.runtime.microbatch import BatchResult, StreamingJob
+from streamplatform.runtime.task import add_metrics
 
 RESOURCE_KEY = "streamplatform"
 POOL_PREFIX = "streamplatform/"
@@ -114,6 +118,7 @@ def streaming_definitions(
 
 
 def streaming_asset(job: StreamingJobSpec, max_dlq_ratio: float = 0.01) -> dg.AssetsDefinition:
+    """The job's asset, and the Kafka topics it writes as assets it materializes too."""
     key = dg.AssetKey(job.name)
     sinks = ", ".join(
         [f"Kafka topic `{t}`" for t in job.kafka_sink_topics()]
@@ -128,23 +133,43 @@ def streaming_asset(job: StreamingJobSpec, max_dlq_ratio: float = 0.01) -> dg.As
         "whatever crashes or retries happen."
     )
 
-    @dg.asset(
+    specs = [
+        dg.AssetSpec(
+            key,
+            deps=[topic_key(topic) for topic in job.source_topics()],
+            group_name=job.group_name,
+            kinds={"spark", "kafka", "delta"},
+            description=description,
+            freshness_policy=None
+            if job.freshness is None
+            else dg.FreshnessPolicy.time_window(fail_window=job.freshness),
+            metadata={"application_id": job.app_id, "topology": job.load_topology().describe()},
+        ),
+        # The Kafka topics it writes, so that a job reading one depends on this one.
+        *[
+            dg.AssetSpec(
+                topic_key(topic),
+                deps=[key],
+                group_name=job.group_name,
+                kinds={"kafka"},
+                description=f"Kafka topic `{topic}`, written by `{job.name}`.",
+            )
+            for topic in job.kafka_sink_topics()
+        ],  # fmt: skip
+    ]
+
+    @dg.multi_asset(
         name=job.name,
-        deps=[topic_key(topic) for topic in job.source_topics()],
-        group_name=job.group_name,
+        specs=specs,
         pool=job_pool(job.app_id),
-        kinds={"spark", "kafka", "delta"},
-        description=description,
         check_specs=[
             dg.AssetCheckSpec(name, asset=key, description=text) for name, text in CHECKS.items()
         ],  # fmt: skip
-        freshness_policy=None
-        if job.freshness is None
-        else dg.FreshnessPolicy.time_window(fail_window=job.freshness),
-        metadata={"application_id": job.app_id, "topology": job.load_topology().describe()},
     )
     def _streaming(context: dg.AssetExecutionContext, streamplatform: StreamplatformResource):
-        return materialize(context, job, streamplatform, max_dlq_ratio)
+        yield materialize(context, job, streamplatform, max_dlq_ratio)
+        for topic in job.kafka_sink_topics():
+            yield dg.MaterializeResult(asset_key=topic_key(topic), metadata={"writer": job.app_id})
 
     return _streaming
 
@@ -193,7 +218,7 @@ def materialize(
                             metadata={"batches": batches,
                                       "problems": dg.MetadataValue.json(problems[:20])}),
     ]  # fmt: skip
-    return dg.MaterializeResult(metadata=metadata, check_results=checks)
+    return dg.MaterializeResult(asset_key=job.name, metadata=metadata, check_results=checks)
 
 
 def job_settings(job: StreamingJobSpec, resource: StreamplatformResource) -> dict[str, Any]:
@@ -211,13 +236,16 @@ def run_metadata(
     rows_in = sum(r.records_in for r in results)
     metrics: dict[str, int] = {}
     for result in results:
-        for name, value in result.metrics.items():
-            metrics[name] = metrics.get(name, 0) + int(value)
+        add_metrics(metrics, result.metrics)
     batch_ids = [r.batch_id for r in results]
+    stream_time = metrics.get("stream_time_max")
     return {
         "rows_in": rows_in,
         "rows_out": sum(r.records_out for r in results),
         "duplicates_dropped": sum(r.duplicates_dropped for r in results),
+        # Records older than stream time - the dedup interval: forwarded, no window (KIP-655).
+        "late_records": metrics.get("dedup_late", 0),
+        "join_misses": metrics.get("join_misses", 0),
         "dlq_records": sum(r.dlq_records for r in results),
         "restored_records": sum(r.restored_records for r in results),
         "replayed_batches": sum(r.replayed for r in results),
@@ -226,6 +254,12 @@ def run_metadata(
         "last_batch_id": batch_ids[-1] if batch_ids else -1,
         "duration_s": round(seconds, 3),
         "records_per_second": round(rows_in / seconds, 1) if seconds > 0 else 0.0,
+        # Kafka Streams' stream time: the largest event time the run's tasks have read, which
+        # dedup intervals and versioned-store retention count back from.
+        "event_time_watermark": "none read"
+        if stream_time is None
+        else datetime.fromtimestamp(stream_time / 1000, UTC).isoformat(timespec="milliseconds"),
+        "event_time_watermark_ms": -1 if stream_time is None else stream_time,
         "lag": sum(lag.values()),
         "lag_by_partition": dg.MetadataValue.json(dict(lag)),
         "consumed_offsets": dg.MetadataValue.json(
@@ -374,7 +408,7 @@ def lag_sensor(
             return dg.SkipReason(f"{job.name}: lag {lag} within {threshold} records")
         storage_id = 0 if record is None else int(record.storage_id)
         return dg.RunRequest(
-            run_key=f"catch-up:{job.name}:{storage_id}", asset_selection=[key],
+            run_key=f"catch-up:{job.name}:{storage_id}", asset_selection=list(asset.keys),
             tags={"streamplatform/catch-up-lag": str(lag)},
         )  # fmt: skip
 

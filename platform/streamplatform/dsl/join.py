@@ -48,6 +48,9 @@ class TableSource(Processor):
 class StreamTableJoin(Processor):
     """``joiner(stream_value, table_value)``; ``left`` keeps stream records with no match."""
 
+    joined: int = 0  # counted per task instance (metrics())
+    misses: int = 0
+
     def __init__(
         self,
         store_name: str,
@@ -67,6 +70,11 @@ class StreamTableJoin(Processor):
         self.store = context.get_state_store(self.store_name)
         self.versioned = isinstance(self.store, VersionedKeyValueStore)
 
+    def metrics(self) -> dict[str, int]:
+        """Stream records joined, and those that found no table value (dropped by an inner
+        join, forwarded with None by a left join)."""
+        return {"joined": self.joined, "misses": self.misses}
+
     def _table_value(self, key: Any, timestamp: int) -> Any:
         if key is None:
             return None
@@ -82,6 +90,10 @@ class StreamTableJoin(Processor):
 
     def process(self, record: Record) -> None:
         table_value = self._table_value(record.key, record.timestamp)
-        if table_value is None and not self.left:
-            return
+        if table_value is None:
+            self.misses += 1
+            if not self.left:
+                return
+        else:
+            self.joined += 1
         self.context.forward(record._replace(value=self.joiner(record.value, table_value)))

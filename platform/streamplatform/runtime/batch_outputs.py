@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from streamplatform.runtime import delta_direct
+from streamplatform.runtime.task import add_metrics
 
 
 class DeltaOutput(NamedTuple):
@@ -75,8 +76,7 @@ class Progress:
         summed = cls()
         for task, value in rows:
             progress = json.loads(value)
-            for name, number in progress["metrics"].items():
-                summed.metrics[name] = summed.metrics.get(name, 0) + int(number)
+            add_metrics(summed.metrics, progress["metrics"])
             if progress.get("cut"):  # stopped early: where, on each partition it was given
                 for topic, partition, offset in progress["consumed"]:
                     summed.consumed[(topic, int(partition))] = int(offset)

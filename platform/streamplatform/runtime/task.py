@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from typing import Any
 from streamplatform.config import StreamsConfig
 from streamplatform.dsl.dedup import DeduplicationProcessor, canonical_bytes
 from streamplatform.dsl.graph import ProcessorNode, SinkNode, topic_name
+from streamplatform.dsl.join import StreamTableJoin
 from streamplatform.dsl.processor import Processor, PunctuationType
 from streamplatform.dsl.topology import SubTopology, TaskId, Topology
 from streamplatform.errors.context import ErrorHandlerContext
@@ -47,6 +48,16 @@ UNKNOWN_TIME = -1  # stream time before the first record, as in Kafka Streams
 # The source of an output record produced outside any source record (a punctuation).
 NO_SOURCE = (None, -1, -1, None, None, None, None)
 _new_tuple = tuple.__new__  # builds a NamedTuple without its Python-level __new__
+
+
+def add_metrics(totals: dict[str, int], numbers: Mapping[str, int]) -> None:
+    """Add ``numbers`` into ``totals``: counts are summed; a ``*_max`` value (a time, such as
+    ``stream_time_max``: the largest record timestamp read) keeps the largest."""
+    for name, value in numbers.items():
+        if name.endswith("_max"):
+            totals[name] = max(totals.get(name, value), int(value))
+        else:
+            totals[name] = totals.get(name, 0) + int(value)
 
 
 class _Punctuation:
@@ -466,10 +477,12 @@ class Task:
             "dlq_records": self.dlq_records,
             "skipped": self.skipped,
         }
+        if self.stream_time != UNKNOWN_TIME:
+            numbers["stream_time_max"] = self.stream_time
         for processor in self.processors.values():
-            if isinstance(processor, DeduplicationProcessor):
-                for name, value in processor.metrics().items():
-                    numbers[f"dedup_{name}"] = numbers.get(f"dedup_{name}", 0) + value
+            if isinstance(processor, DeduplicationProcessor | StreamTableJoin):
+                prefix = "dedup_" if isinstance(processor, DeduplicationProcessor) else "join_"
+                add_metrics(numbers, {f"{prefix}{n}": v for n, v in processor.metrics().items()})
         return numbers
 
     def close(self) -> None:
