@@ -44,7 +44,7 @@ $(VENV)/.installed: pyproject.toml | tools
 	@touch $@
 
 demo: setup
-	@$(BIN)/streamplatform demo
+	@$(BIN)/python demo.py
 
 test: setup
 	@$(BIN)/pytest
@@ -52,9 +52,9 @@ test: setup
 # The Dagster UI on http://127.0.0.1:3000 with its instance in .data/dagster, and a local broker
 # (unless KAFKA_BOOTSTRAP_SERVERS points elsewhere). Ctrl-C stops dagster dev, then the broker.
 # The instance first gets its dagster.yaml (telemetry off, pools of one run) and the code
-# location's pools their limits (streamplatform.demo.prepare_instance).
+# location's pools their limits (demo.prepare_instance).
 ui: setup
-	@$(BIN)/python -c 'from streamplatform.demo import prepare_instance; \
+	@$(BIN)/python -c 'from demo import prepare_instance; \
 	  prepare_instance("$(CURDIR)/.data/dagster")'
 	@if [ -z "$$KAFKA_BOOTSTRAP_SERVERS" ]; then $(BIN)/streamplatform broker start; fi
 	@trap 'if [ -z "$$KAFKA_BOOTSTRAP_SERVERS" ]; then $(BIN)/streamplatform broker stop; fi' EXIT; \

@@ -18,6 +18,7 @@ from typing import Any
 
 import dagster as dg
 
+import pipelines
 from assets.dedup_audit import NOT_DESERIALIZED, compare, expected_forwards
 from assets.enriched import batch_rows, stream_days, stream_rows, transactions_enriched
 from assets.operations import dlq_records, stream_offsets
@@ -30,7 +31,6 @@ from resources import (
     StateDirResource,
     StreamsResource,
 )
-from streamplatform import pipelines
 from streamplatform.dagster.checks import offset_log_problems
 from streamplatform.serdes import Serdes
 

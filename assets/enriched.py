@@ -20,6 +20,7 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
+import pipelines
 from assets.lateness import DAY_MS, day_bounds, day_of
 from assets.streaming import fx_rate_versions, transactions_deduplicated
 from assets.streams import JobSpec, committed, delta_version, enrichment_job
@@ -30,11 +31,12 @@ from resources import (
     StateDirResource,
     StreamsResource,
 )
-from streamplatform import pipelines
 from streamplatform.versioned_snapshot import batch_as_of_join, read_versioned_snapshot
 
-# end_offset=1: today is a partition too (the rows joined so far), as fits a streaming table.
-DAILY = dg.DailyPartitionsDefinition(start_date="2026-01-01", end_offset=1)
+# The demo's event time starts on 2026-01-01 (pipelines.START_MS) and covers a few days: a
+# week of daily partitions, not every day from then until today (the UI would offer hundreds
+# of empty ones). A pipeline on live data would end at today instead (end_offset=1).
+DAILY = dg.DailyPartitionsDefinition(start_date="2026-01-01", end_date="2026-01-08")
 ENRICHED_TABLE = ("tables", "transactions_enriched")
 STREAM, BATCH_AS_OF = "stream", "batch_as_of"
 TRANSACTION_SCHEMA = (

@@ -16,6 +16,7 @@ from typing import Any
 
 import dagster as dg
 
+import pipelines
 from assets.lateness import find_late_versions
 from assets.streams import (
     DEDUP_POOL,
@@ -37,7 +38,6 @@ from resources import (
     StateDirResource,
     StreamsResource,
 )
-from streamplatform import pipelines
 from streamplatform.versioned_snapshot import read_versioned_snapshot
 
 SNAPSHOT_TABLE = ("tables", "fx_rate_versions")

@@ -1,12 +1,12 @@
 """The two streaming jobs as the assets run them: settings, a run until caught up, its numbers.
 
-- :func:`dedup_job`: ``streamplatform.pipelines.deduplication_topology`` — ``transactions`` ->
+- :func:`dedup_job`: ``pipelines.deduplication_topology`` — ``transactions`` ->
   ``transactions-deduplicated`` (Kafka), poison records -> ``transactions-dlq`` and its mirror;
 - :func:`enrichment_job`: ``enrichment_topology`` — the deduplicated transactions joined with
   the FX rate valid at their time -> the Delta sink ``transactions-enriched``; the rates' versioned
   store writes every version to ``_versions`` (the source of the versioned snapshot).
 
-Topic names are read from ``streamplatform.pipelines`` when a job is built, not at import.
+Topic names are read from ``pipelines`` when a job is built, not at import.
 Every helper here is shared by assets, checks and jobs; Dagster-free where it can be.
 
 ``DEDUP_POOL`` and ``ENRICHMENT_POOL`` are the jobs' Dagster pools (:func:`resources.job_pool`)
@@ -25,6 +25,7 @@ from typing import Any
 
 import dagster as dg
 
+import pipelines
 from resources import (
     DeltaRootResource,
     KafkaResource,
@@ -33,7 +34,6 @@ from resources import (
     all_resources,
     job_pool,
 )
-from streamplatform import pipelines
 from streamplatform.dagster.checks import lag_by_partition as partition_lag
 from streamplatform.dsl.topology import Topology
 from streamplatform.runtime.logs import CommitLog

@@ -1,14 +1,14 @@
 """The Kafka topics the jobs read, as external assets (``AssetSpec``): produced outside Dagster.
 
 Their keys are fixed (``kafka/transactions``, ``kafka/fx_rates``); the topic names the jobs use
-come from ``streamplatform.pipelines``.
+come from ``pipelines``.
 """
 
 from __future__ import annotations
 
 import dagster as dg
 
-from streamplatform import pipelines
+import pipelines
 
 transactions_topic = dg.AssetSpec(
     key=["kafka", "transactions"],

@@ -2,7 +2,7 @@
 
 Starts the Dagster UI on 127.0.0.1 with the demo's instance (``DAGSTER_HOME=.data/dagster``) in a
 process group of its own, opens pages in headless Debian chromium over the DevTools protocol
-(``streamplatform.webui``, as the UI test does), saves them as PNGs under ``docs/images/`` and
+(``webui.py``, as the UI test does), saves them as PNGs under ``docs/images/`` and
 stops the whole group (and chromium's), also on errors or Ctrl-C.
 
 The UI is the webserver of `dagster dev` without its daemon (``--daemon`` adds it): with the
@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
-from streamplatform import webui
+import webui
 from streamplatform.home import data_dir
 
 ROOT = Path(__file__).resolve().parents[1]

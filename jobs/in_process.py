@@ -1,6 +1,6 @@
 """The code location run in-process against a Dagster instance, the way the daemon would run it.
 
-`make demo` (``streamplatform.demo``) tells the whole story with these, and the tests use them
+`make demo` (``demo.py``) tells the whole story with these, and the tests use them
 too: materialize assets through the code location's asset job (their asset checks included),
 evaluate a sensor or a schedule with the instance and the code location, and execute the runs
 it requests with their partition keys and run config (the job's own for the partition when the

@@ -12,10 +12,10 @@ import os
 
 import dagster as dg
 
+import pipelines
 from assets import fx_rate_versions, transactions_deduplicated
 from assets.streams import parse_offsets
 from resources import KafkaResource
-from streamplatform import pipelines
 
 
 def lag_threshold() -> int:

@@ -18,10 +18,11 @@ from typing import Any
 import dagster as dg
 import pytest
 
+import demo
+import pipelines
 from jobs import in_process
-from streamplatform import demo, pipelines
 from streamplatform.kafka.local_broker import read_state, running_broker
-from streamplatform.webui import live_members
+from webui import live_members
 
 pytestmark = [pytest.mark.broker]
 
@@ -190,8 +191,7 @@ def test_the_demos_own_broker_is_stopped_whatever_happens(how, tmp_path, monkeyp
 
 
 def test_data_only_produces_the_demo_data_into_a_running_broker(kafka_settings, monkeypatch):
-    """`streamplatform demo --data-only`: topics and data for `make ui`, nothing else."""
-    from streamplatform import cli
+    """`python demo.py --data-only`: topics and data for `make ui`, nothing else."""
     from streamplatform.kafka import end_offsets
 
     prefix = f"data-only-{uuid.uuid4().hex[:6]}"
@@ -199,8 +199,8 @@ def test_data_only_produces_the_demo_data_into_a_running_broker(kafka_settings, 
                      "ENRICHMENT_DLQ"):  # fmt: skip
         monkeypatch.setattr(pipelines, constant, f"{prefix}-{getattr(pipelines, constant)}")
     servers = kafka_settings["bootstrap.servers"]
-    args = ["demo", "--data-only", "--records", "50", "--bootstrap-servers", servers]
-    assert cli.main(args) == 0
+    args = ["--data-only", "--records", "50", "--bootstrap-servers", servers]
+    assert demo.main(args) == 0
     sent = {topic: sum(high for _, high in end_offsets(kafka_settings, topic).values())
             for topic in (pipelines.TRANSACTIONS, pipelines.FX_RATES)}  # fmt: skip
     assert sent[pipelines.FX_RATES] == 6 * 24 + 12  # every 3 hours over 3 days, 2 corrections

@@ -3,7 +3,6 @@
 streamplatform broker start [--fresh] | stop | status
 streamplatform topics create NAME [--partitions N] | list   (against --bootstrap-servers
                                                              or the local broker)
-streamplatform demo [--records N] [--bootstrap-servers HOST:PORT] [--data-only]
 streamplatform placement plan --instances FILE [--standbys N] [--awareness zone,cluster]
                               [--tasks N] [--strict]
 """
@@ -65,16 +64,6 @@ def _topics(args: argparse.Namespace) -> int:
     return 0
 
 
-def _demo(args: argparse.Namespace) -> int:
-    from streamplatform import demo
-
-    if args.data_only:
-        demo.produce_data(args.records, _bootstrap(args))
-    else:
-        demo.run(count=args.records, bootstrap_servers=args.bootstrap_servers)
-    return 0
-
-
 def _placement(args: argparse.Namespace) -> int:
     from streamplatform.config import ConfigError
     from streamplatform.placement.planfile import format_plan, load_plan_file
@@ -130,21 +119,6 @@ def build_parser() -> argparse.ArgumentParser:
     topics.add_argument("--partitions", type=int, default=1)
     topics.add_argument("--bootstrap-servers")
     topics.set_defaults(run=_topics)
-
-    demo = commands.add_parser(
-        "demo",
-        help="the whole Dagster story in-process: Kafka -> Spark -> Delta, DLQ replay, "
-        "a sensor-triggered backfill",
-    )
-    demo.add_argument("--records", type=int, default=2_000, help="transactions to produce")
-    demo.add_argument("--bootstrap-servers", help="use this broker instead of a local one")
-    demo.add_argument(
-        "--data-only",
-        action="store_true",
-        help="only create the topics and produce the demo data (into --bootstrap-servers or "
-        "the running local broker, e.g. the one of `make ui`)",
-    )
-    demo.set_defaults(run=_demo)
 
     from streamplatform.placement import planfile
 

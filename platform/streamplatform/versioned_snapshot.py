@@ -97,7 +97,7 @@ def versions_table_version(spark: SparkSession, path: str) -> int | None:
 def batch_as_of_join(
     transactions_df: DataFrame,
     snapshot_df: DataFrame,
-    joiner: Callable[[Any, Any], Any] | None = None,
+    joiner: Callable[[Any, Any], Any],
     *,
     key_column: str = "key",
     value_serde: Serde | None = None,
@@ -110,8 +110,8 @@ def batch_as_of_join(
     sink (``source_topic``, ``source_partition``, ``source_offset`` instead of the last three).
     ``snapshot_df`` is :func:`read_versioned_snapshot` of one store. Inner join: a record with
     no valid version is dropped, as by ``KStream.join``. ``joiner(record_value, table_value)``
-    defaults to the enrichment pipeline's :func:`streamplatform.pipelines.convert`; values are
-    read and written with ``value_serde`` / ``table_value_serde`` (JSON by default).
+    is the streaming join's joiner; values are read and written with ``value_serde`` /
+    ``table_value_serde`` (JSON by default).
 
     Returns rows shaped like the streaming job's Delta sink: ``key, value, timestamp, headers,
     source_topic, source_partition, source_offset``.
@@ -119,10 +119,6 @@ def batch_as_of_join(
     from pyspark.sql import functions as F
     from pyspark.sql.types import TimestampType
 
-    if joiner is None:
-        from streamplatform.pipelines import convert
-
-        joiner = convert
     join_values = joiner
     stream_serde = value_serde or Serdes.json()
     table_serde = table_value_serde or Serdes.json()

@@ -1,7 +1,7 @@
 """Small, exact demo data for the Dagster tests, and the code location's resources for them.
 
 The broker is shared by the whole test run and ``tests/test_demo.py`` owns the demo topic names,
-so the Dagster tests rename the pipelines' topics (``streamplatform.pipelines`` reads its topic
+so the Dagster tests rename the pipelines' topics (``pipelines`` reads its topic
 constants when a topology is built) to names of their own.
 
 The data is produced with Kafka's default (murmur2) partitioner computed here, so the
@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
+import pipelines
 from resources import local_resources
-from streamplatform import pipelines
 from streamplatform.kafka import TopicSpec, create_topics, producer
 from streamplatform.runtime.partitioner import partition_for
 

@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from dagster_support import TOPIC_NAMES  # noqa: E402
 
-from streamplatform import pipelines  # noqa: E402
+import pipelines  # noqa: E402
 
 PREFIX_VARIABLE = "STREAMPLATFORM_TEST_TOPIC_PREFIX"
 

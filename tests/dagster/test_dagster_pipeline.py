@@ -28,6 +28,7 @@ from dagster_support import (
     unique_prefix,
 )
 
+import pipelines
 from assets import (
     dlq_records,
     fx_rate_versions,
@@ -43,7 +44,6 @@ from assets.topics import topic_specs
 from jobs import dlq_replay_job, late_fx_rates_backfill_sensor, stream_lag_sensor
 from jobs.in_process import check_evaluations as checks
 from jobs.in_process import materialization_metadata as metadata
-from streamplatform import pipelines
 from streamplatform.dlq import read_topic
 
 # Slow: the module's flow runs the streaming jobs 5 times and materializes every asset (~1-2 min,

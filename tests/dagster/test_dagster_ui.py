@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 from dagster_support import LAUNCH
 
-from streamplatform import demo, webui
-from streamplatform.webui import GraphQL, live_members, wait_for
+import demo
+import webui
+from webui import GraphQL, live_members, wait_for
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 

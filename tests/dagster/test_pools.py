@@ -2,7 +2,7 @@
 
 Every op that runs a streaming job or writes its runtime tables is in the pool of its
 application id (``streamplatform/<application.id>``), and the instance this project writes
-limits each pool to one run at a time, at run granularity (``streamplatform.demo``'s
+limits each pool to one run at a time, at run granularity (``demo.py``'s
 ``INSTANCE_CONFIG``). Three tests, from cheap to real:
 
 - the definitions: which op is in which pool;
@@ -45,9 +45,10 @@ from dagster_support import (
 from pool_location import PREFIX_VARIABLE
 
 import definitions
+import demo
+import webui
 from resources import all_resources, job_pool
-from streamplatform import demo, webui
-from streamplatform.webui import GraphQL
+from webui import GraphQL
 
 ROOT = Path(__file__).resolve().parents[2]
 DAEMON = Path(sys.executable).with_name("dagster-daemon")

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from streamplatform import TopologyTestDriver, pipelines
+import pipelines
+from streamplatform import TopologyTestDriver
 from streamplatform.serdes import Serdes
 from streamplatform.versioned_snapshot import (
     batch_as_of_join,
@@ -104,7 +105,7 @@ def test_batch_as_of_join_equals_the_streaming_join(spark, tmp_path):
           0, n) for n, (c, i, a, t) in enumerate(transactions)],
         "key BINARY, value BINARY, timestamp LONG, topic STRING, partition INT, offset LONG",
     )  # fmt: skip
-    joined = batch_as_of_join(frame, read_versioned_snapshot(spark, path, STORE))
+    joined = batch_as_of_join(frame, read_versioned_snapshot(spark, path, STORE), pipelines.convert)
     assert joined.columns == ["key", "value", "timestamp", "headers", "source_topic",
                               "source_partition", "source_offset"]  # fmt: skip
     batch = sorted((bytes(r.key), bytes(r.value), r.timestamp) for r in joined.collect())

@@ -40,8 +40,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from streamplatform import pipelines
-from streamplatform.home import data_dir, project_home
+import pipelines
+from streamplatform.home import data_dir
 from streamplatform.kafka import LocalBroker
 
 DEDUP_APP = "demo-dedup"
@@ -195,7 +195,7 @@ def produce_data(
     count: int, bootstrap_servers: str, say: Callable[[str], None] = print
 ) -> pipelines.DemoData:
     """Only the demo data: the topics, ``count`` transactions and the FX rates (what
-    `streamplatform demo --data-only` sends to the broker of `make ui`)."""
+    `python demo.py --data-only` sends to the broker of `make ui`)."""
     settings = {"bootstrap.servers": bootstrap_servers}
     say(f"Broker at {bootstrap_servers}; creating the demo topics ...")
     pipelines.create_demo_topics(settings)
@@ -579,15 +579,10 @@ def _time(timestamp_ms: int) -> str:
 
 def _import_code_location() -> None:
     """Make ``definitions.py`` and its packages (assets/, jobs/, resources/) importable: they
-    live at the root of the source checkout, next to ``platform/``."""
-    root = project_home()
-    if not (root / "definitions.py").is_file():
-        raise FileNotFoundError(
-            f"No definitions.py in {root}: the demo runs the Dagster code location of the "
-            "source checkout (set STREAMPLATFORM_HOME to it)."
-        )
-    if str(root) not in sys.path:
-        sys.path.insert(0, str(root))
+    live next to this file (imported as a module, the root need not be on ``sys.path``)."""
+    root = str(Path(__file__).resolve().parent)
+    if root not in sys.path:
+        sys.path.insert(0, root)
 
 
 class _Progress:
@@ -618,3 +613,44 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python demo.py [--records N] [--bootstrap-servers HOST:PORT] [--data-only]``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="demo.py",
+        description="The whole Dagster story in-process: Kafka -> Spark -> Delta, DLQ replay, "
+        "a sensor-triggered backfill.",
+    )
+    parser.add_argument("--records", type=int, default=2_000, help="transactions to produce")
+    parser.add_argument("--bootstrap-servers", help="use this broker instead of a local one")
+    parser.add_argument(
+        "--data-only",
+        action="store_true",
+        help="only create the topics and produce the demo data (into --bootstrap-servers or "
+        "the running local broker, e.g. the one of `make ui`)",
+    )
+    args = parser.parse_args(argv)
+    if args.data_only:
+        servers = args.bootstrap_servers or _running_broker()
+        produce_data(args.records, servers)
+    else:
+        run(count=args.records, bootstrap_servers=args.bootstrap_servers)
+    return 0
+
+
+def _running_broker() -> str:
+    from streamplatform.kafka.local_broker import running_broker
+
+    state = running_broker()
+    if state is None:
+        raise SystemExit(
+            "No broker: pass --bootstrap-servers or start one with `streamplatform broker start`."
+        )
+    return state.bootstrap_servers
+
+
+if __name__ == "__main__":
+    sys.exit(main())
