@@ -2,9 +2,9 @@
 
 10,000 tasks over 1,000 instances tagged with 10 zones x 5 clusters, 10 actives per instance,
 2 standbys, awareness [zone, cluster]. The peer, :func:`kafka_rule_peer`, is Kafka's rule as
-NOTES.md states it, written the straightforward way (every standby scans every instance); both
-run in the same process. Prints both times, the ratio, the load spread (max - min standbys per
-instance) of both, and whether the two placements are identical.
+docs/semantics.md states it, written the straightforward way (every standby scans every
+instance); both run in the same process. Prints both times, the ratio, the load spread (max -
+min standbys per instance) of both, and whether the two placements are identical.
 
     .venv/bin/python bench/placement_bench.py [--repeat 5]
 """

@@ -112,7 +112,9 @@ def test_a_record_that_failed_after_a_repartition_is_parked_with_the_reason():
             DlqRecord.from_headers(r.key, r.value, r.timestamp, r.headers, dlq_topic="dlq")
             for r in raw.read_records_to_list()
         ]
-    assert record.source.topic == internal  # NOTES.md: the record that entered the sub-topology
+    assert (
+        record.source.topic == internal
+    )  # docs/semantics.md: the record that entered the sub-topology
     (verdict,) = preflight(repartitioned, SETTINGS, [record])
     assert not verdict.passes
     assert verdict.exception == "RepartitionedRecord"

@@ -240,7 +240,7 @@ def test_bad_interval_is_an_error_naming_it(interval):
         StreamsBuilder().stream("in").deduplicate_by_key(interval)
 
 
-# Against a plain model of NOTES.md ------------------------------------------------------------------
+# Against a plain model of docs/semantics.md ------------------------------------------------------------------
 
 
 # Keyed events (key or None, timestamp) and intervals for the property tests.
@@ -252,7 +252,7 @@ EVENTS = st.lists(
 
 
 def model(interval, events):
-    """NOTES.md, KIP-655, written as plainly as possible: the offsets forwarded."""
+    """docs/semantics.md, KIP-655, written as plainly as possible: the offsets forwarded."""
     return model_with_store(interval, events)[0]
 
 

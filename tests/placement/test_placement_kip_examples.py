@@ -2,7 +2,7 @@
 
 Node tags are the KIP's. Where the KIP writes ``Node-5, LL([Node-3, Node-6])`` it means: the
 first standby goes to Node-5, the second to the least loaded of Node-3 and Node-6; the KIP lists
-both outcomes of the first choice. Ties of load go to the name that sorts first (NOTES.md), so
+both outcomes of the first choice. Ties of load go to the name that sorts first (docs/semantics.md), so
 the tests load a node with stateless tasks to steer each branch.
 """
 

@@ -1,4 +1,4 @@
-"""NOTES.md's limits on tags and settings: errors name the setting (and the instance) to fix."""
+"""docs/semantics.md's limits on tags and settings: errors name the setting (and the instance) to fix."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Random operation sequences, with reopens, against plain in-memory models of NOTES.md."""
+"""Random operation sequences, with reopens, against plain in-memory models of docs/semantics.md."""
 
 from __future__ import annotations
 
@@ -164,7 +164,7 @@ def test_key_value_store_matches_model_read_uncommitted(ops: list[tuple]) -> Non
 
 
 class VersionedModel:
-    """KIP-889 as NOTES.md states it, over every version ever accepted (nothing expires)."""
+    """KIP-889 as docs/semantics.md states it, over every version ever accepted (nothing expires)."""
 
     def __init__(self, retention: int) -> None:
         self.retention = retention

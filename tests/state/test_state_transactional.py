@@ -1,4 +1,4 @@
-"""KIP-892 rules of NOTES.md, one test each, on TransactionalKeyValueStore."""
+"""KIP-892 rules of docs/semantics.md, one test each, on TransactionalKeyValueStore."""
 
 from __future__ import annotations
 

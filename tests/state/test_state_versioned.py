@@ -1,4 +1,4 @@
-"""KIP-889 rules of NOTES.md, one test each, on VersionedKeyValueStore."""
+"""KIP-889 rules of docs/semantics.md, one test each, on VersionedKeyValueStore."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """KIP-708 rack-aware standby placement: the assignor and what it produces for Spark.
 
-- :func:`assign_standbys` — Kafka Streams' rule (NOTES.md): ``{task: [standby clients]}``.
+- :func:`assign_standbys` — Kafka Streams' rule (docs/semantics.md): ``{task: [standby clients]}``.
 - :func:`plan_standbys` — the same run as a :class:`Placement`: standbys, the level each task
   reached (absolute / partial / least_preferred / unplaced) and the load per instance;
   ``strict=True`` leaves a standby unplaced rather than break a tag rule.

@@ -1,6 +1,6 @@
 """KIP-708 rack-aware standby placement: an assignor that is a pure function, data in, data out.
 
-The rule is the one Kafka Streams ships (NOTES.md), applied in this order:
+The rule is the one Kafka Streams ships (docs/semantics.md), applied in this order:
 
 - Tasks take their turn one by one in task order: ``"<sub-topology>_<partition>"`` ids compare
   as numbers (``0_2`` before ``0_10``), like Kafka's TaskId; other text compares as text.
@@ -173,7 +173,7 @@ def plan_standbys(
     the instance running it, ``awareness`` lists the tag keys to spread over
     (``rack.aware.assignment.tags``: a list, or a comma-separated string), ``capacity`` gives
     instances a weight (stream threads; default 1). Raises ConfigError naming the setting when
-    the inputs break NOTES.md's limits. See the module docstring for the rule.
+    the inputs break the limits of docs/semantics.md. See the module docstring for the rule.
     """
     keys = awareness_keys(awareness)
     stateful_list = None if stateful_tasks is None else list(stateful_tasks)

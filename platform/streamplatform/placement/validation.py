@@ -1,4 +1,4 @@
-"""Checks on the assignor's inputs, per NOTES.md, with errors that name the setting to fix.
+"""Checks on the assignor's inputs, per docs/semantics.md, with errors that name the setting to fix.
 
 The limits are StreamsConfig's (``MAX_CLIENT_TAGS``, ``MAX_TAG_KEY_LENGTH``,
 ``MAX_TAG_VALUE_LENGTH``); the error type is its :class:`~streamplatform.config.ConfigError`.

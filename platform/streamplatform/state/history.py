@@ -85,7 +85,8 @@ def history_prefix(segment: int, key: bytes) -> bytes:
 
 
 def default_segment_interval(history_retention_ms: int) -> int:
-    """KIP-889's default segment interval (ms) for a history retention (ms), per NOTES.md."""
+    """KIP-889's default segment interval (ms) for a history retention (ms)
+    (docs/semantics.md)."""
     hr = history_retention_ms
     if hr <= 60 * _SECOND:
         return max(hr // 3, 2 * _SECOND)

@@ -3,7 +3,7 @@
 Column families: ``latest`` (key -> newest version, never expires), ``history`` (older
 versions filed by valid_to into segments) and ``tombstones`` (an index of latest tombstones),
 laid out as history.py describes; stream time and the segment interval live in ``meta``. Semantics
-are those of NOTES.md, KIP-889:
+are those of docs/semantics.md (KIP-889):
 
 - stream time is the largest timestamp of any accepted put or delete; it survives reopen;
 - a put older than ``stream_time - history_retention`` is dropped (PUT_RETURN_CODE_NOT_PUT);
