@@ -49,17 +49,20 @@ demo: setup
 test: setup
 	@$(BIN)/pytest
 
-# The Dagster UI on http://127.0.0.1:3000 with its instance in .data/dagster, and a local broker
-# (unless KAFKA_BOOTSTRAP_SERVERS points elsewhere). Ctrl-C stops dagster dev, then the broker.
-# The instance first gets its dagster.yaml (telemetry off, pools of one run) and the code
-# location's pools their limits (demo.prepare_instance).
+# The Dagster UI on http://127.0.0.1:$(UI_PORT) with its instance in $(UI_HOME), and a local
+# broker (unless KAFKA_BOOTSTRAP_SERVERS points elsewhere). Ctrl-C stops dagster dev (its runs,
+# their Spark JVMs, the code server), then the broker. The instance first gets its dagster.yaml
+# (telemetry off, pools of one run) and the code location's pools their limits
+# (demo.prepare_instance).
+UI_PORT ?= 3000
+UI_HOME ?= $(CURDIR)/.data/dagster
 ui: setup
-	@$(BIN)/python -c 'from demo import prepare_instance; \
-	  prepare_instance("$(CURDIR)/.data/dagster")'
+	@$(BIN)/python -c 'from demo import prepare_instance; prepare_instance("$(UI_HOME)")'
 	@if [ -z "$$KAFKA_BOOTSTRAP_SERVERS" ]; then $(BIN)/streamplatform broker start; fi
 	@trap 'if [ -z "$$KAFKA_BOOTSTRAP_SERVERS" ]; then $(BIN)/streamplatform broker stop; fi' EXIT; \
 	  trap 'exit 130' INT TERM; \
-	  DAGSTER_HOME=$(CURDIR)/.data/dagster $(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+	  DAGSTER_HOME=$(UI_HOME) $(BIN)/python webui.py dev -w workspace.yaml -h 127.0.0.1 \
+	  -p $(UI_PORT)
 
 # docs/images/*.png for the README: the Dagster UI on the instance `make demo` left in
 # .data/dagster, photographed by headless chromium (docs/screenshots.py).

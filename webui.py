@@ -2,8 +2,9 @@
 group of its own, the webserver's GraphQL API, and chromium over the DevTools protocol.
 
 Shared by the UI test (``tests/dagster/test_dagster_ui.py``) and the README's screenshots
-(``docs/screenshots.py``). Needs the dev extras (``requests``, ``websockets``) and Debian's
-``/usr/bin/chromium`` for the browser. Every process started here leads a process group of its
+(``docs/screenshots.py``); ``python webui.py dev ARGS`` is what `make ui` runs (:func:`dev`).
+The browser parts need the dev extras (``requests``, ``websockets``) and Debian's
+``/usr/bin/chromium``. Every process started here leads a process group of its
 own, and the whole group is stopped on the way out, also on errors: `dagster dev` leaves
 children behind when only its own pid is signalled.
 """
@@ -37,15 +38,52 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def live_members(group_id: int) -> list[int]:
-    """Processes of a process group still running (zombies waiting to be reaped excluded)."""
+def live_members(group_id: int, field: int = 2) -> list[int]:
+    """Processes of a process group still running (zombies waiting to be reaped excluded);
+    ``field=3``: of a session instead."""
     members = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         with contextlib.suppress(OSError, IndexError, ValueError):
             fields = stat.read_text().rsplit(")", 1)[1].split()
-            if int(fields[2]) == group_id and fields[0] != "Z":
+            if int(fields[field]) == group_id and fields[0] != "Z":
                 members.append(int(stat.parent.name))
     return members
+
+
+def end_session(session_id: int, timeout_s: float = 20.0) -> None:
+    """SIGTERM every process left in the session, then SIGKILL what outlives ``timeout_s``."""
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        for pid in live_members(session_id, field=3):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+        deadline = time.monotonic() + timeout_s
+        while live_members(session_id, field=3) and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+
+def dev(args: list[str]) -> int:
+    """`dagster dev ARGS` in a session of its own, ended as a whole (what `make ui` runs).
+
+    Ctrl-C reaches this process, which passes it on to dagster dev (which stops its webserver,
+    daemon and code servers) and then ends whatever is left of the session: a run's worker,
+    and the run's Spark JVM, which PySpark starts ignoring SIGINT and which would otherwise
+    outlive everything."""
+    process = subprocess.Popen([str(DAGSTER), "dev", *args], start_new_session=True)
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        return process.wait()
+    except KeyboardInterrupt:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGINT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(60)
+        return 130
+    finally:
+        end_session(process.pid)
 
 
 def stop_group(process: subprocess.Popen[bytes], timeout_s: float = 20.0) -> None:
@@ -209,3 +247,9 @@ def dagster_dev(
 
         wait_for("the code location to load", location_loaded, 120, log)
         yield process, base
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] != ["dev"]:
+        sys.exit("usage: python webui.py dev [dagster dev arguments]")
+    sys.exit(dev(sys.argv[2:]))

@@ -1,0 +1,109 @@
+"""`make ui`, a run launched from it, then Ctrl-C: nothing of the session is left running — not
+dagster dev, its code server, the daemon, the run's worker process or the run's Spark JVM."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+import demo
+from streamplatform.kafka import LocalBroker
+from webui import GraphQL, free_port, wait_for
+
+ROOT = Path(__file__).resolve().parents[1]
+LAUNCH = """
+mutation Launch($params: ExecutionParams!) {
+  launchRun(executionParams: $params) { __typename ... on LaunchRunSuccess { run { runId } } } }"""
+STATUS = "query S($id: ID!) { runOrError(runId: $id) { ... on Run { status } } }"
+
+
+def descendants(root: int) -> dict[int, str]:
+    """``{pid: command line}`` of every live process under ``root`` (zombies left out)."""
+    children: dict[int, list[int]] = {}
+    commands: dict[int, str] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if fields[0] == "Z":
+                continue
+            pid = int(stat.parent.name)
+            children.setdefault(int(fields[1]), []).append(pid)
+            commands[pid] = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+    found, todo = {}, [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found[child] = commands.get(child, "")
+            todo.append(child)
+    return found
+
+
+def alive(pids) -> list[int]:
+    gone = []
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            gone.append(pid)
+    return gone
+
+
+@pytest.mark.slow  # ~60 s: make ui, a run that starts Spark, Ctrl-C
+def test_ctrl_c_on_make_ui_leaves_no_process_of_the_session(tmp_path):
+    port = free_port()
+    with LocalBroker(tmp_path / "broker") as broker:
+        demo.produce_data(2_000, broker.bootstrap_servers)
+        env = os.environ | {
+            "KAFKA_BOOTSTRAP_SERVERS": broker.bootstrap_servers,
+            "STREAMPLATFORM_DATA": str(tmp_path / "data"),
+            "SPARK_MASTER": "local[1]",
+        }
+        log = (tmp_path / "make-ui.log").open("wb")
+        make = subprocess.Popen(
+            ["make", "--no-print-directory", "ui", f"UI_PORT={port}",
+             f"UI_HOME={tmp_path / 'dagster'}"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        try:
+            graphql = GraphQL(f"http://127.0.0.1:{port}/graphql")
+            wait_for("the code location", lambda: graphql(
+                "{ workspaceOrError { ... on Workspace { locationEntries { loadStatus } } } }"
+            )["workspaceOrError"]["locationEntries"][0]["loadStatus"] == "LOADED", 180,
+                tmp_path / "make-ui.log")  # fmt: skip
+            params = {"selector": {"repositoryLocationName": "streamplatform",
+                                   "repositoryName": "__repository__", "jobName": "__ASSET_JOB",
+                                   "assetSelection": [{"path": ["transactions_deduplicated"]}]}}  # fmt: skip
+            launched = graphql(LAUNCH, params=params)["launchRun"]
+            assert launched["__typename"] == "LaunchRunSuccess", launched
+            run_id = launched["run"]["runId"]
+
+            def spark_jvm() -> dict[int, str]:
+                return {p: c for p, c in descendants(make.pid).items()
+                        if "java" in c and "SparkSubmit" in c}  # fmt: skip
+
+            wait_for("the run's Spark JVM", spark_jvm, 180, tmp_path / "make-ui.log")
+            status = graphql(STATUS, id=run_id)["runOrError"]["status"]
+            assert status == "STARTED", status  # the run is in flight when Ctrl-C comes
+            session = descendants(make.pid)
+            # Ctrl-C in a terminal: SIGINT to the foreground process group.
+            os.killpg(make.pid, signal.SIGINT)
+            make.wait(90)
+            deadline = time.monotonic() + 30
+            while alive(session) and time.monotonic() < deadline:
+                time.sleep(0.5)
+            left = {pid: session[pid] for pid in alive(session)}
+            assert left == {}, f"left running after Ctrl-C: {left}"
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(make.pid, signal.SIGKILL)
+            for pid in alive(descendants(make.pid)):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            log.close()
