@@ -90,7 +90,9 @@ def generate(
 ) -> DemoData:
     """Produce FX rates first, then transactions over ``days`` days of event time."""
     rng = random.Random(seed)
-    out = producer(settings, **{"linger.ms": 20, "enable.idempotence": True})
+    # log_level 3: errors only; on a broker just started, librdkafka warns that the idempotence
+    # coordinator is still loading and retries, which is expected there.
+    out = producer(settings, **{"linger.ms": 20, "enable.idempotence": True, "log_level": 3})
     span = days * DAY_MS
     rate_updates = late = 0
     for currency in CURRENCIES:
@@ -144,7 +146,7 @@ def produce_correction(
 ) -> None:
     """One late FX-rate correction: a version of ``currency`` valid from ``valid_from``, sent
     after the newer versions (and after the transactions it applies to)."""
-    out = producer(settings, **{"enable.idempotence": True})
+    out = producer(settings, **{"enable.idempotence": True, "log_level": 3})
     _send(out, FX_RATES, currency, {"rate": rate, "valid_from": valid_from, "correction": True},
           valid_from)  # fmt: skip
     if out.flush(30):
