@@ -144,6 +144,27 @@ def test_a_project_of_its_own_validates_with_the_dagster_cli(tmp_path, with_yaml
     asset = defs.resolve_assets_def("orders_clean")
     checks = {key.name for key in asset.check_keys}
     assert checks == {"caught_up", "dlq_ratio", "offsets_contiguous"}
+    (spec,) = [s for s in asset.specs if s.key == dg.AssetKey("orders_clean")]
+    if with_yaml:  # freshness_minutes: 60
+        assert spec.freshness_policy.fail_window.to_timedelta().total_seconds() == 3600
+    assert spec.metadata["application_id"] == "orders-v"
+
+
+def test_the_components_resource_attribute_binds_the_resource():
+    from streamplatform.dagster import StreamingJobComponent
+
+    component = StreamingJobComponent(
+        name="orders", topology="tests.dagster.test_integration:_tiny_topology",
+        resource={"kafka": {"bootstrap_servers": "kafka-1:9092", "settings": {
+            "security.protocol": "SASL_SSL"}}, "spark": {"master": "spark://m:7077"},
+            "delta_root": "s3a://bucket/streams", "state_dir": "/mnt/state"},
+    )  # fmt: skip
+    defs = dg.build_defs_for_component(component)
+    resource = defs.resources["streamplatform"]
+    assert resource.kafka_settings() == {"bootstrap.servers": "kafka-1:9092",
+                                         "security.protocol": "SASL_SSL"}  # fmt: skip
+    assert (resource.spark.master, resource.delta_root_path(), resource.state_dir_path()) == (
+        "spark://m:7077", "s3a://bucket/streams", "/mnt/state")  # fmt: skip
 
 
 def test_a_wrong_declaration_stops_loading_with_the_setting_named(tmp_path):
