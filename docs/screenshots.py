@@ -20,10 +20,12 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
-import webui
 from streamplatform.home import data_dir
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # webui.py lives with the example, at the root of the checkout
+import webui  # noqa: E402
+
 IMAGES = ROOT / "docs" / "images"
 WIDTH, HEIGHT = 1600, 1000
 GROUPS = ("kafka", "streaming", "operations")
