@@ -94,7 +94,7 @@ def test_ctrl_c_on_make_ui_leaves_no_process_of_the_session(tmp_path):
             session = descendants(make.pid)
             # Ctrl-C in a terminal: SIGINT to the foreground process group.
             os.killpg(make.pid, signal.SIGINT)
-            make.wait(90)
+            make.wait(180)  # dagster dev up to 60 s, then SIGTERM and SIGKILL up to 20 s each
             deadline = time.monotonic() + 30
             while alive(session) and time.monotonic() < deadline:
                 time.sleep(0.5)
