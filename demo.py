@@ -8,16 +8,17 @@
    in-process against a real Dagster instance in ``.data/dagster`` (telemetry off), so that
    `make ui` afterwards shows every run, materialization and check of the story:
 
-   - ``fx_rate_versions`` first (the FX rates into the versioned store before any transaction),
-     then every asset — ``transactions_deduplicated`` (KIP-655 dedup, poison records to the DLQ,
-     KIP-1034), ``fx_rate_versions`` (the temporal join, KIP-889), ``dlq_records``,
-     ``stream_offsets``, ``standby_placements`` (KIP-708) — with their asset checks, then
-     ``transactions_enriched`` for each daily partition that has data;
-   - one tick of the ``dlq_replay_every_15_minutes`` schedule: a ``dlq_replay`` run (the poison
-     records fail again and are parked);
-   - one late FX-rate correction, ``fx_rate_versions`` again (which reports the day it makes
-     stale), an evaluation of the ``late_fx_rates_backfill`` sensor and the runs it requests
-     (``enriched_backfill``: the day recomputed by a batch as-of join).
+   - ``transactions_enrichment`` and its snapshot ``transactions_enrichment_fx_rates_versions``
+     first (the FX rates into the versioned store before any transaction), then every asset —
+     ``transactions_deduplicated`` (KIP-655 dedup, poison records to the DLQ, KIP-1034),
+     ``transactions_enrichment`` (the temporal join, KIP-889) and the snapshot,
+     ``standby_placements`` (KIP-708) — with their asset checks, then ``transactions_enriched``
+     for each daily partition that has data;
+   - one tick of each DLQ replay schedule and its run (the poison records fail again and are
+     parked);
+   - one late FX-rate correction, the enrichment and its snapshot again (which reports the day
+     the correction makes stale), an evaluation of the snapshot's late-version backfill sensor
+     and the runs it requests (``enriched_backfill``: the day recomputed by a batch as-of join).
 3. Prints a summary table from the materializations' metadata and stops the broker (also on an
    error, Ctrl-C or SIGTERM). Each run starts from fresh job state and a fresh instance, since
    a local broker starts empty.
@@ -46,8 +47,12 @@ from streamplatform.kafka import LocalBroker
 
 DEDUP_APP = "demo-dedup"
 ENRICH_APP = "demo-enrich"
-BACKFILL_SENSOR = "late_fx_rates_backfill"
-REPLAY_SCHEDULE = "dlq_replay_every_15_minutes"
+DEDUP_ASSET = "transactions_deduplicated"
+ENRICH_ASSET = "transactions_enrichment"
+SNAPSHOT_ASSET = "transactions_enrichment_fx_rates_versions"
+ENRICHED_ASSET = "transactions_enriched"
+BACKFILL_SENSOR = f"{SNAPSHOT_ASSET}_late_backfill"
+REPLAY_SCHEDULES = (f"{DEDUP_ASSET}_dlq_replay_schedule", f"{ENRICH_ASSET}_dlq_replay_schedule")
 HOUR_MS = 3_600_000
 # The late correction: USD from 2026-01-01T10:30Z (regular rates change every 3 hours, so it
 # is valid until 12:00 at the latest: it makes exactly one day stale), 5% above the rate it
@@ -58,11 +63,11 @@ CORRECTION_FACTOR = 1.05
 # The settings this project gives every Dagster instance it writes (`make demo`, `make ui`, the
 # tests): telemetry off, and every pool limited to one run at a time. The code location puts
 # each op that runs a streaming job (its asset, its DLQ replay) in the pool of its application
-# id (``resources.job_pool``); ``granularity: run`` makes the daemon's run queue hold a second
-# run of the pool as QUEUED until the first one ends, and the UI says which pool holds it ("View
-# queue criteria"). With ``op`` a started run counts only once its step holds the slot, and ours
-# start Spark first: the second run could start as well and wait inside, at its step. Runs
-# executed in-process (this demo) bypass the queue: pools do not hold them.
+# id (``streamplatform.dagster.job_pool``); ``granularity: run`` makes the daemon's run queue
+# hold a second run of the pool as QUEUED until the first one ends, and the UI says which pool
+# holds it ("View queue criteria"). With ``op`` a started run counts only once its step holds
+# the slot, and ours start Spark first: the second run could start as well and wait inside,
+# at its step. Runs executed in-process (this demo) bypass the queue: pools do not hold them.
 INSTANCE_CONFIG: dict[str, Any] = {
     "telemetry": {"enabled": False},
     "concurrency": {"pools": {"default_limit": 1, "granularity": "run"}},
@@ -72,11 +77,10 @@ INSTANCE_CONFIG: dict[str, Any] = {
 LOG_LEVEL = "WARNING"
 STEPS = 6
 ASSET_ORDER = (
-    "transactions_deduplicated",
-    "fx_rate_versions",
-    "transactions_enriched",
-    "dlq_records",
-    "stream_offsets",
+    DEDUP_ASSET,
+    ENRICH_ASSET,
+    SNAPSHOT_ASSET,
+    ENRICHED_ASSET,
     "standby_placements",
 )
 
@@ -96,20 +100,24 @@ def demo_resources(bootstrap_servers: str) -> dict[str, Any]:
     _import_code_location()
     from resources import local_resources
 
-    return local_resources(
-        bootstrap_servers,
-        data_dir=demo_dir(),
-        dedup_application_id=DEDUP_APP,
-        enrichment_application_id=ENRICH_APP,
-    )
+    return local_resources(bootstrap_servers, data_dir=demo_dir())
+
+
+def demo_mission() -> Any:
+    """The code location's configuration for the demo: default topics, the demo's own
+    application ids (its tables and pools apart from those of `make ui`'s runs)."""
+    _import_code_location()
+    from resources import MissionConfig
+
+    return MissionConfig(dedup_application_id=DEDUP_APP, enrichment_application_id=ENRICH_APP)
 
 
 def code_location(bootstrap_servers: str) -> Any:
-    """``definitions.py``'s Definitions on the demo's resources."""
+    """``definitions.py``'s Definitions on the demo's configuration and resources."""
     _import_code_location()
     import definitions
 
-    return definitions.build_definitions(demo_resources(bootstrap_servers))
+    return definitions.build_definitions(demo_mission(), demo_resources(bootstrap_servers))
 
 
 def write_instance_config(home: Path) -> Path:
@@ -192,15 +200,25 @@ def open_instance(fresh: bool = False) -> Any:
 
 
 def produce_data(
-    count: int, bootstrap_servers: str, say: Callable[[str], None] = print
+    count: int,
+    bootstrap_servers: str,
+    say: Callable[[str], None] = print,
+    topics: pipelines.Topics | None = None,
 ) -> pipelines.DemoData:
     """Only the demo data: the topics, ``count`` transactions and the FX rates (what
-    `python demo.py --data-only` sends to the broker of `make ui`)."""
+    `python demo.py --data-only` sends to the broker of `make ui`). ``topics``: default, those
+    of the code location's configuration (``STREAMPLATFORM_TOPIC_PREFIX``)."""
+    if topics is None:
+        _import_code_location()
+        from resources import MissionConfig
+
+        topics = MissionConfig.from_env().topics
     settings = {"bootstrap.servers": bootstrap_servers}
     say(f"Broker at {bootstrap_servers}; creating the demo topics ...")
-    pipelines.create_demo_topics(settings)
-    say(f"Producing {count} transactions and the FX rates ...")
-    data = pipelines.generate(settings, transactions=count)
+    pipelines.create_demo_topics(settings, topics)
+    say(f"Producing {count} transactions and the FX rates into {topics.transactions} and "
+        f"{topics.fx_rates} ...")  # fmt: skip
+    data = pipelines.generate(settings, transactions=count, topics=topics)
     say(f"  {data}")
     return data
 
@@ -236,7 +254,7 @@ def run(count: int = 2_000, bootstrap_servers: str | None = None) -> dict[str, A
                 assert broker.state is not None
                 numbers["broker"] = asdict(broker.state)
             settings = {"bootstrap.servers": bootstrap_servers}
-            numbers["data"] = produce_data(count, bootstrap_servers, say)
+            numbers["data"] = produce_data(count, bootstrap_servers, say, demo_mission().topics)
             numbers |= _story(settings, say)
         finally:
             if broker is not None:
@@ -270,69 +288,55 @@ def _story(settings: Mapping[str, Any], say: Callable[[str], None]) -> dict[str,
 def _materialize_the_story(
     defs: Any, instance: Any, spark: Any, settings: Mapping[str, Any], say: Callable[[str], None]
 ) -> dict[str, Any]:
-    from assets import (
-        DAILY,
-        fx_rate_versions,
-        standby_placements,
-        stream_offsets,
-        transactions_deduplicated,
-        transactions_enriched,
-    )
-    from assets.enriched import stream_days
-    from assets.operations import dlq_records
-    from assets.streaming import SNAPSHOT_TABLE
-    from assets.streams import enrichment_job
+    import definitions
+    from assets import DAILY
+    from assets.enriched import Enrichment, stream_days
     from jobs import in_process
+    from streamplatform.dagster import snapshot_path
 
+    mission = demo_mission()
+    jobs = {job.name: job for job in definitions.mission_jobs(mission)}
+    resource = defs.resources["streamplatform"]
     story = _Story(instance, say)
     say(
-        f"[1/{STEPS}] fx_rate_versions: the FX rates into the versioned store (KIP-889), before "
-        "any transaction"
+        f"[1/{STEPS}] {ENRICH_ASSET} and {SNAPSHOT_ASSET}: the FX rates into the versioned "
+        "store (KIP-889), before any transaction"
     )
     story.record(
-        "rates", in_process.materialize(defs, instance, [fx_rate_versions], log_level=LOG_LEVEL)
+        "rates",
+        in_process.materialize(defs, instance, [ENRICH_ASSET, SNAPSHOT_ASSET], log_level=LOG_LEVEL),
     )
 
-    everything = [
-        transactions_deduplicated,
-        fx_rate_versions,
-        dlq_records,
-        stream_offsets,
-        standby_placements,
-    ]
-    say(
-        f"[2/{STEPS}] materializing every asset with its checks: "
-        f"{', '.join(a.key.to_user_string() for a in everything)}"
-    )
+    everything = [DEDUP_ASSET, ENRICH_ASSET, SNAPSHOT_ASSET, "standby_placements"]
+    say(f"[2/{STEPS}] materializing every asset with its checks: {', '.join(everything)}")
     story.record("load", in_process.materialize(defs, instance, everything, log_level=LOG_LEVEL))
 
-    resources = defs.resources
-    spec = enrichment_job(*(resources[k] for k in ("streams", "kafka", "delta_root", "state_dir")))
-    days = [day for day in stream_days(spark, spec) if DAILY.has_partition_key(day)]
-    say(
-        f"[3/{STEPS}] transactions_enriched, one run per daily partition with data: "
-        f"{', '.join(days)}"
-    )
+    enrichment = Enrichment(jobs[ENRICH_ASSET], mission.topics, resource)
+    days = [day for day in stream_days(spark, enrichment) if DAILY.has_partition_key(day)]
+    say(f"[3/{STEPS}] {ENRICHED_ASSET}, one run per daily partition with data: {', '.join(days)}")
     for day in days:
         story.record(
             "load",
             in_process.materialize(
-                defs, instance, [transactions_enriched], partition_key=day, log_level=LOG_LEVEL
+                defs, instance, [ENRICHED_ASSET], partition_key=day, log_level=LOG_LEVEL
             ),
         )
 
-    say(f"[4/{STEPS}] a tick of the {REPLAY_SCHEDULE} schedule: the dlq_replay job ...")
-    [replay_request] = in_process.tick(defs, instance, REPLAY_SCHEDULE).run_requests
-    replay = in_process.execute_run_request(
-        defs, instance, REPLAY_SCHEDULE, replay_request, log_level=LOG_LEVEL
-    )
-    if replay is None or not replay.success:
-        raise RuntimeError(f"the {REPLAY_SCHEDULE} run failed; `make ui` shows its logs")
-    story.record("dlq replay", replay)
-    replayed = replay.output_for_node("replay_dead_letters")
-    say(f"  {replayed}")
+    say(f"[4/{STEPS}] a tick of each DLQ replay schedule, and its run ...")
+    replayed: dict[str, dict[str, Any]] = {}
+    for schedule in REPLAY_SCHEDULES:
+        [replay_request] = in_process.tick(defs, instance, schedule).run_requests
+        replay = in_process.execute_run_request(
+            defs, instance, schedule, replay_request, log_level=LOG_LEVEL
+        )
+        if replay is None or not replay.success:
+            raise RuntimeError(f"the {schedule} run failed; `make ui` shows its logs")
+        story.record("dlq replay", replay)
+        replayed[schedule] = _replay_report(replay)
+        say(f"  {replay.job_def.name}: {replayed[schedule]}")
 
-    snapshot = spark.read.format("delta").load(resources["delta_root"].table(*SNAPSHOT_TABLE))
+    table = snapshot_path(resource.delta_root_path(), jobs[ENRICH_ASSET], "fx-rates")
+    snapshot = spark.read.format("delta").load(table)
     at = CORRECTION_VALID_FROM
     [current] = snapshot.where(
         f"key = '{CORRECTION_CURRENCY}' AND valid_from <= {at} AND "
@@ -343,15 +347,13 @@ def _materialize_the_story(
     day = _day(at)
     say(
         f"[5/{STEPS}] a late correction: {CORRECTION_CURRENCY} {old_rate} -> {new_rate} from "
-        f"{_time(at)}, produced after the join passed it; fx_rate_versions, dlq_records and "
-        "stream_offsets again"
+        f"{_time(at)}, produced after the join passed it; {ENRICH_ASSET} and {SNAPSHOT_ASSET} "
+        "again"
     )
-    pipelines.produce_correction(settings, CORRECTION_CURRENCY, new_rate, at)
+    pipelines.produce_correction(settings, CORRECTION_CURRENCY, new_rate, at, mission.topics)
     story.record(
         "correction",
-        in_process.materialize(
-            defs, instance, [fx_rate_versions, dlq_records, stream_offsets], log_level=LOG_LEVEL
-        ),
+        in_process.materialize(defs, instance, [ENRICH_ASSET, SNAPSHOT_ASSET], log_level=LOG_LEVEL),
     )
 
     say(f"[6/{STEPS}] the {BACKFILL_SENSOR} sensor, and the runs it requests ...")
@@ -371,7 +373,7 @@ def _materialize_the_story(
             "success": result.success,
             "job": result.job_def.name,
             "metadata": (
-                in_process.materialization_metadata(result, transactions_enriched)
+                in_process.materialization_metadata(result, ENRICHED_ASSET)
                 if result.success
                 else {}
             ),
@@ -401,6 +403,21 @@ def _materialize_the_story(
         },
         "backfills": backfills,
     }
+
+
+def _replay_report(result: Any) -> dict[str, Any]:
+    """A DLQ replay run's counts (its observation of the job's asset): candidates,
+    republished, parked, exhausted."""
+    prefix = "dlq_replay_"
+    for event in result.all_events:
+        if event.event_type_value == "ASSET_OBSERVATION":
+            metadata = event.event_specific_data.asset_observation.metadata
+            return {
+                name[len(prefix) :]: value.value
+                for name, value in metadata.items()
+                if name[len(prefix) :] in ("candidates", "republished", "parked", "exhausted")
+            }
+    raise LookupError(f"DLQ replay run {result.run_id} observed nothing")
 
 
 class _Story:
@@ -434,8 +451,10 @@ class _Story:
             )  # fmt: skip
             self.say(f"  {_describe(asset, partition, metadata)}")
         for check in result.get_asset_check_evaluations():
-            self.checks[check.check_name] = {
-                "asset": check.asset_key.to_user_string(),
+            asset = check.asset_key.to_user_string()
+            self.checks[f"{asset}.{check.check_name}"] = {
+                "asset": asset,
+                "check": check.check_name,
                 "passed": check.passed,
                 "severity": check.severity.value,
                 "run_id": result.run_id,
@@ -453,18 +472,20 @@ def _describe(asset: str, partition: str | None, m: Mapping[str, Any]) -> str:
         )
     if "computed_by" in m:
         return f"{name}: {m['rows']} rows ({m['computed_by']}), EUR {m['amount_eur_total']:,.2f}"
-    if "dlq_ratio" in m:
-        return f"{name}: {_plural(m['dlq_records'], 'DLQ record')}, {m['parked']} parked"
-    if "partitions" in m:
-        return f"{name}: lag {m['lag']} over {m['partitions']} partitions"
+    if "versions" in m:
+        return (
+            f"{name}: {m['versions']} versions of {m['keys']} keys, "
+            f"{m.get('late_versions', 0)} late" + (f", stale days {m['late_days']}"
+                                                   if m.get("late_days") else "")
+        )  # fmt: skip
     return f"{name}: generation {m.get('generation')}, {m.get('tasks')} tasks"
 
 
 def summary(numbers: Mapping[str, Any]) -> str:
     """The table and lines the demo prints at the end."""
     lines = []
-    columns = ("asset", "runs", "rows in", "rows out", "duplicates", "DLQ", "lag", "Delta v")
-    widths = (34, 4, 8, 8, 10, 5, 5, 7)
+    columns = ("asset", "runs", "rows in", "rows out", "duplicates", "DLQ", "lag", "table v")
+    widths = (42, 4, 8, 8, 10, 5, 5, 7)
     row = "  ".join(f"{{:<{w}}}" if i == 0 else f"{{:>{w}}}" for i, w in enumerate(widths))
     lines.append(row.format(*columns) + "  notes")
     groups: dict[str, list[dict[str, Any]]] = {}
@@ -479,13 +500,11 @@ def summary(numbers: Mapping[str, Any]) -> str:
     for name, group in groups.items():
         cells, note = _row(group)
         lines.append(row.format(name, len(group), *cells) + f"  {note}")
-    replay = numbers.get("dlq_replay")
-    if replay is not None:
+    for schedule, replay in numbers.get("dlq_replay", {}).items():
         lines.append(
-            f"\nDLQ replay ({REPLAY_SCHEDULE}, one run): "
+            f"{'' if lines[-1].startswith('DLQ') else chr(10)}DLQ replay ({schedule}, one run): "
             f"{_plural(replay['candidates'], 'DLQ record')}, "
-            f"{replay['republished']} re-published, {replay['parked']} parked "
-            "(poison fails again)"
+            f"{replay['republished']} re-published, {replay['parked']} parked"
         )
     correction = numbers.get("correction")
     if correction is not None:
@@ -507,10 +526,10 @@ def summary(numbers: Mapping[str, Any]) -> str:
             )
     checks = numbers.get("checks", {})
     if checks:
-        lines.append("\nasset check                       asset                       result")
-        for name, check in sorted(checks.items()):
+        lines.append(f"\n{'asset check':<30} {'asset':<26} result")
+        for _, check in sorted(checks.items()):
             verdict = "passed" if check["passed"] else f"FAILED ({check['severity']})"
-            lines.append(f"{name:<33} {check['asset']:<27} {verdict}")
+            lines.append(f"{check['check']:<30} {check['asset']:<26} {verdict}")
     if "dagster_home" in numbers:
         lines.append(f"\nDagster instance: {numbers['dagster_home']} (`make ui` shows the runs)")
         lines.append(f"Delta tables, state stores, placement files: {demo_dir()}")
@@ -526,38 +545,28 @@ def _row(events: list[dict[str, Any]]) -> tuple[list[Any], str]:
     def total(name: str) -> Any:
         return sum(int(e["metadata"].get(name, 0)) for e in events)
 
-    if "rows_in" in last:  # a streaming asset: sums over the story, lag and version of the last
-        version = last.get("snapshot_version", last.get("commit_log_version", "-"))
+    if "rows_in" in last:  # a streaming asset: sums over the story, the last one's lag
         cells = [
             total("rows_in"),
             total("rows_out"),
             total("duplicates_dropped"),
             total("dlq_records"),
             last["lag"],
-            version,
+            "-",
         ]
-        note = _plural(total("batches"), "batch")
-        if "versions" in last:
-            late = total("late_versions")
-            note += f", {last['versions']} rate versions of {last['keys']} currencies"
-            note += f", {late} late" if late else ""
+        note = f"{_plural(total('batches'), 'batch')}, committed up to batch " \
+            f"{last['committed_batch_id']}"  # fmt: skip
         return cells, note
+    if "versions" in last:  # a versioned snapshot
+        late = total("late_versions")
+        note = f"{last['versions']} rate versions of {last['keys']} currencies, {late} late"
+        return ["-", "-", "-", "-", "-", last["table_version"]], note
     if "computed_by" in last:
         first = events[0]["metadata"]
         note = f"{last['computed_by']}, EUR {last['amount_eur_total']:,.2f}"
         if len(events) > 1:
             note = f"{first['computed_by']} -> {note} (was {first['amount_eur_total']:,.2f})"
         return ["-", last["rows"], "-", "-", "-", last["table_version"]], note
-    if "dlq_ratio" in last:
-        note = (
-            f"ratio {last['dlq_ratio']:.4f}, {last['parked']} parked, {last['replayed']} replayed"
-        )
-        return [last["records_read"], "-", "-", last["dlq_records"], "-", "-"], note
-    if "partitions" in last:
-        return (
-            ["-", "-", "-", "-", last["lag"], last["history_version"]],
-            f"{last['partitions']} partitions",
-        )
     note = (
         f"generation {last.get('generation')}: {last.get('tasks')} tasks, "
         f"{last.get('standbys')} standbys"

@@ -6,6 +6,9 @@
 - ``enrichment_topology``: the deduplicated transactions joined with the FX rate valid at
   each transaction's time (KIP-889 versioned table) into ``transactions-enriched`` (Delta).
 
+Topic names are configuration (:class:`Topics`: the defaults above, or all of them with a
+prefix), given to every function that builds a topology or produces data.
+
 Both topics are keyed by currency with the same partition count, so the stream and the table
 are co-partitioned and each job is one sub-topology.
 
@@ -19,7 +22,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -28,26 +31,45 @@ from streamplatform.kafka import TopicSpec, create_topics, producer
 from streamplatform.serdes import Serdes
 from streamplatform.state import Stores
 
-TRANSACTIONS = "transactions"
-FX_RATES = "fx-rates"
-DEDUPLICATED = "transactions-deduplicated"
-ENRICHED = "transactions-enriched"
-TRANSACTIONS_DLQ = "transactions-dlq"
-ENRICHMENT_DLQ = "enrichment-dlq"
 PARTITIONS = 3
 DEDUP_INTERVAL = timedelta(minutes=10)
 RATE_HISTORY = timedelta(days=2)
 CURRENCIES = ("USD", "GBP", "JPY", "CHF", "SEK", "NOK")
 DAY_MS = 86_400_000
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z: demo event time starts here
+RATES_STORE = "fx-rates"  # the enrichment's versioned store
 
 
-def deduplication_topology(interval: timedelta = DEDUP_INTERVAL) -> Topology:
+@dataclass(frozen=True)
+class Topics:
+    """The pipelines' topic names."""
+
+    transactions: str = "transactions"
+    fx_rates: str = "fx-rates"
+    deduplicated: str = "transactions-deduplicated"
+    enriched: str = "transactions-enriched"
+    transactions_dlq: str = "transactions-dlq"
+    enrichment_dlq: str = "enrichment-dlq"
+
+    @classmethod
+    def prefixed(cls, prefix: str) -> Topics:
+        """Every default name behind ``<prefix>-`` (none for an empty prefix)."""
+        if not prefix:
+            return cls()
+        return cls(*(f"{prefix}-{name}" for name in astuple(cls())))
+
+    def names(self) -> tuple[str, ...]:
+        return astuple(self)
+
+
+def deduplication_topology(
+    topics: Topics = Topics(), interval: timedelta = DEDUP_INTERVAL
+) -> Topology:
     b = StreamsBuilder()
-    transactions = b.stream(TRANSACTIONS, Serdes.string(), Serdes.json())
+    transactions = b.stream(topics.transactions, Serdes.string(), Serdes.json())
     transactions.deduplicate_by_key_value(
         lambda currency, tx: tx.get("id"), interval, name="tx-dedup"
-    ).to(DEDUPLICATED)
+    ).to(topics.deduplicated)
     return b.build()
 
 
@@ -57,20 +79,19 @@ def convert(tx: dict[str, Any], rate: dict[str, Any]) -> dict[str, Any]:
             "amount_eur": round(tx["amount"] / rate["rate"], 2)}  # fmt: skip
 
 
-def enrichment_topology(history: timedelta = RATE_HISTORY) -> Topology:
+def enrichment_topology(topics: Topics = Topics(), history: timedelta = RATE_HISTORY) -> Topology:
     b = StreamsBuilder()
     rates = b.table(
-        FX_RATES, Serdes.string(), Serdes.json(),
-        store=Stores.persistent_versioned_key_value_store("fx-rates-versions", history),
+        topics.fx_rates, Serdes.string(), Serdes.json(),
+        store=Stores.persistent_versioned_key_value_store(RATES_STORE, history),
     )  # fmt: skip
-    transactions = b.stream(DEDUPLICATED, Serdes.string(), Serdes.json())
-    transactions.join(rates, convert).to(ENRICHED)
+    transactions = b.stream(topics.deduplicated, Serdes.string(), Serdes.json())
+    transactions.join(rates, convert).to(topics.enriched)
     return b.build()
 
 
-def create_demo_topics(settings: Mapping[str, Any]) -> None:
-    names = (TRANSACTIONS, FX_RATES, DEDUPLICATED, ENRICHED, TRANSACTIONS_DLQ, ENRICHMENT_DLQ)
-    create_topics(settings, [TopicSpec(name, PARTITIONS) for name in names])
+def create_demo_topics(settings: Mapping[str, Any], topics: Topics = Topics()) -> None:
+    create_topics(settings, [TopicSpec(name, PARTITIONS) for name in topics.names()])
 
 
 @dataclass(frozen=True)
@@ -86,7 +107,11 @@ class DemoData:
 
 
 def generate(
-    settings: Mapping[str, Any], transactions: int = 5_000, days: int = 2, seed: int = 7
+    settings: Mapping[str, Any],
+    transactions: int = 5_000,
+    days: int = 2,
+    seed: int = 7,
+    topics: Topics = Topics(),
 ) -> DemoData:
     """Produce FX rates first, then transactions over ``days`` days of event time."""
     rng = random.Random(seed)
@@ -100,12 +125,13 @@ def generate(
         for hour in range(-24, days * 24, 3):  # a rate every 3 hours, from a day before
             valid_from = START_MS + hour * 3_600_000
             rate = round(rate * rng.uniform(0.98, 1.02), 5)
-            _send(out, FX_RATES, currency, {"rate": rate, "valid_from": valid_from}, valid_from)
+            _send(out, topics.fx_rates, currency, {"rate": rate, "valid_from": valid_from},
+                  valid_from)  # fmt: skip
             rate_updates += 1
         for _ in range(2):  # late corrections: versions that start before what was sent last
             valid_from = START_MS + rng.randrange(span)
-            _send(out, FX_RATES, currency, {"rate": round(rate * 1.01, 5), "valid_from": valid_from,
-                                            "correction": True}, valid_from)  # fmt: skip
+            _send(out, topics.fx_rates, currency, {"rate": round(rate * 1.01, 5),
+                  "valid_from": valid_from, "correction": True}, valid_from)  # fmt: skip
             late += 1
     duplicates = out_of_order = poison = 0
     sent: list[tuple[str, dict[str, Any], int]] = []
@@ -127,13 +153,14 @@ def generate(
                 out_of_order += 1
             sent.append((currency, tx, timestamp))
         if rng.random() < 0.001:
-            out.produce(TRANSACTIONS, key=currency, value=b"{not json", timestamp=timestamp)
+            out.produce(topics.transactions, key=currency, value=b"{not json",
+                        timestamp=timestamp)  # fmt: skip
             poison += 1
-        _send(out, TRANSACTIONS, currency, tx, timestamp)
+        _send(out, topics.transactions, currency, tx, timestamp)
         if index % 1_000 == 0:
             out.poll(0)
     if transactions and not poison:  # small runs show the DLQ at work too
-        out.produce(TRANSACTIONS, key=currency, value=b"{not json", timestamp=timestamp)
+        out.produce(topics.transactions, key=currency, value=b"{not json", timestamp=timestamp)
         poison += 1
     remaining = out.flush(60)
     if remaining:
@@ -142,13 +169,17 @@ def generate(
 
 
 def produce_correction(
-    settings: Mapping[str, Any], currency: str, rate: float, valid_from: int
+    settings: Mapping[str, Any],
+    currency: str,
+    rate: float,
+    valid_from: int,
+    topics: Topics = Topics(),
 ) -> None:
     """One late FX-rate correction: a version of ``currency`` valid from ``valid_from``, sent
     after the newer versions (and after the transactions it applies to)."""
     out = producer(settings, **{"enable.idempotence": True, "log_level": 3})
-    _send(out, FX_RATES, currency, {"rate": rate, "valid_from": valid_from, "correction": True},
-          valid_from)  # fmt: skip
+    correction = {"rate": rate, "valid_from": valid_from, "correction": True}
+    _send(out, topics.fx_rates, currency, correction, valid_from)
     if out.flush(30):
         raise RuntimeError(f"the {currency} rate correction was not acknowledged by the broker")
 

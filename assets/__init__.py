@@ -1,38 +1,24 @@
-"""Dagster assets of the streaming jobs, and their checks.
+"""The example's own assets and checks, beside what ``streamplatform.dagster`` declares.
 
-Modules: ``topics`` (the Kafka topics, external), ``streaming`` (the two jobs:
-``transactions_deduplicated``, ``fx_rate_versions``), ``enriched`` (``transactions_enriched``,
-daily), ``operations`` (``dlq_records``, ``stream_offsets``, ``standby_placements``),
-``checks``; helpers in ``streams`` (running a job), ``lateness`` (late rate versions) and
-``dedup_audit`` (KIP-655's rule over the input).
+- ``enriched``: ``transactions_enriched`` (daily partitions: the streaming join's rows of a day,
+  or a batch as-of join for backfills), its ``enriched_backfill`` job and the
+  ``stream_equals_batch_join`` check;
+- ``checks``: ``no_duplicates_within_interval`` on the dedup job's asset (KIP-655's rule over
+  the input, from ``dedup_audit``);
+- ``placements``: ``standby_placements`` (KIP-708).
+
+Each is built for the jobs ``definitions.py`` declares, so names and topics follow its
+configuration.
 """
 
-from assets.checks import all_asset_checks
-from assets.enriched import DAILY, transactions_enriched
-from assets.operations import dlq_records, standby_placements, stream_offsets
-from assets.streaming import fx_rate_versions, transactions_deduplicated
-from assets.topics import fx_rates_topic, topic_specs, transactions_topic
-
-all_assets = [
-    *topic_specs,
-    transactions_deduplicated,
-    fx_rate_versions,
-    transactions_enriched,
-    dlq_records,
-    stream_offsets,
-    standby_placements,
-]
+from assets.checks import no_duplicates_check
+from assets.enriched import BACKFILL_JOB, DAILY, enriched_definitions
+from assets.placements import placements_asset
 
 __all__ = [
+    "BACKFILL_JOB",
     "DAILY",
-    "all_asset_checks",
-    "all_assets",
-    "dlq_records",
-    "fx_rate_versions",
-    "fx_rates_topic",
-    "standby_placements",
-    "stream_offsets",
-    "transactions_deduplicated",
-    "transactions_enriched",
-    "transactions_topic",
+    "enriched_definitions",
+    "no_duplicates_check",
+    "placements_asset",
 ]

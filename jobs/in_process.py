@@ -86,9 +86,12 @@ def materialize(
     **kwargs: Any,
 ) -> dg.ExecuteInProcessResult:
     """One run of the code location's asset job over ``selection``, with their asset checks;
-    ``kwargs`` as :func:`execute`."""
+    ``kwargs`` as :func:`execute`. As the UI does, an asset of a multi-asset brings the assets
+    it is always materialized with (a streaming job's asset and the Kafka topics it writes)."""
     job = defs.resolve_implicit_global_asset_job_def()
-    return execute(job, instance, asset_selection=selection, **kwargs)
+    chosen = dg.AssetSelection.assets(*asset_keys(selection)).required_multi_asset_neighbors()
+    keys = sorted(chosen.resolve(defs.resolve_asset_graph()))
+    return execute(job, instance, asset_selection=keys, **kwargs)
 
 
 def materialization_metadata(result: dg.ExecuteInProcessResult, asset: Selection) -> dict[str, Any]:
@@ -113,8 +116,9 @@ def tick(
     if name in _sensor_names(defs):
         sensor = defs.resolve_sensor_def(name)
         with dg.build_sensor_context(
-            instance=instance, cursor=cursor, definitions=defs, sensor_name=name
-        ) as context:
+            instance=instance, cursor=cursor, definitions=defs, sensor_name=name,
+            resources=defs.resources,
+        ) as context:  # fmt: skip
             return sensor.evaluate_tick(context)
     schedule = defs.resolve_schedule_def(name)
     with dg.build_schedule_context(instance=instance) as context:

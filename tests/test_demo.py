@@ -26,8 +26,9 @@ from webui import live_members
 
 pytestmark = [pytest.mark.broker]
 
-STORY_ASSETS = {"transactions_deduplicated", "fx_rate_versions", "transactions_enriched",
-                "dlq_records", "stream_offsets", "standby_placements"}  # fmt: skip
+STORY_ASSETS = {"transactions_deduplicated", "transactions_enrichment", demo.SNAPSHOT_ASSET,
+                "transactions_enriched", "standby_placements"}  # fmt: skip
+STREAMING_CHECKS = {"caught_up", "dlq_ratio", "offsets_contiguous"}
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +57,7 @@ def test_every_asset_is_materialized_in_the_instance_and_every_check_passes(stor
     numbers, instance, defs = story["numbers"], story["instance"], story["defs"]
     graph = defs.resolve_asset_graph()
     materializable = {key.to_user_string() for key in graph.materializable_asset_keys}
-    assert materializable == STORY_ASSETS
+    assert materializable == STORY_ASSETS | {"kafka/transactions-deduplicated"}
     for key in graph.materializable_asset_keys:
         assert instance.get_latest_materialization_event(key) is not None, key
     # transactions_enriched: every daily partition with data, the event days of the demo data.
@@ -64,8 +65,12 @@ def test_every_asset_is_materialized_in_the_instance_and_every_check_passes(stor
     enriched = instance.get_materialized_partitions(dg.AssetKey("transactions_enriched"))
     assert enriched == set(numbers["enriched_days"])
     assert all(run["status"] == "SUCCESS" for run in numbers["runs"]), numbers["runs"]
-    assert set(numbers["checks"]) == {"no_duplicates_within_interval", "offsets_contiguous",
-                                      "dlq_below_threshold", "stream_equals_batch_join"}  # fmt: skip
+    assert set(numbers["checks"]) == {
+        *{f"transactions_deduplicated.{name}" for name in STREAMING_CHECKS},
+        *{f"transactions_enrichment.{name}" for name in STREAMING_CHECKS},
+        "transactions_deduplicated.no_duplicates_within_interval",
+        "transactions_enriched.stream_equals_batch_join",
+    }
     assert all(check["passed"] for check in numbers["checks"].values()), numbers["checks"]
 
 
@@ -80,14 +85,16 @@ def test_the_streaming_assets_account_for_every_record(story):
     assert dedup["duplicates_dropped"] == data.duplicates
     assert dedup["dlq_records"] == data.poison
     assert dedup["rows_out"] == data.transactions and dedup["lag"] == 0
-    rates_only, joined, corrected = by_asset(numbers, "fx_rate_versions")
+    rates_only, joined, corrected = by_asset(numbers, "transactions_enrichment")
     assert rates_only["rows_in"] == data.rate_updates + data.late_corrections
     assert rates_only["rows_out"] == 0  # no transaction yet: every rate is known before them
     # Every unique transaction met the FX rate valid at its time (rates start a day earlier),
     # and the generator's late corrections, known before any transaction, are not late.
     assert joined["rows_in"] == joined["rows_out"] == data.transactions
-    assert rates_only["late_versions"] == joined["late_versions"] == 0
-    assert corrected["rows_in"] == 1 and corrected["late_versions"] == 1
+    assert corrected["rows_in"] == 1
+    snapshots = by_asset(numbers, demo.SNAPSHOT_ASSET)
+    assert [s["late_versions"] for s in snapshots] == [0, 0, 1]
+    assert snapshots[0]["versions"] == data.rate_updates + data.late_corrections
     stream_rows = [m["rows"] for m in by_asset(numbers, "transactions_enriched")
                    if m["computed_by"] == "stream"]  # fmt: skip
     assert sum(stream_rows) == data.transactions
@@ -98,15 +105,17 @@ def test_the_streaming_assets_account_for_every_record(story):
 def test_the_dlq_replay_parks_the_poison_once_and_replays_nothing_the_second_time(story):
     numbers, defs, instance = story["numbers"], story["defs"], story["instance"]
     poison = numbers["data"].poison
-    assert numbers["dlq_replay"] == {"candidates": poison, "republished": 0, "parked": poison,
-                                     "exhausted": 0, "recovered": 0}  # fmt: skip
-    [replay] = [run for run in numbers["runs"] if run["step"] == "dlq replay"]
-    assert replay["tags"]["dagster/schedule_name"] == "dlq_replay_every_15_minutes"
-    dlq = by_asset(numbers, "dlq_records")[-1]  # after the replay
-    assert dlq["dlq_records"] == dlq["parked"] == poison
-    again = in_process.execute(defs.resolve_job_def("dlq_replay"), instance, log_level="WARNING")
-    assert again.output_for_node("replay_dead_letters") == {
-        "candidates": 0, "republished": 0, "parked": 0, "exhausted": 0, "recovered": 0}  # fmt: skip
+    dedup_schedule, enrichment_schedule = demo.REPLAY_SCHEDULES
+    assert numbers["dlq_replay"] == {
+        dedup_schedule: {"candidates": poison, "republished": 0, "parked": poison, "exhausted": 0},
+        enrichment_schedule: {"candidates": 0, "republished": 0, "parked": 0, "exhausted": 0},
+    }
+    replays = [run for run in numbers["runs"] if run["step"] == "dlq replay"]
+    assert [r["tags"]["dagster/schedule_name"] for r in replays] == list(demo.REPLAY_SCHEDULES)
+    job = defs.resolve_job_def("transactions_deduplicated_dlq_replay")
+    again = in_process.execute(job, instance, log_level="WARNING")
+    assert demo._replay_report(again) == {
+        "candidates": 0, "republished": 0, "parked": 0, "exhausted": 0}  # fmt: skip
 
 
 @pytest.mark.spark
@@ -145,7 +154,7 @@ def test_the_demo_prints_its_progress_and_the_summary(story):
     for asset in STORY_ASSETS:
         assert asset in out
     assert "transactions_enriched[2026-01-01]" in out and "batch_as_of" in out
-    assert "late_fx_rates_backfill sensor requested: ['2026-01-01']" in out
+    assert f"{demo.BACKFILL_SENSOR} sensor requested: ['2026-01-01']" in out
     assert "enriched_backfill 2026-01-01: SUCCESS" in out
     assert "no_duplicates_within_interval" in out and "FAILED" not in out
     assert f"Dagster instance: {demo.dagster_home()}" in out
@@ -173,7 +182,7 @@ def test_the_demos_own_broker_is_stopped_whatever_happens(how, tmp_path, monkeyp
         return {}
 
     monkeypatch.setattr(demo, "_story", story)
-    monkeypatch.setattr(pipelines, "generate", lambda settings, transactions: "no data")
+    monkeypatch.setattr(pipelines, "generate", lambda settings, **kwargs: "no data")
     expected = {"finishes": contextlib.nullcontext(), "error": pytest.raises(RuntimeError),
                 "ctrl-c": pytest.raises(KeyboardInterrupt),
                 "sigterm": pytest.raises(KeyboardInterrupt)}[how]  # fmt: skip
@@ -191,21 +200,21 @@ def test_the_demos_own_broker_is_stopped_whatever_happens(how, tmp_path, monkeyp
 
 
 def test_data_only_produces_the_demo_data_into_a_running_broker(kafka_settings, monkeypatch):
-    """`python demo.py --data-only`: topics and data for `make ui`, nothing else."""
+    """`python demo.py --data-only`: topics and data for `make ui`, nothing else, into the topics
+    of the code location's configuration (here: behind a prefix of the test's own)."""
     from streamplatform.kafka import end_offsets
 
     prefix = f"data-only-{uuid.uuid4().hex[:6]}"
-    for constant in ("TRANSACTIONS", "FX_RATES", "DEDUPLICATED", "ENRICHED", "TRANSACTIONS_DLQ",
-                     "ENRICHMENT_DLQ"):  # fmt: skip
-        monkeypatch.setattr(pipelines, constant, f"{prefix}-{getattr(pipelines, constant)}")
+    monkeypatch.setenv("STREAMPLATFORM_TOPIC_PREFIX", prefix)
+    topics = pipelines.Topics.prefixed(prefix)
     servers = kafka_settings["bootstrap.servers"]
     args = ["--data-only", "--records", "50", "--bootstrap-servers", servers]
     assert demo.main(args) == 0
     sent = {topic: sum(high for _, high in end_offsets(kafka_settings, topic).values())
-            for topic in (pipelines.TRANSACTIONS, pipelines.FX_RATES)}  # fmt: skip
-    assert sent[pipelines.FX_RATES] == 6 * 24 + 12  # every 3 hours over 3 days, 2 corrections
-    assert sent[pipelines.TRANSACTIONS] >= 50
-    assert sum(end_offsets(kafka_settings, pipelines.DEDUPLICATED)[p][1] for p in range(3)) == 0
+            for topic in (topics.transactions, topics.fx_rates)}  # fmt: skip
+    assert sent[topics.fx_rates] == 6 * 24 + 12  # every 3 hours over 3 days, 2 corrections
+    assert sent[topics.transactions] >= 50
+    assert sum(end_offsets(kafka_settings, topics.deduplicated)[p][1] for p in range(3)) == 0
 
 
 def test_the_demo_leaves_an_instance_in_use_alone(tmp_path, monkeypatch):

@@ -1,8 +1,9 @@
-"""Small, exact demo data for the Dagster tests, and the code location's resources for them.
+"""Small, exact demo data for the Dagster tests, and the code location's configuration and
+resources for them.
 
 The broker is shared by the whole test run and ``tests/test_demo.py`` owns the demo topic names,
-so the Dagster tests rename the pipelines' topics (``pipelines`` reads its topic
-constants when a topology is built) to names of their own.
+so the Dagster tests give the code location topic names and application ids of their own
+(:func:`mission`: its configuration, as a deployment would).
 
 The data is produced with Kafka's default (murmur2) partitioner computed here, so the
 transactions and the FX rates of a currency share a partition, as the co-partitioned join needs,
@@ -19,10 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 import pipelines
-from resources import local_resources
+from pipelines import Topics
+from resources import MissionConfig, local_resources
 from streamplatform.kafka import TopicSpec, create_topics, producer
 from streamplatform.runtime.partitioner import partition_for
 
@@ -30,8 +30,6 @@ PARTITIONS = 3
 CURRENCIES = ("USD", "GBP", "CHF")
 HOUR = 3_600_000
 JAN_1 = pipelines.START_MS  # 2026-01-01T00:00:00Z
-TOPIC_NAMES = ("TRANSACTIONS", "FX_RATES", "DEDUPLICATED", "ENRICHED", "TRANSACTIONS_DLQ",
-               "ENRICHMENT_DLQ")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -46,19 +44,15 @@ class DemoData:
         return self.transactions + self.duplicates + self.poison
 
 
-def rename_topics(monkeypatch: pytest.MonkeyPatch, prefix: str) -> dict[str, str]:
-    """Give the pipelines' topics names of their own for this test module."""
-    names = {}
-    for constant in TOPIC_NAMES:
-        name = f"{prefix}-{getattr(pipelines, constant)}"
-        monkeypatch.setattr(pipelines, constant, name)
-        names[constant] = name
-    return names
+def mission(prefix: str) -> MissionConfig:
+    """The code location's configuration with topics and application ids of ``prefix``."""
+    return MissionConfig(topics=Topics.prefixed(prefix), dedup_application_id=f"{prefix}-dedup",
+                         enrichment_application_id=f"{prefix}-enrich",
+                         max_records_per_batch=1_000)  # fmt: skip
 
 
-def create_pipeline_topics(settings: dict[str, str]) -> None:
-    names = [getattr(pipelines, constant) for constant in TOPIC_NAMES]
-    create_topics(settings, [TopicSpec(name, PARTITIONS) for name in names])
+def create_pipeline_topics(settings: dict[str, str], topics: Topics) -> None:
+    create_topics(settings, [TopicSpec(name, PARTITIONS) for name in topics.names()])
 
 
 def send(out: Any, topic: str, key: str, value: bytes, timestamp: int, **headers: str) -> None:
@@ -67,7 +61,7 @@ def send(out: Any, topic: str, key: str, value: bytes, timestamp: int, **headers
                 headers=[(k, v.encode()) for k, v in headers.items()])  # fmt: skip
 
 
-def produce_rates(settings: dict[str, str]) -> int:
+def produce_rates(settings: dict[str, str], topics: Topics) -> int:
     """A rate every 6 hours per currency, from 2025-12-31T00:00 to 2026-01-02T18:00."""
     out = producer(settings)
     count = 0
@@ -76,18 +70,22 @@ def produce_rates(settings: dict[str, str]) -> int:
             valid_from = JAN_1 - 24 * HOUR + step * 6 * HOUR
             rate = round(0.8 + index * 0.3 + step * 0.001, 5)
             value = json.dumps({"rate": rate, "valid_from": valid_from}).encode()
-            send(out, pipelines.FX_RATES, currency, value, valid_from)
+            send(out, topics.fx_rates, currency, value, valid_from)
             count += 1
     assert out.flush(30) == 0
     return count
 
 
-def produce_correction(settings: dict[str, str], currency: str, valid_from: int) -> None:
+def produce_correction(
+    settings: dict[str, str], topics: Topics, currency: str, valid_from: int
+) -> None:
     """A late correction: a rate version older than versions the join has already used."""
-    pipelines.produce_correction(settings, currency, 9.99, valid_from)
+    pipelines.produce_correction(settings, currency, 9.99, valid_from, topics)
 
 
-def produce_transactions(settings: dict[str, str], count: int = 120, seed: int = 11) -> DemoData:
+def produce_transactions(
+    settings: dict[str, str], topics: Topics, count: int = 120, seed: int = 11
+) -> DemoData:
     """``count`` transactions over two days, every 10th repeated at once, 2 poison records."""
     rng = random.Random(seed)
     out = producer(settings)
@@ -98,23 +96,21 @@ def produce_transactions(settings: dict[str, str], count: int = 120, seed: int =
         value = json.dumps({"id": f"tx-{index:05d}", "account": f"acct-{index % 7}",
                             "amount": round(rng.uniform(1, 500), 2),
                             "currency": currency}).encode()  # fmt: skip
-        send(out, pipelines.TRANSACTIONS, currency, value, timestamp, source="test")
+        send(out, topics.transactions, currency, value, timestamp, source="test")
         if index % 10 == 3:
-            send(out, pipelines.TRANSACTIONS, currency, value, timestamp, source="test")
+            send(out, topics.transactions, currency, value, timestamp, source="test")
             duplicates += 1
         if index in (40, 90):
-            send(out, pipelines.TRANSACTIONS, currency, b"{not json", timestamp + 1)
+            send(out, topics.transactions, currency, b"{not json", timestamp + 1)
             poison += 1
     assert out.flush(30) == 0
     return DemoData(count, duplicates, poison, 0)
 
 
-def make_resources(kafka_settings: dict[str, str], data_dir: Path, prefix: str) -> dict[str, Any]:
+def make_resources(kafka_settings: dict[str, str], data_dir: Path) -> dict[str, Any]:
     """The code location's resources on the test broker, the run's Spark and ``data_dir``."""
     return local_resources(kafka_settings["bootstrap.servers"], data_dir=data_dir,
-                           dedup_application_id=f"{prefix}-dedup",
-                           enrichment_application_id=f"{prefix}-enrich",
-                           max_records_per_batch=1_000, spark_master="local[2]")  # fmt: skip
+                           spark_master="local[2]")  # fmt: skip
 
 
 def unique_prefix(name: str) -> str:

@@ -1,5 +1,6 @@
-"""The code location loads and holds what the UI shows; the schedule and the backfill sensor
-evaluate (no broker, no Spark: the sensor reads materialization metadata only)."""
+"""The example code location loads and holds what the UI shows; its configuration and resources
+come from the environment; the schedule and the late-version backfill sensor evaluate (no
+broker, no Spark: the sensor reads materialization metadata only)."""
 
 from __future__ import annotations
 
@@ -9,20 +10,14 @@ import dagster as dg
 import pytest
 
 import assets.dedup_audit
-import assets.lateness
 import definitions
-from assets import fx_rate_versions
-from jobs import dlq_replay_schedule, late_fx_rates_backfill_sensor
-from resources import KafkaResource, SparkResource, build_resources
+import streamplatform.dagster.lateness
+from jobs import in_process
+from resources import MissionConfig, build_resources
+from streamplatform.dagster import StreamplatformResource
 
-ASSET_NAMES = {
-    "transactions_deduplicated",
-    "fx_rate_versions",
-    "transactions_enriched",
-    "dlq_records",
-    "standby_placements",
-    "stream_offsets",
-}
+SNAPSHOT = "transactions_enrichment_fx_rates_versions"
+BACKFILL_SENSOR = f"{SNAPSHOT}_late_backfill"
 
 
 def test_definitions_load_and_validate():
@@ -30,25 +25,67 @@ def test_definitions_load_and_validate():
     dg.Definitions.validate_loadable(defs)
     graph = defs.resolve_asset_graph()
     keys = {key.to_user_string() for key in graph.get_all_asset_keys()}
-    assert ASSET_NAMES | {"kafka/transactions", "kafka/fx_rates"} <= keys
+    assert keys == {
+        "kafka/transactions", "kafka/fx-rates", "kafka/transactions-deduplicated",
+        "transactions_deduplicated", "transactions_enrichment", SNAPSHOT,
+        "transactions_enriched", "standby_placements",
+    }  # fmt: skip
     assert {key.to_user_string() for key in graph.external_asset_keys} == {
         "kafka/transactions",
-        "kafka/fx_rates",
+        "kafka/fx-rates",
     }
-    checks = {key.name for key in graph.asset_check_keys}
-    assert checks == {"no_duplicates_within_interval", "offsets_contiguous",
-                      "dlq_below_threshold", "stream_equals_batch_join"}  # fmt: skip
-    assert {job.name for job in defs.jobs} == {"dlq_replay", "enriched_backfill"}
-    assert dlq_replay_schedule.default_status == dg.DefaultScheduleStatus.RUNNING
-    assert dlq_replay_schedule.cron_schedule == "*/15 * * * *"
-    assert {s.name for s in defs.sensors} == {"late_fx_rates_backfill", "stream_lag"}
+    # The dedup job writes the topic the enrichment reads: one lineage.
+    assert graph.get(dg.AssetKey("transactions_enrichment")).parent_keys == {
+        dg.AssetKey(["kafka", "fx-rates"]), dg.AssetKey(["kafka", "transactions-deduplicated"])
+    }  # fmt: skip
+    checks = {(key.asset_key.to_user_string(), key.name) for key in graph.asset_check_keys}
+    streaming = {"caught_up", "dlq_ratio", "offsets_contiguous"}
+    assert checks == {
+        *{("transactions_deduplicated", name) for name in streaming},
+        *{("transactions_enrichment", name) for name in streaming},
+        ("transactions_deduplicated", "no_duplicates_within_interval"),
+        ("transactions_enriched", "stream_equals_batch_join"),
+    }
+    assert {job.name for job in defs.jobs} == {
+        "transactions_deduplicated_dlq_replay", "transactions_enrichment_dlq_replay",
+        "enriched_backfill",
+    }  # fmt: skip
+    schedules = {s.name: s for s in defs.schedules}
+    assert set(schedules) == {f"{job}_dlq_replay_schedule" for job in
+                              ("transactions_deduplicated", "transactions_enrichment")}  # fmt: skip
+    for schedule in schedules.values():
+        assert schedule.default_status == dg.DefaultScheduleStatus.RUNNING
+        assert schedule.cron_schedule == "*/15 * * * *"
+    sensors = {s.name: s for s in defs.sensors}
+    assert set(sensors) == {"transactions_deduplicated_lag", "transactions_enrichment_lag",
+                            BACKFILL_SENSOR}  # fmt: skip
+    assert sensors[BACKFILL_SENSOR].default_status == dg.DefaultSensorStatus.RUNNING
+    assert sensors["transactions_deduplicated_lag"].default_status == dg.DefaultSensorStatus.STOPPED
 
 
 def test_every_job_runs_in_one_process():
-    """One JVM per run: the in-process executor everywhere (see resources/spark.py)."""
+    """One JVM per run: the in-process executor everywhere."""
     defs = definitions.defs
-    for name in ("dlq_replay", "enriched_backfill", "__ASSET_JOB"):
-        assert defs.resolve_job_def(name).executor_def is dg.in_process_executor, name
+    for job in defs.resolve_all_job_defs():
+        assert job.executor_def is dg.in_process_executor, job.name
+
+
+def test_topics_and_application_ids_are_configuration(monkeypatch):
+    monkeypatch.setenv("STREAMPLATFORM_TOPIC_PREFIX", "team-a")
+    monkeypatch.setenv("STREAMPLATFORM_DEDUP_APPLICATION_ID", "team-a-dedup")
+    monkeypatch.setenv("STREAMPLATFORM_MAX_RECORDS_PER_BATCH", "500")
+    mission = MissionConfig.from_env()
+    assert mission.topics.transactions == "team-a-transactions"
+    assert mission.topics.enriched == "team-a-transactions-enriched"
+    defs = definitions.build_definitions(mission)
+    dedup, enrichment = definitions.mission_jobs(mission)
+    assert (dedup.app_id, enrichment.app_id) == ("team-a-dedup", "transactions-enrichment")
+    assert dedup.source_topics() == ["team-a-transactions"]
+    assert dedup.settings["platform.max.records.per.batch"] == 500
+    assert definitions.pools(defs) == {"streamplatform/team-a-dedup",
+                                       "streamplatform/transactions-enrichment"}  # fmt: skip
+    keys = {key.to_user_string() for key in defs.resolve_asset_graph().get_all_asset_keys()}
+    assert {"kafka/team-a-transactions", "kafka/team-a-transactions-deduplicated"} <= keys
 
 
 def test_resources_come_from_the_environment(monkeypatch):
@@ -56,52 +93,55 @@ def test_resources_come_from_the_environment(monkeypatch):
     monkeypatch.setenv("KAFKA_SECURITY_PROTOCOL", "SASL_SSL")
     monkeypatch.setenv("SPARK_MASTER", "spark://cluster:7077")
     monkeypatch.setenv("STREAMPLATFORM_DELTA_ROOT", "s3a://bucket/streams")
-    resources = build_resources()
-    kafka = resources["kafka"]
-    assert isinstance(kafka, KafkaResource) and isinstance(resources["spark"], SparkResource)
-    assert resources["spark"].spark_config["spark.master"] == "spark://cluster:7077"
-    with dg.build_resources({"kafka": kafka, "delta_root": resources["delta_root"]}) as built:
-        assert built.kafka.settings() == {
-            "bootstrap.servers": "broker-1:9092,broker-2:9092",
-            "security.protocol": "SASL_SSL",
-        }
-        assert built.delta_root.table("app", "_dlq") == "s3a://bucket/streams/app/_dlq"
+    resource = build_resources()["streamplatform"]
+    assert isinstance(resource, StreamplatformResource)
+    assert resource.kafka_settings() == {
+        "bootstrap.servers": "broker-1:9092,broker-2:9092",
+        "security.protocol": "SASL_SSL",
+    }
+    assert resource.spark.master == "spark://cluster:7077"
+    [dedup, _] = definitions.mission_jobs(MissionConfig())
+    assert resource.app_root(dedup) == "s3a://bucket/streams/transactions-dedup"
 
 
 def test_no_broker_anywhere_is_a_readable_error(monkeypatch, tmp_path):
     monkeypatch.setenv("STREAMPLATFORM_DATA", str(tmp_path))
+    monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS", raising=False)
     with pytest.raises(ConnectionError, match="KAFKA_BOOTSTRAP_SERVERS"):
-        KafkaResource().settings()
+        StreamplatformResource().kafka_settings()
 
 
-def test_the_schedule_evaluates_to_a_dlq_replay_run():
-    with dg.build_schedule_context() as context:
-        [request] = dlq_replay_schedule.evaluate_tick(context).run_requests
-    assert dlq_replay_schedule.job_name == "dlq_replay"
-    assert request.run_config == {}  # defaults: both jobs' DLQs, 3 attempts
+def test_the_schedules_evaluate_to_dlq_replay_runs():
+    defs = definitions.defs
+    with dg.instance_for_test() as instance:
+        for job in ("transactions_deduplicated", "transactions_enrichment"):
+            tick = in_process.tick(defs, instance, f"{job}_dlq_replay_schedule")
+            [request] = tick.run_requests
+            assert request.run_config == {}  # defaults: 3 attempts, parked records stay
+            assert defs.resolve_schedule_def(f"{job}_dlq_replay_schedule").job_name == (
+                f"{job}_dlq_replay"
+            )
 
 
 def test_backfill_sensor_turns_late_days_into_partition_runs_once():
+    defs = definitions.defs
     with dg.instance_for_test() as instance:
         for days in (["2026-01-03", "2025-12-30"], [], ["2026-01-03", "2026-01-04"]):
             instance.report_runless_asset_event(
                 dg.AssetMaterialization(
-                    asset_key=fx_rate_versions.key,
-                    metadata={"late_days": dg.MetadataValue.json(days)},
+                    asset_key=SNAPSHOT, metadata={"late_days": dg.MetadataValue.json(days)}
                 )
             )
-        with dg.build_sensor_context(instance=instance) as context:
-            result = late_fx_rates_backfill_sensor(context)
+        result = in_process.tick(defs, instance, BACKFILL_SENSOR)
         # 2025-12-30 is before the first partition: skipped, not requested.
         # A day named twice in one tick is recomputed once, by the newest materialization.
         assert [r.partition_key for r in result.run_requests] == ["2026-01-03", "2026-01-04"]
         assert len({r.run_key for r in result.run_requests}) == 2
-        assert all(r.job_name in (None, "enriched_backfill") for r in result.run_requests)
-        with dg.build_sensor_context(instance=instance, cursor=result.cursor) as context:
-            again = late_fx_rates_backfill_sensor(context)
+        assert defs.resolve_sensor_def(BACKFILL_SENSOR).job_name == "enriched_backfill"
+        again = in_process.tick(defs, instance, BACKFILL_SENSOR, cursor=result.cursor)
         assert not again.run_requests
 
 
-@pytest.mark.parametrize("module", [assets.lateness, assets.dedup_audit])
+@pytest.mark.parametrize("module", [streamplatform.dagster.lateness, assets.dedup_audit])
 def test_docstring_examples(module):
     assert doctest.testmod(module).failed == 0

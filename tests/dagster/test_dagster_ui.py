@@ -100,8 +100,9 @@ def test_ui_materializes_through_graphql_and_renders_the_asset(chromium, kafka_s
         wait_for(f"the run page to show {on_run_page}",
                  lambda: all(w in chromium.text() for w in on_run_page), 90, log)  # fmt: skip
         chromium.call("Page.navigate", url=f"{base}/assets")
-        names = ("transactions_deduplicated", "fx_rate_versions", "transactions_enriched",
-                 "dlq_records", "stream_offsets", ASSET)  # fmt: skip
+        names = ("transactions_deduplicated", "transactions_enrichment",
+                 "transactions_enrichment_fx_rates_versions", "transactions_enriched",
+                 ASSET)  # fmt: skip
         seen["text"] = ""
 
         def catalog() -> bool:

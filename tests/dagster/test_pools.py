@@ -38,32 +38,32 @@ from dagster._daemon.run_coordinator.queued_run_coordinator_daemon import (
 from dagster_support import (
     LAUNCH,
     create_pipeline_topics,
+    mission,
     produce_transactions,
-    rename_topics,
     unique_prefix,
 )
-from pool_location import PREFIX_VARIABLE
 
 import definitions
 import demo
 import webui
-from resources import all_resources, job_pool
+from streamplatform.dagster import job_pool
 from webui import GraphQL
 
 ROOT = Path(__file__).resolve().parents[2]
 DAEMON = Path(sys.executable).with_name("dagster-daemon")
 LOCATION = "streamplatform"
-STREAMS = all_resources["streams"]
-DEDUP_POOL = job_pool(STREAMS.dedup_application_id)
-ENRICHMENT_POOL = job_pool(STREAMS.enrichment_application_id)
+DEDUP_POOL = job_pool("transactions-dedup")  # the code location's default application ids
+ENRICHMENT_POOL = job_pool("transactions-enrichment")
 # Every op that runs a streaming job or writes its runtime tables, and its job's pool.
 POOLED_OPS = {
     "transactions_deduplicated": DEDUP_POOL,
-    "fx_rate_versions": ENRICHMENT_POOL,
-    "replay_dedup_dead_letters": DEDUP_POOL,
-    "replay_enrichment_dead_letters": ENRICHMENT_POOL,
+    "transactions_enrichment": ENRICHMENT_POOL,
+    "transactions_enrichment_fx_rates_versions": ENRICHMENT_POOL,
+    "replay_transactions_deduplicated_dead_letters": DEDUP_POOL,
+    "replay_transactions_enrichment_dead_letters": ENRICHMENT_POOL,
 }
 DEDUPLICATED = dg.AssetKey("transactions_deduplicated")
+ENRICHMENT = dg.AssetKey("transactions_enrichment")
 
 
 def test_each_streaming_op_is_in_the_pool_of_its_application_id():
@@ -78,7 +78,7 @@ def test_each_streaming_op_is_in_the_pool_of_its_application_id():
     assert definitions.pools(defs) == {DEDUP_POOL, ENRICHMENT_POOL}
     graph = defs.resolve_asset_graph()  # what the asset's page in the UI shows
     assert graph.get(DEDUPLICATED).pools == {DEDUP_POOL}
-    assert graph.get(dg.AssetKey("fx_rate_versions")).pools == {ENRICHMENT_POOL}
+    assert graph.get(ENRICHMENT).pools == {ENRICHMENT_POOL}
 
 
 def test_the_instance_limits_every_pool_to_one_run(tmp_path):
@@ -104,10 +104,10 @@ def test_the_run_queue_holds_a_second_run_of_a_pool_until_the_first_ends(tmp_pat
     defs = definitions.defs
     with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
         first, second = (queued(instance, defs, [DEDUPLICATED]) for _ in range(2))
-        other_pool = queued(instance, defs, [dg.AssetKey("fx_rate_versions")])
-        replay = queued(instance, defs, job="dlq_replay")  # both pools
+        other_pool = queued(instance, defs, [ENRICHMENT])
+        replay = queued(instance, defs, job="transactions_deduplicated_dlq_replay")
         assert second.run_op_concurrency.all_pools == {DEDUP_POOL}
-        assert replay.run_op_concurrency.all_pools == {DEDUP_POOL, ENRICHMENT_POOL}
+        assert replay.run_op_concurrency.all_pools == {DEDUP_POOL}
         names = {first.run_id: "first", second.run_id: "second",
                  other_pool.run_id: "other pool", replay.run_id: "replay"}  # fmt: skip
 
@@ -130,10 +130,13 @@ def queued(
     assets: list[dg.AssetKey] | None = None,
     job: str | None = None,
 ) -> dg.DagsterRun:
-    """A QUEUED run of the code location's asset job over ``assets``, or of ``job``, as a launch
-    from the UI leaves it (its pools computed from its execution plan)."""
+    """A QUEUED run of the code location's asset job over ``assets`` (with the Kafka topics
+    their jobs write, as the UI selects them), or of ``job``, as a launch from the UI leaves it
+    (its pools computed from its execution plan)."""
     definition = defs.resolve_job_def(job) if job else defs.resolve_implicit_global_asset_job_def()
     if assets:
+        selection = dg.AssetSelection.assets(*assets).required_multi_asset_neighbors()
+        assets = sorted(selection.resolve(defs.resolve_asset_graph()))
         definition = definition.get_subset(asset_selection=set(assets))
     repository = RemoteRepositoryOrigin(RegisteredCodeLocationOrigin(LOCATION), "__repository__")
     return instance.create_run_for_job(
@@ -180,13 +183,13 @@ CHECK = "no_duplicates_within_interval"
 @pytest.mark.spark
 @pytest.mark.slow
 def test_two_materializations_of_one_job_through_the_ui_queue_one_behind_the_other(
-    kafka_settings, tmp_path, monkeypatch
+    kafka_settings, tmp_path
 ):
     began = time.monotonic()
     prefix = unique_prefix("pools")
-    rename_topics(monkeypatch, prefix)
-    create_pipeline_topics(kafka_settings)
-    data = produce_transactions(kafka_settings)
+    topics = mission(prefix).topics  # the code location's, with the same prefix (env below)
+    create_pipeline_topics(kafka_settings, topics)
+    data = produce_transactions(kafka_settings, topics)
     home = demo.prepare_instance(tmp_path / "dagster_home")
     workspace = write_workspace(tmp_path / "workspace.yaml")
     env = os.environ | {
@@ -194,7 +197,7 @@ def test_two_materializations_of_one_job_through_the_ui_queue_one_behind_the_oth
         "STREAMPLATFORM_DATA": str(tmp_path / "data"),
         "KAFKA_BOOTSTRAP_SERVERS": kafka_settings["bootstrap.servers"],
         "SPARK_MASTER": "local[1]",
-        PREFIX_VARIABLE: prefix,
+        "STREAMPLATFORM_TOPIC_PREFIX": prefix,
     }
     logs = {name: tmp_path / f"{name}.log" for name in ("webserver", "daemon")}
     costs: dict[str, float] = {}
@@ -204,7 +207,7 @@ def test_two_materializations_of_one_job_through_the_ui_queue_one_behind_the_oth
     with webserver as (_, base):
         costs["webserver up"] = time.monotonic() - began
         graphql = GraphQL(f"{base}/graphql")
-        a, b = launch(graphql), launch(graphql)
+        a, b = launch(graphql, topics.deduplicated), launch(graphql, topics.deduplicated)
         queued = graphql(QUEUE, a=a, b=b, pool=DEDUP_POOL)
         started = time.monotonic()
         with webui.group(daemon, logs["daemon"], cwd=ROOT, env=env):
@@ -258,8 +261,8 @@ def test_two_materializations_of_one_job_through_the_ui_queue_one_behind_the_oth
 
 
 def write_workspace(path: Path) -> Path:
-    """A workspace with ``pool_location.py`` as the ``streamplatform`` code location."""
-    location = Path(__file__).with_name("pool_location.py")
+    """A workspace with ``definitions.py`` as the ``streamplatform`` code location."""
+    location = ROOT / "definitions.py"
     path.write_text(
         "load_from:\n  - python_file:\n"
         f"      relative_path: {location}\n      working_directory: {ROOT}\n"
@@ -268,11 +271,13 @@ def write_workspace(path: Path) -> Path:
     return path
 
 
-def launch(graphql: GraphQL) -> str:
-    """A materialization of ``transactions_deduplicated`` with its check, as "Materialize"."""
+def launch(graphql: GraphQL, output_topic: str) -> str:
+    """A materialization of ``transactions_deduplicated`` (with the topic it writes, as
+    "Materialize" selects them) and its check."""
     params = {"selector": {"repositoryLocationName": LOCATION,
                            "repositoryName": "__repository__", "jobName": "__ASSET_JOB",
-                           "assetSelection": [{"path": DEDUPLICATED.path}],
+                           "assetSelection": [{"path": DEDUPLICATED.path},
+                                              {"path": ["kafka", output_topic]}],
                            "assetCheckSelection": [{"assetKey": {"path": DEDUPLICATED.path},
                                                     "name": CHECK}]}}  # fmt: skip
     launched = graphql(LAUNCH, params=params)["launchRun"]

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
-from assets.streams import run_metadata
+from streamplatform.dagster.factory import run_metadata
 from streamplatform.runtime.microbatch import BatchResult
 
 
@@ -13,11 +11,11 @@ def result(batch_id: int, **metrics: int) -> BatchResult:
 
 
 def test_offset_gaps_and_skipped_offsets_are_summed_into_the_metadata():
-    spec = SimpleNamespace(application_id="app", table=lambda name: f"/delta/app/{name}")
     metadata = run_metadata(
-        spec,
         [result(0, offset_gaps=6, offsets_skipped=0), result(1, offset_gaps=2, offsets_skipped=3)],
+        2.0,
         {("t", 0): 20},
         {"t/0": 0},
     )
     assert (metadata["offset_gaps"], metadata["offsets_skipped"]) == (8, 3)
+    assert metadata["batch_ids"].value == [0, 1] and metadata["rows_in"] == 20

@@ -20,7 +20,8 @@ pytestmark = pytest.mark.spark
 
 VERSIONS_SCHEMA = "store STRING, key BINARY, value BINARY, valid_from LONG, task STRING, " \
     "seq LONG, batch_id LONG"  # fmt: skip
-STORE = "fx-rates-versions"
+STORE = pipelines.RATES_STORE
+TOPICS = pipelines.Topics()
 
 
 def rate(value: float, valid_from: int) -> bytes:
@@ -86,22 +87,22 @@ def test_batch_as_of_join_equals_the_streaming_join(spark, tmp_path):
                     ("GBP", "e", 50.0, 7_199_999), ("USD", "f", 60.0, 1_000)]  # fmt: skip
     versions = []
     with TopologyTestDriver(pipelines.enrichment_topology(), {"application.id": "t"}) as driver:
-        table = driver.create_input_topic(pipelines.FX_RATES, Serdes.string(), Serdes.json())
+        table = driver.create_input_topic(TOPICS.fx_rates, Serdes.string(), Serdes.json())
         for seq, (currency, value, valid_from) in enumerate(rates):
             table.pipe_input(currency, {"rate": value, "valid_from": valid_from},
                              timestamp=valid_from)  # fmt: skip
             versions.append((STORE, currency.encode(), rate(value, valid_from), valid_from,
                              "0_0", seq, 0))  # fmt: skip
-        stream = driver.create_input_topic(pipelines.DEDUPLICATED, Serdes.string(), Serdes.json())
+        stream = driver.create_input_topic(TOPICS.deduplicated, Serdes.string(), Serdes.json())
         for currency, tx_id, amount, timestamp in transactions:
             stream.pipe_input(currency, {"id": tx_id, "amount": amount}, timestamp=timestamp)
-        out = driver.create_output_topic(pipelines.ENRICHED, Serdes.bytes(), Serdes.bytes())
+        out = driver.create_output_topic(TOPICS.enriched, Serdes.bytes(), Serdes.bytes())
         streamed = sorted((r.key, r.value, r.timestamp) for r in out.read_records_to_list())
 
     path = str(tmp_path / "_versions")
     write_versions(spark, path, versions)
     frame = spark.createDataFrame(
-        [(c.encode(), json.dumps({"id": i, "amount": a}).encode(), t, pipelines.DEDUPLICATED,
+        [(c.encode(), json.dumps({"id": i, "amount": a}).encode(), t, TOPICS.deduplicated,
           0, n) for n, (c, i, a, t) in enumerate(transactions)],
         "key BINARY, value BINARY, timestamp LONG, topic STRING, partition INT, offset LONG",
     )  # fmt: skip

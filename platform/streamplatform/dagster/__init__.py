@@ -14,7 +14,8 @@ In Python::
 
 or in YAML with :class:`StreamingJobComponent` (a Dagster ``Component``; one ``defs.yaml`` per
 job). Either gives, per job: the streaming asset with its checks, a versioned snapshot asset
-per versioned store, the DLQ replay job and schedule, and the lag sensor (see
+per versioned store (with late-version reports and a backfill sensor for a declared
+:class:`AsOfJoin`), the DLQ replay job and schedule, and the lag sensor (see
 :mod:`streamplatform.dagster.factory`), all on one :class:`StreamplatformResource` bound under
 the key ``streamplatform``.
 
@@ -31,11 +32,14 @@ from streamplatform.dagster.component import StreamingJobComponent
 from streamplatform.dagster.factory import (
     RESOURCE_KEY,
     job_pool,
+    late_version_backfill_sensor,
+    snapshot_asset_name,
+    snapshot_path,
     streaming_definitions,
     topic_key,
 )
 from streamplatform.dagster.resource import KafkaConnection, SparkSettings, StreamplatformResource
-from streamplatform.dagster.spec import StreamingJobSpec
+from streamplatform.dagster.spec import AsOfJoin, StreamingJobSpec
 
 
 def pools(definitions: dg.Definitions) -> set[str]:
@@ -50,13 +54,17 @@ def pools(definitions: dg.Definitions) -> set[str]:
 
 __all__ = [
     "RESOURCE_KEY",
+    "AsOfJoin",
     "KafkaConnection",
     "SparkSettings",
     "StreamingJobComponent",
     "StreamingJobSpec",
     "StreamplatformResource",
     "job_pool",
+    "late_version_backfill_sensor",
     "pools",
+    "snapshot_asset_name",
+    "snapshot_path",
     "streaming_definitions",
     "topic_key",
 ]

@@ -11,6 +11,9 @@ A team adds a job by adding a ``defs.yaml`` to its project's defs folder::
       settings:
         platform.max.records.per.batch: 20000
       freshness_minutes: 60
+      # A temporal join with a versioned store: late versions reported, stale days backfilled.
+      as_of_joins:
+        - {store: customers-versions, sink: orders-clean, backfill_job: orders_backfill}
       # Optional: bind the resource here (once per project), with Dagster's templating.
       resource:
         kafka:
@@ -32,7 +35,7 @@ from pydantic import Field
 
 from streamplatform.dagster.factory import streaming_definitions
 from streamplatform.dagster.resource import KafkaConnection, SparkSettings, StreamplatformResource
-from streamplatform.dagster.spec import StreamingJobSpec
+from streamplatform.dagster.spec import AsOfJoin, StreamingJobSpec
 
 
 class ResourceModel(dg.Model):
@@ -42,6 +45,16 @@ class ResourceModel(dg.Model):
     spark: dict[str, Any] = Field(default_factory=dict, description="master, conf, stop_after_run")
     delta_root: str = ""
     state_dir: str = ""
+
+
+class AsOfJoinModel(dg.Model):
+    """An :class:`~streamplatform.dagster.AsOfJoin`."""
+
+    store: str = Field(description="The versioned store the join reads.")
+    sink: str = Field(description="The Delta sink the join writes.")
+    backfill_job: str | None = Field(
+        default=None, description="A job partitioned by UTC day that recomputes a stale day."
+    )
 
 
 class StreamingJobComponent(dg.Component, dg.Model, dg.Resolvable):
@@ -67,6 +80,9 @@ class StreamingJobComponent(dg.Component, dg.Model, dg.Resolvable):
     max_dlq_ratio: float = Field(default=0.01, description="The dlq_ratio check's maximum.")
     dlq_replay_cron: str = "*/15 * * * *"
     dlq_replay_running: bool = Field(default=False, description="Start the replay schedule on.")
+    as_of_joins: list[AsOfJoinModel] = Field(
+        default_factory=list, description="Temporal joins with the job's versioned stores."
+    )
     resource: ResourceModel | None = Field(
         default=None, description="Bind the resource here; leave out where the project binds it."
     )
@@ -79,6 +95,7 @@ class StreamingJobComponent(dg.Component, dg.Model, dg.Resolvable):
             description=self.description,
             freshness=None if self.freshness_minutes is None
             else timedelta(minutes=self.freshness_minutes),
+            as_of_joins=tuple(AsOfJoin(**join.model_dump()) for join in self.as_of_joins),
         )  # fmt: skip
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:

@@ -15,7 +15,12 @@ For each :class:`StreamingJobSpec` it yields:
   (the offset and commit logs have no gap and no overlap);
 - a **versioned snapshot asset** ``<name>_<store>_versions`` per versioned store (KIP-889): the
   store's versions ``(key, value, valid_from, valid_to)`` as a Delta table under
-  ``<delta root>/<application.id>/_snapshots/<store>``;
+  ``<delta root>/<application.id>/_snapshots/<store>``; for a store with a declared as-of join
+  (:class:`AsOfJoin`) it also reports the versions that arrived late for the join and the UTC
+  days they make stale;
+- for such a join with a ``backfill_job``, the **late-version backfill sensor**
+  ``<snapshot asset>_late_backfill``: one run of that day-partitioned job per stale day, each
+  day once per report (on by default);
 - with a DLQ topic, the **DLQ replay** job ``<name>_dlq_replay`` and its schedule
   ``<name>_dlq_replay_schedule``: records that pass the current topology are re-published to
   their source topic, those that fail again are parked, each DLQ record once
@@ -40,7 +45,7 @@ from pydantic import Field
 
 from streamplatform.dagster.checks import dlq_ratio, lag_by_partition, offset_log_problems
 from streamplatform.dagster.resource import StreamplatformResource
-from streamplatform.dagster.spec import StreamingJobSpec
+from streamplatform.dagster.spec import AsOfJoin, StreamingJobSpec
 from streamplatform.dlq import DlqReplayer
 from streamplatform.runtime.logs import CommitLog
 from streamplatform.runtime.microbatch import BatchResult, StreamingJob
@@ -48,6 +53,7 @@ from streamplatform.runtime.task import add_metrics
 
 RESOURCE_KEY = "streamplatform"
 POOL_PREFIX = "streamplatform/"
+BACKFILL_TAG = "streamplatform/backfill"
 CHECKS = {
     "caught_up": "Every source partition was read to its end by the run (no lag left).",
     "dlq_ratio": "DLQ records / records read by the run stay under the declared maximum.",
@@ -105,6 +111,8 @@ def streaming_definitions(
                 )
             )
         sensors.append(lag_sensor(job, streaming, lag_threshold))
+        sensors += [late_version_backfill_sensor(job, join) for join in job.as_of_joins
+                    if join.backfill_job]  # fmt: skip
     return dg.Definitions(
         assets=assets,
         jobs=job_defs,
@@ -178,7 +186,7 @@ def materialize(
     context: Any, job: StreamingJobSpec, resource: StreamplatformResource, max_dlq_ratio: float
 ) -> dg.MaterializeResult:
     """Run ``job`` until caught up; its metadata and check results."""
-    settings = job_settings(job, resource)
+    settings = resource.job_settings(job)
     spark = resource.spark_session
     started = time.monotonic()
     streaming = StreamingJob(job.load_topology(), settings, spark=spark,
@@ -195,7 +203,7 @@ def materialize(
     finally:
         streaming.close()
     seconds = time.monotonic() - started
-    app_root = f"{resource.delta_root_path()}/{job.app_id}"
+    app_root = resource.app_root(job)
     last = CommitLog(f"{app_root}/_commits", job.app_id).last()
     consumed = {} if last is None else dict(last.consumed)
     lag = lag_by_partition(resource.end_offsets, job.source_topics(), consumed)
@@ -221,11 +229,6 @@ def materialize(
     return dg.MaterializeResult(asset_key=job.name, metadata=metadata, check_results=checks)
 
 
-def job_settings(job: StreamingJobSpec, resource: StreamplatformResource) -> dict[str, Any]:
-    return job.streams_settings(resource.kafka_settings(), resource.delta_root_path(),
-                                resource.state_dir_path())  # fmt: skip
-
-
 def run_metadata(
     results: Sequence[BatchResult],
     seconds: float,
@@ -249,7 +252,12 @@ def run_metadata(
         "dlq_records": sum(r.dlq_records for r in results),
         "restored_records": sum(r.restored_records for r in results),
         "replayed_batches": sum(r.replayed for r in results),
+        # Offsets that held no committed record (transaction markers, aborted or compacted
+        # records), and offsets gone from Kafka before they were read (retention).
+        "offset_gaps": metrics.get("offset_gaps", 0),
+        "offsets_skipped": metrics.get("offsets_skipped", 0),
         "batches": len(results),
+        "batch_ids": dg.MetadataValue.json(batch_ids),
         "first_batch_id": batch_ids[0] if batch_ids else -1,
         "last_batch_id": batch_ids[-1] if batch_ids else -1,
         "duration_s": round(seconds, 3),
@@ -272,47 +280,204 @@ def run_metadata(
 # The versioned snapshot asset -------------------------------------------------------------
 
 
+def snapshot_asset_name(job: StreamingJobSpec, store: str) -> str:
+    """The versioned snapshot asset of ``store``: ``<job name>_<store>_versions``."""
+    return f"{job.name}_{re.sub(r'[^A-Za-z0-9_]', '_', store)}_versions"
+
+
+def snapshot_path(delta_root: str, job: StreamingJobSpec, store: str) -> str:
+    """Where the snapshot asset writes ``store``'s versions: a Delta table."""
+    return f"{delta_root}/{job.app_id}/_snapshots/{store}"
+
+
 def snapshot_asset(job: StreamingJobSpec, store: str) -> dg.AssetsDefinition:
-    name = f"{job.name}_{re.sub(r'[^A-Za-z0-9_]', '_', store)}_versions"
+    join = job.as_of_join(store)
+    late = (
+        f" Reports the versions that arrived after the join into `{join.sink}` had passed "
+        "their start (late versions) and the UTC days they make stale"
+        + (f", which `{join.backfill_job}` recomputes." if join.backfill_job else ".")
+        if join is not None
+        else ""
+    )
 
     @dg.asset(
-        name=name,
+        name=snapshot_asset_name(job, store),
         deps=[dg.AssetKey(job.name)],
         group_name=job.group_name,
         pool=job_pool(job.app_id),
         kinds={"spark", "delta"},
         description=f"The versioned store `{store}` of `{job.app_id}` (KIP-889): every version "
         "(key, value, valid_from, valid_to) as a Delta table, rewritten from the job's "
-        "versions log as of its latest commit.",
+        f"versions log as of its latest commit.{late}",
     )
-    def _snapshot(streamplatform: StreamplatformResource) -> dg.MaterializeResult:
-        from pyspark.sql import functions as F
+    def _snapshot(
+        context: dg.AssetExecutionContext, streamplatform: StreamplatformResource
+    ) -> dg.MaterializeResult:
+        return dg.MaterializeResult(metadata=snapshot(context, job, store, streamplatform))
 
-        from streamplatform.versioned_snapshot import (
-            read_versioned_snapshot,
-            versions_table_version,
-        )
+    return _snapshot
 
-        spark = streamplatform.spark_session
-        app_root = f"{streamplatform.delta_root_path()}/{job.app_id}"
-        versions_path, path = f"{app_root}/_versions", f"{app_root}/_snapshots/{store}"
-        log_version = versions_table_version(spark, versions_path)
-        if log_version is None:
-            return dg.MaterializeResult(metadata={"versions": 0, "keys": 0})
-        snapshot = read_versioned_snapshot(spark, versions_path, store, log_version).select(
+
+def snapshot(
+    context: Any, job: StreamingJobSpec, store: str, resource: StreamplatformResource
+) -> dict[str, Any]:
+    """Write the snapshot of ``store`` (unless its versions log is unchanged since the previous
+    materialization) and report late versions since the previous one; its metadata."""
+    from pyspark.sql import functions as F
+
+    from streamplatform.dagster.lateness import find_late_versions
+    from streamplatform.versioned_snapshot import read_versioned_snapshot, versions_table_version
+
+    spark = resource.spark_session
+    app_root = resource.app_root(job)
+    versions_path, path = (
+        f"{app_root}/_versions",
+        snapshot_path(resource.delta_root_path(), job, store),
+    )
+    # The previous materialization counts only if it read these tables: one on another Delta
+    # root or application id says nothing about what was reported here.
+    previous = _latest_metadata(context)
+    if previous.get("versions_log") != versions_path:
+        previous = {}
+    log_version = versions_table_version(spark, versions_path)
+    versions, keys = int(previous.get("versions", 0)), int(previous.get("keys", 0))
+    unchanged = (
+        log_version == previous.get("versions_log_version")
+        and versions_table_version(spark, path) is not None
+    )
+    if log_version is not None and not unchanged:
+        rows = read_versioned_snapshot(spark, versions_path, store, log_version).select(
             F.col("key").cast("string").alias("key"), F.col("value").cast("string").alias("value"),
             "valid_from", "valid_to",
         )  # fmt: skip
-        snapshot.write.format("delta").mode("overwrite").save(path)
+        rows.write.format("delta").mode("overwrite").save(path)
         counts = spark.read.format("delta").load(path).agg(
             F.count("*").alias("versions"), F.countDistinct("key").alias("keys")
         ).first()  # fmt: skip
-        return dg.MaterializeResult(metadata={
-            "versions": int(counts.versions), "keys": int(counts.keys),
-            "versions_log_version": log_version, "table": dg.MetadataValue.path(path),
-        })  # fmt: skip
+        versions, keys = int(counts.versions), int(counts.keys)
+    metadata: dict[str, Any] = {
+        "versions": versions,
+        "keys": keys,
+        "versions_log": dg.MetadataValue.path(versions_path),
+        "versions_log_version": -1 if log_version is None else log_version,
+        "table": dg.MetadataValue.path(path),
+        "table_version": versions_table_version(spark, path) or 0,
+    }
+    join = job.as_of_join(store)
+    if join is None:
+        return metadata
+    since = int(previous.get("last_reported_batch_id", -1))
+    last = CommitLog(f"{app_root}/_commits", job.app_id).last()
+    late, days = [], []
+    if last is not None and last.batch_id > since:
+        late, days = find_late_versions(spark, versions_path, f"{app_root}/{join.sink}", store,
+                                        since)  # fmt: skip
+    if late:
+        context.log.warning(
+            f"{len(late)} late version(s) of {store} make {len(days)} day(s) of "
+            f"{join.sink} stale: {', '.join(days)}"
+        )
+    return metadata | {
+        "late_versions": len(late),
+        "late_days": dg.MetadataValue.json(days),
+        "late_version_list": dg.MetadataValue.json(
+            [
+                {
+                    "key": v.key,
+                    "valid_from": v.valid_from,
+                    "batch_id": v.batch_id,
+                    "frontier": v.frontier,
+                    "tombstone": v.tombstone,
+                }
+                for v in late[:100]
+            ]
+        ),  # fmt: skip
+        "reported_since_batch_id": since,
+        "last_reported_batch_id": since if last is None else max(since, last.batch_id),
+    }
 
-    return _snapshot
+
+def _latest_metadata(context: Any) -> dict[str, Any]:
+    """The metadata values of this asset's latest materialization before this run."""
+    event = context.instance.get_latest_materialization_event(context.asset_key)
+    materialization = None if event is None else event.asset_materialization
+    if materialization is None:
+        return {}
+    return {name: value.value for name, value in materialization.metadata.items()}
+
+
+# The late-version backfill sensor ---------------------------------------------------------
+
+
+def late_version_backfill_sensor(job: StreamingJobSpec, join: AsOfJoin) -> dg.SensorDefinition:
+    """Launches ``join.backfill_job`` for each UTC day that late versions made stale.
+
+    It reads the snapshot asset's materializations after its cursor (their storage ids) and
+    requests one run per day named in their ``late_days``, with the run key
+    ``late-versions:<storage id>:<day>``: re-evaluating the same materialization yields the same
+    run keys, which Dagster launches once. Days that are not partitions of the job (before its
+    start, after its end) are skipped and named in the log."""
+    if join.backfill_job is None:
+        raise ValueError(f"{job.name}: the as-of join over {join.store} has no backfill_job")
+    snapshot_key = dg.AssetKey(snapshot_asset_name(job, join.store))
+    target = join.backfill_job
+
+    @dg.sensor(
+        name=f"{snapshot_key.path[-1]}_late_backfill",
+        job_name=target,
+        minimum_interval_seconds=30,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description=f"Launches {target} for every day of {join.sink} that late versions of "
+        f"{join.store} made stale (reported by {snapshot_key.to_user_string()}).",
+    )
+    def _backfill(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+        after = int(context.cursor) if context.cursor else None
+        records = context.instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=snapshot_key, after_storage_id=after),
+            limit=100, ascending=True,
+        ).records  # fmt: skip
+        if not records:
+            return dg.SensorResult(skip_reason=f"no new {snapshot_key.to_user_string()}")
+        partitions = _partitions_of(context, target)
+        latest: dict[str, int] = {}  # day -> newest materialization naming it in this tick
+        outside: set[str] = set()
+        for record in records:
+            materialization = record.asset_materialization
+            metadata = {} if materialization is None else materialization.metadata
+            for day in metadata["late_days"].value if "late_days" in metadata else []:
+                if partitions is None or partitions.has_partition_key(day):
+                    latest[day] = record.storage_id
+                else:
+                    outside.add(day)
+        if outside:
+            context.log.info(f"late versions make days stale that are not partitions of "
+                             f"{target}: {sorted(outside)}")  # fmt: skip
+        requests = [
+            dg.RunRequest(
+                run_key=f"late-versions:{storage_id}:{day}",
+                partition_key=day,
+                tags={
+                    BACKFILL_TAG: snapshot_key.to_user_string(),
+                    "streamplatform/snapshot_storage_id": str(storage_id),
+                },
+            )  # fmt: skip
+            for day, storage_id in sorted(latest.items())
+        ]
+        cursor = str(records[-1].storage_id)
+        if not requests:
+            return dg.SensorResult(cursor=cursor, skip_reason="no day needs recomputing")
+        context.log.info(f"backfilling {[r.partition_key for r in requests]}")
+        return dg.SensorResult(run_requests=requests, cursor=cursor)
+
+    return _backfill
+
+
+def _partitions_of(context: dg.SensorEvaluationContext, job_name: str) -> Any:
+    """The partitions of the job the sensor launches, when the sensor knows its definitions."""
+    repository = context.repository_def
+    if repository is None or not repository.has_job(job_name):
+        return None
+    return repository.get_job(job_name).partitions_def
 
 
 # The DLQ replay ---------------------------------------------------------------------------
@@ -341,7 +506,7 @@ def dlq_replay_job(job: StreamingJobSpec) -> dg.JobDefinition:
         streamplatform: StreamplatformResource,
     ) -> None:
         replayer = DlqReplayer(
-            job.load_topology(), job_settings(job, streamplatform),
+            job.load_topology(), streamplatform.job_settings(job),
             streamplatform.spark_session, max_attempts=config.max_attempts,
         )  # fmt: skip
         report = replayer.replay(retry_parked=config.retry_parked)

@@ -18,7 +18,7 @@ process (a test suite's, a notebook's) is used and left running.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 from pydantic import Field, PrivateAttr
@@ -26,6 +26,9 @@ from pydantic import Field, PrivateAttr
 from streamplatform.home import data_dir
 from streamplatform.kafka import end_offsets
 from streamplatform.kafka.local_broker import default_data_dir, running_broker
+
+if TYPE_CHECKING:
+    from streamplatform.dagster.spec import StreamingJobSpec
 
 
 class KafkaConnection(dg.Config):
@@ -87,6 +90,16 @@ class StreamplatformResource(dg.ConfigurableResource):
 
     def state_dir_path(self) -> str:
         return self.state_dir or str(data_dir() / "state")
+
+    def job_settings(self, job: StreamingJobSpec) -> dict[str, Any]:
+        """``job``'s StreamsConfig settings on this Kafka, Delta root and state dir."""
+        return job.streams_settings(self.kafka_settings(), self.delta_root_path(),
+                                    self.state_dir_path())  # fmt: skip
+
+    def app_root(self, job: StreamingJobSpec) -> str:
+        """Where ``job``'s tables live: ``<delta root>/<application.id>`` (its Delta sinks
+        under their topic names, ``_offsets``, ``_commits``, ``_dlq``, ``_versions``, ...)."""
+        return f"{self.delta_root_path()}/{job.app_id}"
 
     def end_offsets(self, topic: str) -> dict[int, tuple[int, int]]:
         """``{partition: (low, high)}`` of ``topic``."""

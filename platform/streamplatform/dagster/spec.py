@@ -39,6 +39,24 @@ WITH_A_DLQ: Mapping[str, Any] = {
 
 
 @dataclass(frozen=True)
+class AsOfJoin:
+    """A temporal join of the job's stream with one of its versioned stores (KIP-889).
+
+    ``store``: the versioned store the join reads as of each record's time. ``sink``: the Delta
+    sink the join writes; the timestamps of its rows tell how far each task had joined, so the
+    store's snapshot asset can report the versions that arrived after the join had passed their
+    start (late versions) and the UTC days they make stale. ``backfill_job``: the name of a
+    job partitioned by UTC day (``"YYYY-MM-DD"`` keys) that recomputes a day, for example with
+    :func:`streamplatform.versioned_snapshot.batch_as_of_join`; with it, a sensor launches it
+    for every stale day.
+    """
+
+    store: str
+    sink: str
+    backfill_job: str | None = None
+
+
+@dataclass(frozen=True)
 class StreamingJobSpec:
     """One streaming job, as Dagster operates it (module docstring).
 
@@ -48,6 +66,8 @@ class StreamingJobSpec:
     (KIP-1034); with one, poison records and failing records go there and the job continues,
     unless ``settings`` choose other handlers. ``settings``: more StreamsConfig settings.
     ``freshness``: the asset's freshness policy, a materialization at least this often.
+    ``as_of_joins``: the job's temporal joins (:class:`AsOfJoin`), for late-version reports and
+    backfills of what they made stale.
     """
 
     name: str
@@ -59,6 +79,7 @@ class StreamingJobSpec:
     group_name: str = "streaming"
     description: str | None = None
     freshness: timedelta | None = None
+    as_of_joins: Sequence[AsOfJoin] = ()
 
     def __post_init__(self) -> None:
         if not self.name.replace("_", "").isalnum():
@@ -85,6 +106,17 @@ class StreamingJobSpec:
                 f"{self.name}: delta_sinks {sorted(unknown)} are not sink topics of the "
                 f"topology (its sinks: {self.load_topology().sink_topics(self.app_id)})"
             )
+        for join in self.as_of_joins:
+            if join.store not in self.versioned_stores():
+                raise ConfigError(
+                    f"{self.name}: as_of_joins store {join.store!r} is not a versioned store of "
+                    f"the topology (its versioned stores: {self.versioned_stores()})"
+                )
+            if join.sink not in self.delta_sinks:
+                raise ConfigError(
+                    f"{self.name}: as_of_joins sink {join.sink!r} is not one of its delta_sinks "
+                    f"{list(self.delta_sinks)}"
+                )
 
     @property
     def app_id(self) -> str:
@@ -142,6 +174,10 @@ class StreamingJobSpec:
 
     def versioned_stores(self) -> list[str]:
         return sorted(n for n, s in self.load_topology().stores.items() if s.kind == "versioned")
+
+    def as_of_join(self, store: str) -> AsOfJoin | None:
+        """The declared temporal join over ``store``, if any."""
+        return next((join for join in self.as_of_joins if join.store == store), None)
 
 
 def _import(path: str, job: str) -> Any:

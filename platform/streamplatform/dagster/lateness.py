@@ -1,19 +1,21 @@
-"""Late FX-rate versions: versions whose validity starts before what the join had already joined.
+"""Late versions: versions of a versioned store whose validity starts before what an as-of
+join with that store had already joined (KIP-889 temporal joins).
 
-The streaming join meets, for a transaction at time t, the version valid at t *among the
-versions its task had received so far*. A version that arrives after the task joined
-transactions at or past its ``valid_from`` changes what those transactions should have met: the
-days they fall on need recomputing (the backfill sensor's job).
+A stream-table join over a versioned store meets, for a record at time t, the version valid at
+t *among the versions its task had received so far*. A version that arrives after the task
+joined records at or past its ``valid_from`` changes what those records should have met: the
+days they fall on need recomputing (what the late-version backfill sensor launches).
 
-The join frontier of a task after batch N is the latest transaction timestamp in the enriched
-sink of that task's partition in batches <= N. Within a batch the order of rate updates and
-transactions is not recorded, so a version of batch N is compared with the frontier *including*
-batch N: a version counts as late when its ``valid_from`` is at or before that frontier. This can
-flag a day that the stream had in fact joined right; recomputing it yields the same rows.
+The join frontier of a task after batch N is the latest record timestamp in the join's Delta
+sink of that task's partition in batches <= N. Within a batch the order of table updates and
+stream records is not recorded, so a version of batch N is compared with the frontier
+*including* batch N: a version counts as late when its ``valid_from`` is at or before that
+frontier. This can flag a day that the stream had in fact joined right; recomputing it yields
+the same rows.
 
-The days a late version affects are those of ``[valid_from, min(valid_to, frontier + 1))``, with
-``valid_to`` the key's next version in the snapshot: only transactions joined before the
-version arrived can be wrong.
+The days a late version affects are those of ``[valid_from, min(valid_to, frontier + 1))``
+(UTC), with ``valid_to`` the key's next version: only records joined before the version
+arrived can be wrong.
 
     >>> HOUR = 3_600_000
     >>> puts = [Put("USD", 0, 0, "0_0", False), Put("USD", 12 * HOUR, 0, "0_0", False),
@@ -52,7 +54,7 @@ class LateVersion:
     valid_from: int
     batch_id: int
     task: str
-    frontier: int  # latest transaction time the task had joined by the version's batch
+    frontier: int  # latest record time the task had joined by the version's batch
     tombstone: bool
 
 
@@ -95,7 +97,7 @@ def day_bounds(day: str) -> tuple[int, int]:
 
 
 def affected_days(late: Sequence[LateVersion], puts: Iterable[Put]) -> list[str]:
-    """UTC days whose joined transactions the late versions may change (sorted)."""
+    """UTC days whose joined records the late versions may change (sorted)."""
     starts: dict[str, list[int]] = defaultdict(list)
     for put in puts:
         starts[put.key].append(put.valid_from)
@@ -115,7 +117,7 @@ def find_late_versions(
     spark: Any, versions_path: str, sink_path: str, store: str, since_batch: int
 ) -> tuple[list[LateVersion], list[str]]:
     """Late versions of ``store`` in batches after ``since_batch`` and the days they affect,
-    from the job's ``_versions`` log and its enriched Delta sink."""
+    from the job's ``_versions`` log and the Delta sink its as-of join writes."""
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
