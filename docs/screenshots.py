@@ -28,9 +28,10 @@ import webui  # noqa: E402
 
 IMAGES = ROOT / "docs" / "images"
 WIDTH, HEIGHT = 1600, 1000
-GROUPS = ("kafka", "streaming", "operations")
-ASSETS = ("transactions_deduplicated", "fx_rate_versions", "transactions_enriched",
-          "dlq_records", "stream_offsets", "standby_placements")  # fmt: skip
+GROUPS = ("default", "streaming", "operations")  # the input topics are in "default"
+ASSETS = ("transactions_deduplicated", "transactions_enrichment",
+          "transactions_enrichment_fx_rates_versions", "transactions_enriched",
+          "standby_placements")  # fmt: skip
 RUNS = "{ runsOrError(limit: 100) { ... on Runs { results { runId } } } }"
 EXPANDED = quote(",".join(f"global@global:{group}" for group in GROUPS))
 # (file, path, what the page shows once rendered, what it is for)
@@ -44,7 +45,7 @@ PAGES = [
      "/assets/transactions_enriched?view=partitions&partition=2026-01-01",
      ("transactions_enriched", "2026-01-01", "batch_as_of"),
      "the daily partition the sensor's backfill recomputed"),
-    ("runs.png", "/runs", ("enriched_backfill", "late_fx_rates_backfill", "dlq_replay"),
+    ("runs.png", "/runs", ("enriched_backfill", "late_backfill", "dlq_replay"),
      "the demo's runs: the sensor's backfill on top"),
 ]  # fmt: skip
 # Before the first page: no "join the community" dialog, the graph top-down (it fits).
@@ -96,7 +97,7 @@ def take(base: str, browser: webui.Browser, log: Path) -> list[Path]:
     for index, (name, path, wanted, what) in enumerate(PAGES):
         browser.call("Page.navigate", url=f"{base}{path}")
         if index == 0:  # the graph: make room, then zoom it to fit
-            settle(browser, (*GROUPS, "fx_rate_versions"), what, log)
+            settle(browser, (*GROUPS, "transactions_enrichment"), what, log)
             browser.evaluate(HIDE_NAVIGATION)  # remembered for the next pages
             browser.evaluate(HIDE_GRAPH_SIDEBAR)
             time.sleep(1)

@@ -17,10 +17,13 @@ import pytest
 
 from streamplatform.config import ConfigError
 from streamplatform.dagster import (
+    AsOfJoin,
+    StreamingJobComponent,
     StreamingJobSpec,
     StreamplatformResource,
     job_pool,
     pools,
+    snapshot_asset_name,
     streaming_definitions,
 )
 from streamplatform.kafka import TopicSpec, create_topics, producer
@@ -199,6 +202,65 @@ def test_a_job_reading_another_jobs_kafka_topic_is_downstream_of_it():
     assert graph.get(dg.AssetKey("first")).parent_keys == {dg.AssetKey(["kafka", "in"])}
     assert graph.get(out).is_materializable  # by the job `first`, not an external stub
     assert dg.AssetKey(["kafka", "final"]) not in graph.get_all_asset_keys()  # a Delta sink
+
+
+def test_the_asset_description_states_the_jobs_guarantee():
+    def description(**settings: str) -> str:
+        spec = StreamingJobSpec(name="orders", topology=_tiny_topology, settings=settings)
+        graph = streaming_definitions(
+            [spec], resource=StreamplatformResource()
+        ).resolve_asset_graph()
+        return graph.get(dg.AssetKey("orders")).description or ""
+
+    exactly_once = description()
+    assert "processing.guarantee=exactly_once_v2" in exactly_once
+    assert "read_committed reader sees each Kafka output once" in exactly_once
+    at_least_once = description(**{"processing.guarantee": "at_least_once"})
+    assert "processing.guarantee=at_least_once" in at_least_once
+    assert "may hold repeats" in at_least_once and "exactly_once" not in at_least_once
+
+
+def _join_topology():
+    """Orders joined as-of with a versioned customers table into the sink `enriched`."""
+    from streamplatform import StreamsBuilder
+    from streamplatform.serdes import Serdes
+    from streamplatform.state import Stores
+
+    b = StreamsBuilder()
+    customers = b.table(
+        "customers",
+        Serdes.string(),
+        Serdes.json(),
+        store=Stores.persistent_versioned_key_value_store("customers", 86_400_000),
+    )
+    b.stream("orders", Serdes.string(), Serdes.json()).join(
+        customers, lambda order, customer: {**order, **customer}
+    ).to("enriched")
+    return b.build()  # fmt: skip
+
+
+def test_an_as_of_join_is_checked_and_gets_its_backfill_sensor():
+    join = AsOfJoin(store="customers", sink="enriched", backfill_job="orders_backfill")
+    with pytest.raises(
+        ConfigError, match=r"store 'nope' is not a versioned store.*\['customers'\]"
+    ):
+        StreamingJobSpec(name="orders", topology=_join_topology, delta_sinks=["enriched"],
+                         as_of_joins=[AsOfJoin(store="nope", sink="enriched")])  # fmt: skip
+    with pytest.raises(ConfigError, match="sink 'enriched' is not one of its delta_sinks"):
+        StreamingJobSpec(name="orders", topology=_join_topology, as_of_joins=[join])
+    spec = StreamingJobSpec(name="orders", topology=_join_topology, delta_sinks=["enriched"],
+                            as_of_joins=[join])  # fmt: skip
+    defs = streaming_definitions([spec])
+    assert snapshot_asset_name(spec, "customers") == "orders_customers_versions"
+    [sensor] = [s for s in defs.sensors if s.name == "orders_customers_versions_late_backfill"]
+    assert sensor.job_name == "orders_backfill"
+    assert sensor.default_status == dg.DefaultSensorStatus.RUNNING
+    # The YAML declaration gives the same sensor.
+    component = StreamingJobComponent(
+        name="orders", topology="test_integration:_join_topology", delta_sinks=["enriched"],
+        as_of_joins=[{"store": "customers", "sink": "enriched", "backfill_job": "orders_backfill"}],
+    )  # fmt: skip
+    assert component.spec().as_of_joins == (join,)
 
 
 def _tiny_topology(source: str = "in", sink: str = "out"):

@@ -62,6 +62,19 @@ CHECKS = {
 }
 
 
+# What a streaming asset's description says of its job's processing.guarantee.
+GUARANTEES = {
+    "exactly_once_v2": "Guarantee (processing.guarantee=exactly_once_v2): each record read is "
+    "in the Delta sinks and the state once, and a read_committed reader sees each Kafka output "
+    "once (one Kafka transaction per task and batch, committing its offsets to the consumer "
+    "group of the application.id), whatever crashes, retries or second runs happen.",
+    "at_least_once": "Guarantee (processing.guarantee=at_least_once): every record read is "
+    "processed at least once; the Delta sinks are written once per batch, but after a crash or "
+    "a retry the Kafka outputs may hold repeats (each carries the header "
+    "__streamplatform.source to drop them by).",
+}
+
+
 def job_pool(application_id: str) -> str:
     """The Dagster pool of the streaming job ``application_id``: ``streamplatform/<id>``.
 
@@ -136,9 +149,8 @@ def streaming_asset(job: StreamingJobSpec, max_dlq_ratio: float = 0.01) -> dg.As
         f"Runs the streaming job `{job.app_id}` until caught up: "
         f"{', '.join(job.source_topics())} -> {sinks or 'its stores'}"
         + (f"; failing records to the DLQ topic `{job.dlq_topic}`" if job.dlq_topic else "")
-        + ". Guarantee under exactly_once_v2 (the default): each record read is in the Delta "
-        "sinks and state once, and a read_committed reader sees each Kafka output once, "
-        "whatever crashes or retries happen."
+        + ". "
+        + GUARANTEES[job.processing_guarantee]
     )
 
     specs = [

@@ -122,6 +122,11 @@ class StreamingJobSpec:
     def app_id(self) -> str:
         return self.application_id or self.name
 
+    @property
+    def processing_guarantee(self) -> str:
+        """``exactly_once_v2`` (the default) or ``at_least_once``."""
+        return str({**DEFAULTS, **self.settings}["processing.guarantee"])
+
     def load_topology(self) -> Topology:
         """The topology, built or imported as declared (once)."""
         return self._topology

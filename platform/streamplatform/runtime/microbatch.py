@@ -18,9 +18,10 @@ that lost its claim cannot commit. Then one micro-batch N (docs/guarantees.md):
    rows in side files (``_sink_streamed``);
 4. write the outputs: Delta sinks, the DLQ mirror, the state changelog and the versioned
    snapshots, all idempotent by ``txnAppId``/``txnVersion = N``; Kafka sinks and the DLQ topic
-   (at least once, produced from the executors with each record's own timestamp:
-   kafka_output.py). The Delta sinks and the changelog start while the tasks still run (see
-   ``_write_outputs``);
+   (produced from the executors with each record's own timestamp; under exactly_once_v2 in one
+   Kafka transaction per task that also commits its offsets to the consumer group, otherwise
+   at least once: kafka_output.py). The Delta sinks and the changelog start while the tasks
+   still run (see ``_write_outputs``);
 5. append N to the commit log, as the claim holder's next commit: the commit point. The
    consumed offsets are the planned ends, except where a task stopped early: there, where it
    stopped on each partition it was given. Under exactly_once_v2 the stores applied nothing
@@ -381,7 +382,8 @@ class StreamingJob:
         The way on after a refused replay (``ReplayRefused``): a record that failed under the
         old code and is processed under the new one is then in the sink only, not also in the
         DLQ mirror. Its stores' prepared writes are discarded by the tasks, as after any crash.
-        What it produced to Kafka topics (at least once) stays there. A claim it took for
+        What its attempts committed to Kafka topics stays there (docs/guarantees.md). A claim
+        it took for
         this is released again."""
         claimed_here = self.claim.epoch is None
         if claimed_here:
