@@ -79,7 +79,9 @@ def test_ctrl_c_on_make_ui_leaves_no_process_of_the_session(tmp_path):
                 tmp_path / "make-ui.log")  # fmt: skip
             params = {"selector": {"repositoryLocationName": "streamplatform",
                                    "repositoryName": "__repository__", "jobName": "__ASSET_JOB",
-                                   "assetSelection": [{"path": ["transactions_deduplicated"]}]}}  # fmt: skip
+                                   "assetSelection": [  # the job's asset and the topic it writes
+                                       {"path": ["transactions_deduplicated"]},
+                                       {"path": ["kafka", "transactions-deduplicated"]}]}}  # fmt: skip
             launched = graphql(LAUNCH, params=params)["launchRun"]
             assert launched["__typename"] == "LaunchRunSuccess", launched
             run_id = launched["run"]["runId"]

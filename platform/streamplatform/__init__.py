@@ -7,7 +7,7 @@ integration in ``streamplatform.dagster``. The Spark-side names (``StreamingJob`
 ``BatchResult``, ``DlqReplayer``, ``read_versioned_snapshot``, ``batch_as_of_join``) load on
 first use, so that ``import streamplatform`` stays light for a topology and its tests.
 
-The example of DESIGN.md, executed as a test: deduplicate transactions by id within 10 minutes,
+The README's first example, executed as a test: deduplicate transactions by id within 10 minutes,
 then join each with the FX rate valid at its time.
 
 >>> from datetime import timedelta

@@ -1,8 +1,8 @@
 """The SparkSession factory: local by default, Delta enabled, jars from ``.jvm/spark/``.
 
 ``spark_conf()`` is a pure function (settings in, dict out) so the same settings feed a plain
-session here, ``dagster_pyspark.PySparkResource`` in the Dagster code location, and a cluster
-submit. ``spark_session()`` starts (or returns) the process's session.
+session here, the Dagster integration's ``StreamplatformResource``, and a cluster submit.
+``spark_session()`` starts (or returns) the process's session.
 
 JVM-start settings (``spark.jars``, driver memory, Java options) only take effect for the first
 session of a process; Spark ignores them on later ``getOrCreate`` calls.

@@ -26,7 +26,7 @@ from streamplatform.dagster import (
     snapshot_asset_name,
     streaming_definitions,
 )
-from streamplatform.kafka import TopicSpec, create_topics, producer
+from streamplatform.kafka import TopicSpec, admin_client, create_topics, end_offsets, producer
 
 TOPOLOGY = '''
 from datetime import timedelta
@@ -272,6 +272,18 @@ def _tiny_topology(source: str = "in", sink: str = "out"):
     return b.build()
 
 
+def group_offsets(settings: dict, group: str) -> dict[tuple[str, int], int]:
+    """The consumer group's committed offsets, as Kafka's admin API lists them."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    (future,) = (
+        admin_client(settings)
+        .list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
+        .values()
+    )
+    return {(tp.topic, tp.partition): tp.offset for tp in future.result(30).topic_partitions}
+
+
 def produce_orders(settings: dict, topic: str) -> int:
     """60 orders, 15 of them sent twice, and one record that is not JSON: 60 distinct."""
     out = producer(settings)
@@ -327,6 +339,12 @@ def test_the_project_materializes_replays_its_dlq_and_ticks_its_sensor(
     # never deserialized, so it does not move stream time (as in Kafka Streams).
     assert metadata["event_time_watermark_ms"] == 1_059_000
     assert metadata["event_time_watermark"] == "1970-01-01T00:17:39.000+00:00"
+    # What Kafka tools see of the job (its consumer group, through the admin API) is what the
+    # asset reports: the offsets consumed, and the lag from them.
+    group = group_offsets(kafka_settings, names["app"])
+    assert {f"{t}/{p}": o for (t, p), o in group.items()} == metadata["consumed_offsets"]
+    ends = end_offsets(kafka_settings, names["raw"])
+    assert sum(ends[p][1] - o for (_, p), o in group.items()) == metadata["lag"]
     checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
     # 1 DLQ record in 76 is above the default 1%: the check warns.
     assert checks == {"caught_up": True, "dlq_ratio": False, "offsets_contiguous": True}

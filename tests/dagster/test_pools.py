@@ -177,6 +177,8 @@ query Checks($path: [String!]!, $name: String!) {
 ACTIVE = ("STARTING", "STARTED", "CANCELING")
 FINISHED = ("SUCCESS", "FAILURE", "CANCELED")
 CHECK = "no_duplicates_within_interval"
+# Every check of the asset: the integration's run inside its (non-subsettable) step.
+CHECKS_OF_ASSET = (CHECK, "caught_up", "dlq_ratio", "offsets_contiguous")
 
 
 @pytest.mark.broker
@@ -273,13 +275,18 @@ def write_workspace(path: Path) -> Path:
 
 def launch(graphql: GraphQL, output_topic: str) -> str:
     """A materialization of ``transactions_deduplicated`` (with the topic it writes, as
-    "Materialize" selects them) and its check."""
-    params = {"selector": {"repositoryLocationName": LOCATION,
-                           "repositoryName": "__repository__", "jobName": "__ASSET_JOB",
-                           "assetSelection": [{"path": DEDUPLICATED.path},
-                                              {"path": ["kafka", output_topic]}],
-                           "assetCheckSelection": [{"assetKey": {"path": DEDUPLICATED.path},
-                                                    "name": CHECK}]}}  # fmt: skip
+    "Materialize" selects them) and its checks."""
+    params = {
+        "selector": {
+            "repositoryLocationName": LOCATION,
+            "repositoryName": "__repository__",
+            "jobName": "__ASSET_JOB",
+            "assetSelection": [{"path": DEDUPLICATED.path}, {"path": ["kafka", output_topic]}],
+            "assetCheckSelection": [
+                {"assetKey": {"path": DEDUPLICATED.path}, "name": name} for name in CHECKS_OF_ASSET
+            ],
+        }
+    }
     launched = graphql(LAUNCH, params=params)["launchRun"]
     assert launched["__typename"] == "LaunchRunSuccess", launched
     return str(launched["run"]["runId"])

@@ -23,6 +23,25 @@ def dedup_topology(source: str, sink: str):
     return b.build()
 
 
+def fixed_topology(source: str, sink: str):
+    """The fixed code: a value that is not JSON becomes a record instead of an error."""
+
+    class LenientJson:  # defined here so that Spark's workers get it by value, not by module
+        def serialize(self, value):
+            return json.dumps(value).encode()
+
+        def deserialize(self, data):
+            try:
+                return json.loads(data)
+            except ValueError:
+                return {"id": f"raw-{data!r}"}
+
+    b = StreamsBuilder()
+    stream = b.stream(source, Serdes.string(), LenientJson())
+    stream.deduplicate_by_key_value(lambda k, v: v["id"], 60_000).to(sink)
+    return b.build()
+
+
 def join_topology(transactions: str, rates: str, sink: str):
     """Transactions joined as-of their time with a versioned table of rates: a task reads
     two topics."""

@@ -20,11 +20,9 @@ from confluent_kafka import Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient
 
-from streamplatform import StreamsBuilder
 from streamplatform.kafka import TopicSpec, create_topics, producer
 from streamplatform.runtime import microbatch
 from streamplatform.runtime.microbatch import ReplayRefused, StreamingJob
-from streamplatform.serdes import Serdes
 
 from .support import (
     CRASHING_RUN,
@@ -34,6 +32,7 @@ from .support import (
     dedup_topology,
     delta_rows,
     expected_with_the_test_driver,
+    fixed_topology,
     job_config,
     join_topology,
     make_input,
@@ -267,25 +266,6 @@ def test_aborted_and_open_transactions_are_never_read_and_lost_offsets_are_repor
     assert last.metrics["offsets_skipped"] == 3  # r0..r2
     assert "are gone from Kafka" in caplog.text
     assert ids()[-2:] == ["r3", "r4"] and "r2" not in ids()
-
-
-def fixed_topology(source: str, sink: str):
-    """The fixed code: a value that is not JSON becomes a record instead of an error."""
-
-    class LenientJson:  # defined here so that Spark's workers get it by value, not by module
-        def serialize(self, value):
-            return json.dumps(value).encode()
-
-        def deserialize(self, data):
-            try:
-                return json.loads(data)
-            except ValueError:
-                return {"id": f"raw-{data!r}"}
-
-    b = StreamsBuilder()
-    stream = b.stream(source, Serdes.string(), LenientJson())
-    stream.deduplicate_by_key_value(lambda k, v: v["id"], 60_000).to(sink)
-    return b.build()
 
 
 @pytest.mark.slow  # a killed driver process, then the job: ~40 s

@@ -30,6 +30,7 @@ from .support import (
     dedup_topology,
     delta_rows,
     expected_with_the_test_driver,
+    fixed_topology,
     job_config,
     join_topology,
     make_input,
@@ -70,6 +71,44 @@ def _topics(kafka_settings, app: str) -> tuple[str, str]:
 
 
 POISON = [b"{poison"] * 3  # support.make_input's poison records, one DLQ record each
+
+
+@pytest.mark.slow  # ~50 s: a child driver killed, then the rest in this process
+def test_a_discarded_batch_whose_kafka_outputs_were_committed_is_not_produced_twice(
+    spark, kafka_settings, tmp_path
+):
+    """Batch 1 is killed after every task committed its Kafka transaction; more records come;
+    the code changes, so the replay is refused and the batch discarded. The new plan would read
+    past what the old attempt produced: it stops where the consumer group says the outputs are
+    committed, so a read_committed reader sees every input's output once."""
+    app = f"eosk-discard-{uuid.uuid4().hex[:4]}"
+    source = f"{app}-in"
+    create_topics(kafka_settings, [TopicSpec(source, PARTITIONS)])
+    sent = make_input(kafka_settings, source, range(120))  # 40 a partition: batches 0 and 1
+    sink, dlq = _topics(kafka_settings, app)
+    config = job_config(kafka_settings, tmp_path, app, source) | {
+        "errors.dead.letter.queue.topic.name": dlq
+    }
+    child = _child(config, "dedup_topology", (source, sink),
+                   env={"STREAMPLATFORM_FAULT": "after_outputs:1"})  # fmt: skip
+    code, output = _finish(child)
+    assert code == -signal.SIGKILL, output[-3000:]
+    sent += make_input(kafka_settings, source, range(120, 240))  # the new plan would reach 60
+
+    job = StreamingJob(fixed_topology(source, sink), config, spark=spark)
+    assert job.discard_uncommitted_batch() == 1
+    results = job.run_until_caught_up()
+    job.close()
+    assert results[0].batch_id == 1 and not results[0].replayed
+    assert results[0].metrics["kafka_tasks_already_committed"] == PARTITIONS
+    assert results[0].records_in == 30  # [30, 40) of each partition: what batch 1 had read
+
+    records = read_topic(kafka_settings, sink)
+    sources = [dict(r.headers)["__streamplatform.source"].rsplit(b"/", 1)[0] for r in records]
+    repeated = {s for s in sources if sources.count(s) > 1}
+    assert not repeated, f"outputs produced twice for the inputs {sorted(repeated)[:5]}"
+    # The clean run's outputs, and poison 202 (after batch 1) as a record under the fixed code.
+    assert len(records) == len(expected_with_the_test_driver(source, sent)) + 1
 
 
 @pytest.mark.slow  # ~60 s each: a child driver killed, then the rest in this process

@@ -380,7 +380,8 @@ def snapshot(
         return metadata
     since = int(previous.get("last_reported_batch_id", -1))
     last = CommitLog(f"{app_root}/_commits", job.app_id).last()
-    late, days = [], []
+    late: list[Any] = []
+    days: list[str] = []
     if last is not None and last.batch_id > since:
         late, days = find_late_versions(spark, versions_path, f"{app_root}/{join.sink}", store,
                                         since)  # fmt: skip
@@ -456,7 +457,8 @@ def late_version_backfill_sensor(job: StreamingJobSpec, join: AsOfJoin) -> dg.Se
         for record in records:
             materialization = record.asset_materialization
             metadata = {} if materialization is None else materialization.metadata
-            for day in metadata["late_days"].value if "late_days" in metadata else []:
+            days: Any = metadata["late_days"].value if "late_days" in metadata else []
+            for day in days:
                 if partitions is None or partitions.has_partition_key(day):
                     latest[day] = record.storage_id
                 else:

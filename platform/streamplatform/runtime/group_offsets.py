@@ -23,6 +23,7 @@ from streamplatform.runtime.kafka_output import (
     KafkaOutputError,
     _group_client,
     _transactional_call,
+    committed_offsets,
     producer_for,
 )
 
@@ -74,6 +75,12 @@ class GroupOffsets:
                         "batch commits them", self.app, error)  # fmt: skip
             self.close()
             return False
+
+    def committed(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """The group's stable committed offsets on ``partitions`` (where it has any)."""
+        if self._group is None:
+            self.start()
+        return committed_offsets(self._group, partitions, f"{self.app}: the consumer group")
 
     def close(self) -> None:
         if self._group is not None:

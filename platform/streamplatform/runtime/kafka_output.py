@@ -292,6 +292,15 @@ def _group_client(settings: Mapping[str, Any], group: str) -> Any:
 def _committed(group: Any, positions: list[tuple[str, int, int]], what: str) -> bool:
     """Whether the group's committed offsets reach ``positions``: an earlier attempt committed
     this task's transaction of this batch."""
+    committed = committed_offsets(group, [(t, p) for t, p, _ in positions], what)
+    return all(committed.get((t, p), -1) >= offset for t, p, offset in positions)
+
+
+def committed_offsets(
+    group: Any, partitions: list[tuple[str, int]], what: str
+) -> dict[tuple[str, int], int]:
+    """The stable offsets the consumer ``group`` has committed on ``partitions`` (none where it
+    has committed nothing)."""
     from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
     moving = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
@@ -299,7 +308,7 @@ def _committed(group: Any, positions: list[tuple[str, int, int]], what: str) -> 
     deadline = time.monotonic() + _TRANSACTION_CALL_TIMEOUT_S
     while True:
         try:
-            found = group.committed([TopicPartition(t, p) for t, p, _ in positions],
+            found = group.committed([TopicPartition(t, p) for t, p in partitions],
                                     _TRANSACTION_CALL_TIMEOUT_S)  # fmt: skip
             break
         except KafkaException as error:
@@ -308,8 +317,7 @@ def _committed(group: Any, positions: list[tuple[str, int, int]], what: str) -> 
                 time.sleep(0.2)
                 continue
             raise KafkaOutputError(f"{what}: reading the committed offsets: {error}") from error
-    committed = {(tp.topic, tp.partition): tp.offset for tp in found}
-    return all(committed.get((t, p), -1) >= offset for t, p, offset in positions)
+    return {(tp.topic, tp.partition): tp.offset for tp in found if tp.offset >= 0}
 
 
 def producing(

@@ -439,7 +439,45 @@ class StreamingJob:
         for (topic, partition), (low, high) in self._end_offsets().items():
             start = max(consumed.get((topic, partition), low), low)
             ranges[(topic, partition)] = (start, min(high, start + cap))
+        if self.config.exactly_once:
+            ranges = self._short_of_committed_outputs(ranges)
         return ranges
+
+    def _short_of_committed_outputs(self, ranges: Ranges) -> Ranges:
+        """Under exactly_once_v2 a new plan never reaches past Kafka outputs that are committed
+        already. The consumer group's offset is ahead of the commit log only where a task of a
+        batch that never committed had committed its Kafka transaction, and that batch's plan
+        is gone (``discard_uncommitted_batch``): its records up to that offset are in the Kafka
+        topics. Such a task is planned up to the group's offsets only, on every partition it
+        reads, so that it finds its transaction committed and produces nothing (the records
+        go to the stores and Delta again, under this job's code); the next batch goes on from
+        there. Without this, the new plan would produce them a second time."""
+        group = self.group_offsets.committed(sorted(ranges))
+        for positions in self._task_partitions(ranges).values():
+            if not any(group.get(tp, -1) > ranges[tp][0] for tp in positions):
+                continue
+            for tp in positions:
+                start, end = ranges[tp]
+                ranges[tp] = (start, min(end, max(start, group.get(tp, start))))
+            log.warning("%s: the Kafka outputs of %s up to %s are committed already (a "
+                        "discarded batch's task); planning up to there, producing nothing "
+                        "twice", self.app, positions,
+                        {tp: group.get(tp) for tp in positions})  # fmt: skip
+        return ranges
+
+    def _task_partitions(self, partitions: Iterable[tuple[str, int]]) -> dict[str, list[Any]]:
+        """``{task: its source partitions}`` among ``partitions``: task
+        ``<sub-topology>_<partition>`` reads that partition of each of its sub-topology's Kafka
+        topics."""
+        tasks: dict[str, list[Any]] = {}
+        for subtopology in self.topology.subtopologies:
+            for topic in subtopology.source_topics(self.topology, self.app):
+                for read, partition in sorted(partitions):
+                    if read == topic:
+                        tasks.setdefault(f"{subtopology.id}_{partition}", []).append(
+                            (read, partition)
+                        )
+        return tasks
 
     def _lag(self, consumed: Mapping[tuple[str, int], int]) -> int:
         return sum(
@@ -799,14 +837,11 @@ class StreamingJob:
         partition of each of its sub-topology's Kafka topics)."""
         if not self.config.exactly_once:
             return None
-        offsets: dict[str, list[tuple[str, int, int]]] = {}
-        for subtopology in self.topology.subtopologies:
-            for topic in subtopology.source_topics(self.topology, self.app):
-                for (read, partition), offset in sorted(consumed.items()):
-                    if read == topic:
-                        task = f"{subtopology.id}_{partition}"
-                        offsets.setdefault(task, []).append((topic, partition, offset))
-        offsets_by_task = {task: tuple(positions) for task, positions in offsets.items()}
+        offsets_by_task = {
+            task: tuple((topic, partition, consumed[(topic, partition)])
+                        for topic, partition in positions)
+            for task, positions in self._task_partitions(consumed).items()
+        }  # fmt: skip
         return kafka_output.Transactions(self.app, batch_id, offsets_by_task, (self.sources[0], 0))
 
 
