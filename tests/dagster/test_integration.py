@@ -26,7 +26,7 @@ from streamplatform.dagster import (
     snapshot_asset_name,
     streaming_definitions,
 )
-from streamplatform.kafka import TopicSpec, admin_client, create_topics, end_offsets, producer
+from streamplatform.kafka import TopicSpec, create_topics, end_offsets, group_offsets, producer
 
 TOPOLOGY = '''
 from datetime import timedelta
@@ -270,18 +270,6 @@ def _tiny_topology(source: str = "in", sink: str = "out"):
     b = StreamsBuilder()
     b.stream(source, Serdes.string(), Serdes.json()).to(sink)
     return b.build()
-
-
-def group_offsets(settings: dict, group: str) -> dict[tuple[str, int], int]:
-    """The consumer group's committed offsets, as Kafka's admin API lists them."""
-    from confluent_kafka import ConsumerGroupTopicPartitions
-
-    (future,) = (
-        admin_client(settings)
-        .list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
-        .values()
-    )
-    return {(tp.topic, tp.partition): tp.offset for tp in future.result(30).topic_partitions}
 
 
 def produce_orders(settings: dict, topic: str) -> int:

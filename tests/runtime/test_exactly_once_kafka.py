@@ -19,7 +19,7 @@ import pyarrow as pa
 import pytest
 
 from streamplatform.config import ConfigError
-from streamplatform.kafka import TopicSpec, admin_client, consumer, create_topics, producer
+from streamplatform.kafka import TopicSpec, consumer, create_topics, group_offsets, producer
 from streamplatform.runtime import kafka_output
 from streamplatform.runtime.kafka_output import KafkaOutputError, TaskOutput, Transactions
 from streamplatform.runtime.microbatch import StreamingJob
@@ -115,12 +115,12 @@ def test_a_discarded_batch_whose_kafka_outputs_were_committed_is_not_produced_tw
 @pytest.mark.parametrize(
     ("step", "delta_sink"),
     [
-        # (after_plan and after_commit: tests/runtime/test_streaming_job.py; no Kafka
-        # transaction of the batch exists yet, or every one is committed with the batch)
+        ("after_plan", False),  # the plan logged, nothing run
         ("during_tasks", False),  # no transaction of the batch committed
         ("after_kafka_commit", False),  # one task's transaction committed, the others open
         ("after_outputs", False),  # every transaction committed, the batch not
         ("after_kafka_commit", True),  # the DLQ records of a Delta-sink job, from the driver
+        ("after_commit", False),  # the batch committed, the driver's group commit not made
     ],
 )
 def test_a_job_killed_at_any_step_leaves_each_kafka_record_once_for_read_committed(
@@ -141,7 +141,10 @@ def test_a_job_killed_at_any_step_leaves_each_kafka_record_once_for_read_committ
     job = StreamingJob(dedup_topology(source, sink), config, spark=spark, delta_sinks=delta_sinks)
     results = job.run_until_caught_up()
     job.close()
-    assert results[0].batch_id == 1 and results[0].replayed
+    if step == "after_commit":  # batch 1 is done: the restart goes on with batch 2
+        assert results[0].batch_id == 2 and not results[0].replayed
+    else:
+        assert results[0].batch_id == 1 and results[0].replayed
     if step in ("after_kafka_commit", "after_outputs"):
         # The re-run found what the killed driver's tasks had committed, and skipped it.
         assert results[0].metrics["kafka_tasks_already_committed"] >= 1
@@ -188,15 +191,6 @@ def test_a_zombie_attempt_of_a_task_is_fenced_and_its_records_never_seen(
     assert sorted(uncommitted) == [b"from the new attempt", b"from the zombie"]
 
 
-def _group_offsets(kafka_settings, group: str) -> dict[tuple[str, int], int]:
-    from confluent_kafka import ConsumerGroupTopicPartitions
-
-    admin = admin_client(kafka_settings)
-    future = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group]
-    listed = future.result(timeout=30)
-    return {(tp.topic, tp.partition): tp.offset for tp in listed.topic_partitions}
-
-
 def test_the_consumer_group_shows_the_commit_logs_offsets_and_the_jobs_lag(
     spark, kafka_settings, source_topic, tmp_path
 ):
@@ -215,7 +209,7 @@ def test_the_consumer_group_shows_the_commit_logs_offsets_and_the_jobs_lag(
     finally:
         job.close()
     assert committed is not None and result.lag > 0
-    group = _group_offsets(kafka_settings, app)
+    group = group_offsets(kafka_settings, app)
     assert group == committed.consumed
     # Lag as Kafka tools compute it: each partition's end offset minus the group's offset.
     reader = consumer(kafka_settings, f"lag-{app}", **{"isolation.level": "read_uncommitted"})

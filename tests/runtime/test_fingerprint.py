@@ -66,3 +66,10 @@ def test_output_settings_change_it_and_where_it_runs_does_not():
     assert job_fingerprint(topology(), changed) != base
     moved = SETTINGS | {"bootstrap.servers": "elsewhere:9092", "platform.max.records.per.batch": 7}
     assert job_fingerprint(topology(), moved) == base
+
+
+def test_which_sinks_are_delta_tables_changes_it():
+    """A batch planned with its sink in Kafka is not replayed into a Delta table, or back."""
+    base = job_fingerprint(topology(), SETTINGS)
+    assert job_fingerprint(topology(), SETTINGS, ["out"]) != base
+    assert job_fingerprint(topology(), SETTINGS, []) == base

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from streamplatform.kafka import TopicSpec, create_topics
 from streamplatform.runtime.microbatch import StreamingJob
 from streamplatform.state import IsolationLevel, TransactionalKeyValueStore
 
-from .support import CRASHING_RUN, dedup_topology, job_config
+from .support import CRASHING_RUN, dedup_topology, job_config, read_topic
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark]
 
@@ -61,8 +62,8 @@ def _kill_at_random(config, source, delta_root: Path, seed: int, run_s: float) -
 def _state(spark, root: Path, app: str, state_dir: Path) -> dict:
     """Everything the job leaves behind, in a comparable form."""
 
-    def table(name, *order):
-        frame = spark.read.format("delta").load(str(root / app / name))
+    def table(name, *order, drop=()):
+        frame = spark.read.format("delta").load(str(root / app / name)).drop(*drop)
         return [tuple(r) for r in frame.orderBy(*order).collect()]
 
     commits = spark.read.format("delta").load(str(root / app / "_commits"))
@@ -81,7 +82,7 @@ def _state(spark, root: Path, app: str, state_dir: Path) -> dict:
     return {
         "last_batch": last,
         "output": table("deduplicated", *columns),
-        "dlq": table("_dlq", *columns),
+        "dlq": table("_dlq", *columns, drop=["topic"]),  # the runs' DLQ topics differ
         "changelog": table("_changelog", "batch_id", "task", "store", "seq"),
         "stores": stores,
     }
@@ -96,7 +97,12 @@ def test_a_job_killed_at_a_random_moment_ends_exactly_like_a_clean_run(
     run_s = _run_clean(spark, clean_config, source)
     clean = _state(spark, tmp_path / "clean" / "delta", "app", tmp_path / "clean" / "app" / "state")
 
-    config = job_config(kafka_settings, tmp_path / "killed", "app", source)
+    # A DLQ topic of its own: a read_committed reader sees each of its DLQ records once.
+    dlq = f"{source}-dlq-killed-{seed}"
+    create_topics(kafka_settings, [TopicSpec(dlq, 1)])
+    config = job_config(kafka_settings, tmp_path / "killed", "app", source) | {
+        "errors.dead.letter.queue.topic.name": dlq
+    }
     what = _kill_at_random(config, source, tmp_path / "killed" / "delta", seed, run_s)
     print(f"seed {seed}: {what}")
     _run_clean(spark, config, source)  # the restart
@@ -104,6 +110,7 @@ def test_a_job_killed_at_a_random_moment_ends_exactly_like_a_clean_run(
         spark, tmp_path / "killed" / "delta", "app", tmp_path / "killed" / "app" / "state"
     )
 
+    assert [r.value for r in read_topic(kafka_settings, dlq)] == [b"{poison"] * 3, what
     assert clean["stores"], "the dedup job keeps state: there must be stores to compare"
     for part in ("last_batch", "output", "dlq", "changelog", "stores"):
         assert killed[part] == clean[part], f"{part} differs after the job was {what}"

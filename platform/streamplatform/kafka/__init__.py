@@ -8,6 +8,7 @@ from streamplatform.kafka.clients import (
     create_topics,
     describe_topics,
     end_offsets,
+    group_offsets,
     producer,
 )
 from streamplatform.kafka.local_broker import LocalBroker
@@ -21,5 +22,6 @@ __all__ = [
     "create_topics",
     "describe_topics",
     "end_offsets",
+    "group_offsets",
     "producer",
 ]

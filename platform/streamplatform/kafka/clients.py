@@ -132,3 +132,17 @@ def end_offsets(
         }
     finally:
         probe.close()
+
+
+def group_offsets(
+    settings: Mapping[str, Any], group: str, timeout_s: float = 30.0
+) -> dict[tuple[str, int], int]:
+    """``{(topic, partition): offset}`` the consumer group ``group`` has committed, as Kafka's
+    admin API lists them (what consumer-group tools show; a streaming job's group is its
+    ``application.id``)."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    admin = admin_client(settings)  # kept alive until the answer is in
+    (future,) = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)]).values()
+    listed = future.result(timeout=timeout_s)
+    return {(tp.topic, tp.partition): tp.offset for tp in listed.topic_partitions}

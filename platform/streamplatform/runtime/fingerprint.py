@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import types
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from streamplatform.dsl.topology import Topology
@@ -38,8 +38,11 @@ OUTPUT_SETTINGS = (
 _MAX_DEPTH = 12
 
 
-def job_fingerprint(topology: Topology, settings: Mapping[str, Any]) -> str:
-    """A hex digest of the topology, its code and the output-deciding settings."""
+def job_fingerprint(
+    topology: Topology, settings: Mapping[str, Any], delta_sinks: Iterable[str] = ()
+) -> str:
+    """A hex digest of the topology, its code, the output-deciding settings and which sink
+    topics are Delta tables (the rest go to Kafka)."""
     digest = hashlib.sha256()
     digest.update(topology.describe().encode())
     walker = _Walker(digest)
@@ -49,6 +52,9 @@ def job_fingerprint(topology: Topology, settings: Mapping[str, Any]) -> str:
         walker.feed(topology.stores[name])
     for name in OUTPUT_SETTINGS:
         digest.update(f"{name}={settings.get(name)!r};".encode())
+    sinks = sorted(delta_sinks)
+    if sinks:  # (no Delta sink: the digest of the jobs fingerprinted before sinks counted)
+        digest.update(f"delta_sinks={sinks!r};".encode())
     return digest.hexdigest()
 
 

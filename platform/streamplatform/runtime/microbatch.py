@@ -155,7 +155,7 @@ class StreamingJob:
         )  # fmt: skip
         self.offset_log = OffsetLog(f"{self.root}/_offsets", self.app)
         self.commit_log = CommitLog(f"{self.root}/_commits", self.app, self.claim)
-        self.fingerprint = job_fingerprint(topology, self.config.to_dict())
+        self.fingerprint = job_fingerprint(topology, self.config.to_dict(), self.delta_sinks)
         self._watermarks: Any = None
         # With a placement, each task's state lives in its instance's root, and standbys
         # keep warm copies (standby.py); without one, every task uses state.dir.
