@@ -5,6 +5,9 @@ streamplatform topics create NAME [--partitions N] | list   (against --bootstrap
                                                              or the local broker)
 streamplatform placement plan --instances FILE [--standbys N] [--awareness zone,cluster]
                               [--tasks N] [--strict]
+streamplatform run --topology pkg.module:name --set KEY=VALUE ... [--delta-sink TOPIC]
+                   [--trigger-interval-ms MS] [--until-caught-up]
+streamplatform discard-batch --topology pkg.module:name --set KEY=VALUE ... [--delta-sink TOPIC]
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import Any
 
 from streamplatform.kafka import local_broker
 
@@ -85,8 +89,8 @@ def _placement(args: argparse.Namespace) -> int:
     return 0
 
 
-def _discard_batch(args: argparse.Namespace) -> int:
-    """StreamingJob.discard_uncommitted_batch() for a job given by import path and settings."""
+def _job(args: argparse.Namespace) -> Any:
+    """The StreamingJob of ``--topology``, ``--set`` and ``--delta-sink``."""
     from streamplatform.config import load_object
     from streamplatform.runtime.microbatch import StreamingJob
 
@@ -94,7 +98,58 @@ def _discard_batch(args: argparse.Namespace) -> int:
     if callable(topology):
         topology = topology()
     settings = dict(setting.split("=", 1) for setting in args.set)
-    job = StreamingJob(topology, settings, delta_sinks=args.delta_sink)
+    return StreamingJob(topology, settings, delta_sinks=args.delta_sink)
+
+
+# Exit codes of `streamplatform run`, for a supervisor (systemd, Kubernetes) to act on.
+EXIT_STOPPED = 0  # stopped on request (SIGTERM/SIGINT), or caught up with --until-caught-up
+EXIT_BATCH_FAILED = 1  # a batch failed, nothing of it committed: restart, it is replayed
+EXIT_BAD_SETTINGS = 2  # a wrong setting or topology: fix the command, restarting will not help
+EXIT_CLAIMED = 3  # another driver holds the job (or took it over): do not start a second one
+
+
+def _run(args: argparse.Namespace) -> int:
+    """A job in continuous mode (StreamingJob.run_forever), one progress line per batch."""
+    from streamplatform.config import ConfigError
+    from streamplatform.runtime.claim import JobClaimedError, JobFencedError
+
+    def progress(batch: Any) -> None:
+        print(f"batch {batch.batch_id}: {batch.records_in} in, {batch.records_out} out, "
+              f"{batch.duplicates_dropped} duplicates dropped, {batch.dlq_records} to the DLQ, "
+              f"lag {batch.lag}, {batch.duration_ms} ms" + (" (replayed)" if batch.replayed
+                                                           else ""), flush=True)  # fmt: skip
+
+    try:
+        job = _job(args)
+    except (ConfigError, ImportError, AttributeError, ValueError) as error:
+        print(f"streamplatform run: {error}", file=sys.stderr)
+        return EXIT_BAD_SETTINGS
+    try:
+        if args.until_caught_up:
+            for batch in job.run_until_caught_up():
+                progress(batch)
+        else:
+            job.run_forever(args.trigger_interval_ms, args.idle_interval_ms, on_batch=progress)
+    except (JobClaimedError, JobFencedError) as error:
+        print(f"streamplatform run: {error}", file=sys.stderr)
+        return EXIT_CLAIMED
+    except ConfigError as error:
+        print(f"streamplatform run: {error}", file=sys.stderr)
+        return EXIT_BAD_SETTINGS
+    except Exception:
+        logging.getLogger("streamplatform.cli").exception(
+            "streamplatform run: a batch failed; nothing of it is committed, and the next run "
+            "replays it"
+        )
+        return EXIT_BATCH_FAILED
+    finally:
+        job.close()
+    return EXIT_STOPPED
+
+
+def _discard_batch(args: argparse.Namespace) -> int:
+    """StreamingJob.discard_uncommitted_batch() for a job given by import path and settings."""
+    job = _job(args)
     try:
         batch = job.discard_uncommitted_batch()
     finally:
@@ -138,22 +193,51 @@ def build_parser() -> argparse.ArgumentParser:
     placement.add_argument("--strict", action="store_true", help="never break a tag rule")
     placement.set_defaults(run=_placement)
 
+    run = commands.add_parser(
+        "run",
+        help="run a job in continuous mode until SIGTERM/SIGINT (the batch in flight "
+        "finishes); exit 0 stopped, 1 a batch failed, 2 wrong settings, 3 claimed elsewhere",
+    )
+    _job_arguments(run)
+    run.add_argument(
+        "--trigger-interval-ms", type=int, default=0, metavar="MS",
+        help="start a batch at most this often (default 0: as soon as the previous one commits)",
+    )  # fmt: skip
+    run.add_argument(
+        "--idle-interval-ms", type=int, default=1_000, metavar="MS",
+        help="with nothing to read, look again after this long (default 1000)",
+    )  # fmt: skip
+    run.add_argument(
+        "--until-caught-up", action="store_true", help="stop once every partition is read"
+    )
+    run.set_defaults(run=_run)
+
     discard = commands.add_parser(
         "discard-batch",
         help="drop the uncommitted batch's Delta outputs and plan, so that a changed job "
         "plans it anew (the way on after ReplayRefused; docs/guarantees.md)",
     )
-    discard.add_argument(
+    _job_arguments(discard)
+    discard.set_defaults(run=_discard_batch)
+    return parser
+
+
+def _job_arguments(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
         "--topology", required=True, metavar="IMPORT.PATH",
         help="package.module:name of the Topology, or of a function that builds it",
     )  # fmt: skip
-    discard.add_argument(
+    command.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE",
         help="a job setting (application.id, bootstrap.servers, platform.delta.root, ...)",
     )  # fmt: skip
-    discard.add_argument("--delta-sink", action="append", default=[], metavar="TOPIC")
-    discard.set_defaults(run=_discard_batch)
-    return parser
+    command.add_argument(
+        "--delta-sink",
+        action="append",
+        default=[],
+        metavar="TOPIC",
+        help="a sink topic written to a Delta table instead of Kafka",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -75,7 +75,7 @@ def _state(spark, root: Path, app: str, state_dir: Path) -> dict:
             prepared = store.prepared_batch_id
             if prepared is not None:  # the last batch is prepared: settle it as a task would
                 store.settle(prepared, committed=prepared <= last)
-            stores[str(current.parent.relative_to(state_dir))] = list(store.range())
+            stores[str(current.parent.relative_to(state_dir / app))] = list(store.range())
         finally:
             store.close()
     columns = ("batch_id", "source_partition", "source_offset")
@@ -93,22 +93,25 @@ def test_a_job_killed_at_a_random_moment_ends_exactly_like_a_clean_run(
     spark, kafka_settings, source_topic, tmp_path, seed
 ):
     source, _ = source_topic
-    clean_config = job_config(kafka_settings, tmp_path / "clean", "app", source)
+    # Each run an application of its own: an application.id is also a consumer group, which
+    # says how far its Kafka outputs are committed (the source topic is shared by the module).
+    clean_app, killed_app = f"clean-{seed}", f"killed-{seed}"
+    clean_config = job_config(kafka_settings, tmp_path / "clean", clean_app, source)
     run_s = _run_clean(spark, clean_config, source)
-    clean = _state(spark, tmp_path / "clean" / "delta", "app", tmp_path / "clean" / "app" / "state")
+    clean = _state(spark, tmp_path / "clean" / "delta", clean_app,
+                   tmp_path / "clean" / clean_app / "state")  # fmt: skip
 
     # A DLQ topic of its own: a read_committed reader sees each of its DLQ records once.
     dlq = f"{source}-dlq-killed-{seed}"
     create_topics(kafka_settings, [TopicSpec(dlq, 1)])
-    config = job_config(kafka_settings, tmp_path / "killed", "app", source) | {
+    config = job_config(kafka_settings, tmp_path / "killed", killed_app, source) | {
         "errors.dead.letter.queue.topic.name": dlq
     }
     what = _kill_at_random(config, source, tmp_path / "killed" / "delta", seed, run_s)
     print(f"seed {seed}: {what}")
     _run_clean(spark, config, source)  # the restart
-    killed = _state(
-        spark, tmp_path / "killed" / "delta", "app", tmp_path / "killed" / "app" / "state"
-    )
+    killed = _state(spark, tmp_path / "killed" / "delta", killed_app,
+                    tmp_path / "killed" / killed_app / "state")  # fmt: skip
 
     assert [r.value for r in read_topic(kafka_settings, dlq)] == [b"{poison"] * 3, what
     assert clean["stores"], "the dedup job keeps state: there must be stores to compare"

@@ -56,10 +56,17 @@ class GroupOffsets:
         driver must not fence the one that replaced it)."""
         from confluent_kafka import KafkaException, TopicPartition
 
-        offsets = [TopicPartition(t, p, o) for (t, p), o in sorted(consumed.items())]
         try:
             if self._group is None:
                 self.start()
+            if self.exactly_once:
+                # Never back: where a task's transaction committed further (a discarded
+                # batch's, see StreamingJob._short_of_committed_outputs) and the batch
+                # stopped short of it, the group's offset says how far outputs exist.
+                ahead = self.committed(sorted(consumed))
+                consumed = {tp: max(offset, ahead.get(tp, offset)) for tp, offset in
+                            consumed.items()}  # fmt: skip
+            offsets = [TopicPartition(t, p, o) for (t, p), o in sorted(consumed.items())]
             if self._producer is None:
                 self._group.commit(offsets=offsets, asynchronous=False)
                 return True

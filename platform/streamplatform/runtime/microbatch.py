@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import logging
 import shutil
+import signal
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -229,6 +231,52 @@ class StreamingJob:
 
     def run_until_caught_up(self) -> list[BatchResult]:
         return self.run()
+
+    def run_forever(
+        self,
+        trigger_interval_ms: int = 0,
+        idle_interval_ms: int = 1_000,
+        on_batch: Callable[[BatchResult], None] | None = None,
+        stop: threading.Event | None = None,
+    ) -> int:
+        """Continuous mode: batch after batch until stopped; returns how many batches ran.
+
+        A batch starts at most every ``trigger_interval_ms`` (0: as soon as the previous one
+        has committed); with nothing to read, the job looks again after ``idle_interval_ms``.
+        ``on_batch`` is called with each batch's result (a progress line, metrics).
+
+        SIGTERM or SIGINT (handled when called from the main thread), or ``stop.set()``, ends
+        it cleanly: the batch in flight finishes and commits, no new one starts, the claim is
+        released, and the method returns. A second signal interrupts the batch in flight
+        (``KeyboardInterrupt``); its plan is logged, so the next run replays it exactly. A
+        batch that fails raises, with nothing of it committed (the claim released): run
+        again, and it is replayed.
+        """
+        stop = stop or threading.Event()
+        signals = _StopOnSignals(stop, self.app)
+        if self.claim.epoch is None:
+            self._claim()  # a second driver is refused before it starts Spark
+        batches = 0
+        try:
+            _ = self.spark  # started first: PySpark's own SIGINT handler would replace ours
+            with signals:
+                while not stop.is_set():
+                    started = time.monotonic()
+                    result = self.run_batch()
+                    if result is not None:
+                        batches += 1
+                        if on_batch is not None:
+                            on_batch(result)
+                    wait_ms = trigger_interval_ms if result is not None else max(
+                        trigger_interval_ms, idle_interval_ms)  # fmt: skip
+                    remaining = wait_ms / 1000 - (time.monotonic() - started)
+                    if remaining > 0:
+                        stop.wait(remaining)
+        finally:
+            self.claim.release()
+        log.info("%s: stopped after %d batches%s", self.app, batches,
+                 f" ({signals.received})" if signals.received else "")  # fmt: skip
+        return batches
 
     def run_batch(self) -> BatchResult | None:
         """Plan, run and commit one micro-batch; None when there is nothing to read.
@@ -843,6 +891,37 @@ class StreamingJob:
             for task, positions in self._task_partitions(consumed).items()
         }  # fmt: skip
         return kafka_output.Transactions(self.app, batch_id, offsets_by_task, (self.sources[0], 0))
+
+
+class _StopOnSignals:
+    """While active (and in the main thread), SIGTERM and SIGINT set ``stop``: the batch in
+    flight finishes. A second one raises KeyboardInterrupt in it. The previous handlers come
+    back at the end."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self, stop: threading.Event, app: str) -> None:
+        self.stop, self.app = stop, app
+        self.received = ""
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _StopOnSignals:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def _handle(self, signum: int, frame: object) -> None:
+        name = signal.Signals(signum).name
+        if self.stop.is_set():
+            raise KeyboardInterrupt(f"{name} again: the batch in flight is interrupted")
+        self.received = name
+        self.stop.set()
+        log.warning("%s: %s received; finishing the batch in flight, then stopping (send it "
+                    "again to interrupt the batch)", self.app, name)  # fmt: skip
 
 
 def _consumed(ranges: Ranges, progress: Progress) -> dict[tuple[str, int], int]:
