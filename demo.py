@@ -449,7 +449,8 @@ class _Story:
                 {"step": step, "asset": asset, "partition": partition, "run_id": result.run_id,
                  "metadata": metadata}
             )  # fmt: skip
-            self.say(f"  {_describe(asset, partition, metadata)}")
+            if not asset.startswith("kafka/"):  # a topic a job writes: the job's line says it
+                self.say(f"  {_describe(asset, partition, metadata)}")
         for check in result.get_asset_check_evaluations():
             asset = check.asset_key.to_user_string()
             self.checks[f"{asset}.{check.check_name}"] = {
@@ -495,14 +496,16 @@ def summary(numbers: Mapping[str, Any]) -> str:
         key=lambda e: (order.get(e["asset"], len(order)), e["partition"] or ""),
     )
     for event in events:
+        if event["asset"].startswith("kafka/"):  # a topic a job writes: the job's row says it
+            continue
         name = event["asset"] + (f"[{event['partition']}]" if event["partition"] else "")
         groups.setdefault(name, []).append(event)
     for name, group in groups.items():
         cells, note = _row(group)
         lines.append(row.format(name, len(group), *cells) + f"  {note}")
-    for schedule, replay in numbers.get("dlq_replay", {}).items():
+    for index, (schedule, replay) in enumerate(numbers.get("dlq_replay", {}).items()):
         lines.append(
-            f"{'' if lines[-1].startswith('DLQ') else chr(10)}DLQ replay ({schedule}, one run): "
+            ("" if index else "\n") + f"DLQ replay ({schedule}, one run): "
             f"{_plural(replay['candidates'], 'DLQ record')}, "
             f"{replay['republished']} re-published, {replay['parked']} parked"
         )

@@ -28,7 +28,7 @@ import webui  # noqa: E402
 
 IMAGES = ROOT / "docs" / "images"
 WIDTH, HEIGHT = 1600, 1000
-GROUPS = ("default", "streaming", "operations")  # the input topics are in "default"
+GROUPS = ("streaming", "operations")
 ASSETS = ("transactions_deduplicated", "transactions_enrichment",
           "transactions_enrichment_fx_rates_versions", "transactions_enriched",
           "standby_placements")  # fmt: skip
@@ -36,7 +36,9 @@ RUNS = "{ runsOrError(limit: 100) { ... on Runs { results { runId } } } }"
 EXPANDED = quote(",".join(f"global@global:{group}" for group in GROUPS))
 # (file, path, what the page shows once rendered, what it is for)
 PAGES = [
-    ("asset-graph.png", f"/asset-groups?expanded={EXPANDED}", (*ASSETS, "Materialized"),
+    # (the graph shortens long names: transactions_en…_rates_versions)
+    ("asset-graph.png", f"/asset-groups?expanded={EXPANDED}",
+     (*(a if len(a) < 32 else a[-15:] for a in ASSETS), "Materialized"),
      "the asset graph, every asset materialized by the demo"),
     ("asset-transactions_deduplicated.png", "/assets/transactions_deduplicated",
      ("transactions_deduplicated", "duplicates_dropped", "dlq_records"),
@@ -48,7 +50,7 @@ PAGES = [
     ("runs.png", "/runs", ("enriched_backfill", "late_backfill", "dlq_replay"),
      "the demo's runs: the sensor's backfill on top"),
 ]  # fmt: skip
-# Before the first page: no "join the community" dialog, the graph top-down (it fits).
+# Before the first page: no "join the community" dialog, the graph top-down.
 STORAGE = {"communityNux": '"1"', "asset-graph-direction": '"vertical"'}
 CLICK = """(() => {{ const b = Array.from(document.querySelectorAll('button')).find({});
   if (b) {{ b.click(); }} return !!b; }})()"""

@@ -110,10 +110,15 @@ class StreamplatformResource(dg.ConfigurableResource):
         """This process's SparkSession, started on first use (module docstring)."""
         if self._session is None:
             from pyspark import SparkContext
+            from pyspark.sql import SparkSession
 
             from streamplatform.spark import spark_session
 
             self._started_here = SparkContext._active_spark_context is None
+            # A session already running here is used as it is (its JVM settings are fixed;
+            # asking the builder again would only warn that they take no effect).
+            self._session = None if self._started_here else SparkSession.getActiveSession()
+        if self._session is None:
             self._session = spark_session(
                 self.spark.master or None, app_name="streamplatform-dagster",
                 extra=dict(self.spark.conf),
