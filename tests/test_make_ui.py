@@ -103,9 +103,11 @@ def test_ctrl_c_on_make_ui_leaves_no_process_of_the_session(tmp_path):
             left = {pid: session[pid] for pid in alive(session)}
             assert left == {}, f"left running after Ctrl-C: {left}"
         finally:
+            # Listed before make goes: its descendants are then re-parented, out of reach.
+            session = descendants(make.pid)
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(make.pid, signal.SIGKILL)
-            for pid in alive(descendants(make.pid)):
+            for pid in alive(session):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
             log.close()
