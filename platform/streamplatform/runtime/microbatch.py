@@ -430,9 +430,9 @@ class StreamingJob:
         The way on after a refused replay (``ReplayRefused``): a record that failed under the
         old code and is processed under the new one is then in the sink only, not also in the
         DLQ mirror. Its stores' prepared writes are discarded by the tasks, as after any crash.
-        What its attempts committed to Kafka topics stays there (docs/guarantees.md). A claim
-        it took for
-        this is released again."""
+        What its attempts committed to Kafka topics stays there, and the next plan does not
+        produce it again (``_short_of_committed_outputs``). A claim it took for this is
+        released again."""
         claimed_here = self.claim.epoch is None
         if claimed_here:
             self._claim()
