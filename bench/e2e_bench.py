@@ -123,7 +123,8 @@ class WorkerMemory:
         self._thread.join()
 
 
-def run_ours(spark, settings, topic, tmp: Path, per_partition_cap: int, name: str):
+def ours_job(spark, settings, topic, tmp: Path, per_partition_cap: int, name: str, **extra):
+    """Our dedup job on ``topic`` (exactly once, Delta sink); ``extra``: more settings."""
     config = {
         "application.id": name,
         "bootstrap.servers": settings["bootstrap.servers"],
@@ -131,8 +132,12 @@ def run_ours(spark, settings, topic, tmp: Path, per_partition_cap: int, name: st
         "state.dir": str(tmp / name / "state"),
         "platform.delta.root": str(tmp / "delta"),
         "platform.max.records.per.batch": per_partition_cap,
-    }
-    job = StreamingJob(dedup_topology(topic), config, spark=spark, delta_sinks=["deduplicated"])
+    } | extra
+    return StreamingJob(dedup_topology(topic), config, spark=spark, delta_sinks=["deduplicated"])
+
+
+def run_ours(spark, settings, topic, tmp: Path, per_partition_cap: int, name: str):
+    job = ours_job(spark, settings, topic, tmp, per_partition_cap, name)
     started = time.perf_counter()
     results = job.run_until_caught_up()
     elapsed = time.perf_counter() - started
@@ -141,15 +146,18 @@ def run_ours(spark, settings, topic, tmp: Path, per_partition_cap: int, name: st
     return elapsed, rows, results
 
 
-def kafka_stream(spark, settings: dict, topic: str):
-    """Spark's own Kafka source over the whole of ``topic``."""
-    return (
+def kafka_stream(spark, settings: dict, topic: str, max_offsets_per_trigger: int | None = None):
+    """Spark's own Kafka source over the whole of ``topic`` (at most ``max_offsets_per_trigger``
+    records per micro-batch when given)."""
+    reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", settings["bootstrap.servers"])
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
-        .load()
     )
+    if max_offsets_per_trigger is not None:
+        reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
+    return reader.load()
 
 
 def run_native(spark, settings, topic, tmp: Path, name: str = "native"):

@@ -159,6 +159,10 @@ SETTINGS: tuple[Setting, ...] = (
             "$SPARK_MASTER or local[*].", "string"),
     Setting("platform.max.records.per.batch", _int(1), 100_000, "Upper bound on the records a "
             "micro-batch reads per task.", "int >= 1"),
+    Setting("platform.task.cache.idle.ms", _int(0), 60_000, "How long a Spark Python worker "
+            "keeps a task open after its batch (stores, deduplication ids, stream time, "
+            "punctuation schedules), for the task's next batch. 0: every batch opens its "
+            "tasks anew.", "ms >= 0"),
     Setting("platform.claim.lease.ms", _int(1_000), 30_000, "How long a job's claim (one "
             "driver per application.id) outlives its holder's last sign of life; the holder "
             "renews it three times per lease. A holder on this host whose process is gone "

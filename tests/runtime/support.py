@@ -190,3 +190,53 @@ def read_topic(kafka_settings, topic: str, isolation: str = "read_committed") ->
     finally:
         reader.close()
     return records
+
+
+def ticking_topology(
+    source: str,
+    sink: str,
+    stream_interval_ms: int = 10_000,
+    kill_marker: str | None = None,
+    kill_at: tuple[int, int] | None = None,
+):
+    """Counts records per key in a store and, on a stream-time punctuator, sends the count of
+    every key with the punctuation's time; a wall-clock punctuator (every millisecond) sends
+    one ``wall`` record each time it fires. Pure of time except for the ``wall`` records.
+
+    With ``kill_at`` (partition, offset), the process running that record SIGKILLs itself
+    once (``kill_marker``: the file that says it did)."""
+    import os
+    import signal
+
+    from streamplatform import Processor, PunctuationType
+    from streamplatform.records import Record as StreamRecord
+
+    class Ticker(Processor):  # defined here: Spark's workers get it by value
+        def init(self, context):
+            super().init(context)
+            self.store = context.get_state_store("counts").transaction  # reads its own writes
+            context.schedule(stream_interval_ms, PunctuationType.STREAM_TIME, self.on_stream)
+            context.schedule(1, PunctuationType.WALL_CLOCK_TIME, self.on_wall)
+
+        def process(self, record):
+            here = (self.context.partition, self.context.offset)
+            if here == kill_at and not os.path.exists(kill_marker):
+                open(kill_marker, "w").close()  # noqa: SIM115
+                os.kill(os.getpid(), signal.SIGKILL)
+            key = record.key.encode()
+            self.store.put(key, b"%d" % (int(self.store.get(key) or b"0") + 1))
+
+        def on_stream(self, now):
+            counts = {k.decode(): int(v) for k, v in self.store.range(None, None)}
+            value = json.dumps({"time": now, "counts": counts}, sort_keys=True)
+            self.context.forward(StreamRecord("stream", value, now, []))
+
+        def on_wall(self, now):
+            self.context.forward(StreamRecord("wall", "{}", now, []))
+
+    b = StreamsBuilder()
+    b.add_state_store(Stores.persistent_key_value_store("counts"))
+    b.stream(source, Serdes.string(), Serdes.json()).process(Ticker, "counts").to(
+        sink, Serdes.string(), Serdes.string()
+    )
+    return b.build()

@@ -263,6 +263,8 @@ def run_metadata(
         "join_misses": metrics.get("join_misses", 0),
         "dlq_records": sum(r.dlq_records for r in results),
         "restored_records": sum(r.restored_records for r in results),
+        # Task batches that found their task kept open in a Python worker since its last one.
+        "tasks_reused": metrics.get("tasks_reused", 0),
         "replayed_batches": sum(r.replayed for r in results),
         # Offsets that held no committed record (transaction markers, aborted or compacted
         # records), and offsets gone from Kafka before they were read (retention).

@@ -65,6 +65,7 @@ class Progress:
     consumed: dict[tuple[str, int], int] = field(default_factory=dict)
     present: set[tuple[str, str | None]] = field(default_factory=set)  # (kind, topic) with rows
     changelog_writers: set[str] = field(default_factory=set)  # tasks that wrote changelog rows
+    tasks_run: set[str] = field(default_factory=set)  # every task that ran (one row each)
 
     @property
     def kinds(self) -> set[str]:
@@ -76,6 +77,7 @@ class Progress:
         summed = cls()
         for task, value in rows:
             progress = json.loads(value)
+            summed.tasks_run.add(task)
             add_metrics(summed.metrics, progress["metrics"])
             if progress.get("cut"):  # stopped early: where, on each partition it was given
                 for topic, partition, offset in progress["consumed"]:

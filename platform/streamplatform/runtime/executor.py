@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import gc
 import heapq
 import json
@@ -57,7 +58,7 @@ from streamplatform.config import StreamsConfig
 from streamplatform.dsl.topology import Topology
 from streamplatform.errors.exceptions import TaskFailedError
 from streamplatform.records import ConsumedRecord
-from streamplatform.runtime import kafka_output
+from streamplatform.runtime import kafka_output, task_cache
 from streamplatform.runtime.faults import crash_point
 from streamplatform.runtime.task import Task
 from streamplatform.state import IsolationLevel
@@ -185,15 +186,21 @@ def _collector_paused() -> Iterator[None]:
 
 @dataclass(frozen=True)
 class ChangelogWrites:
-    """What the driver knows of the changelog without reading it: every batch since
-    ``known_from`` that wrote changelog rows, as the last such batch per task."""
+    """What the driver knows of the batches committed since ``known_from`` without reading
+    any table: per task, the last of them that wrote changelog rows (``last_write``) and the
+    last of them that ran the task at all (``last_run``)."""
 
     known_from: int
     last_write: dict[str, int]
+    last_run: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def none_after(self, task: str, held: int) -> bool:
         """True when the changelog surely has no rows for ``task`` after batch ``held``."""
         return held >= self.known_from - 1 and self.last_write.get(task, -1) <= held
+
+    def not_run_after(self, task: str, batch: int) -> bool:
+        """True when surely no committed batch after ``batch`` ran ``task``."""
+        return batch >= self.known_from - 1 and self.last_run.get(task, -1) <= batch
 
 
 class TaskBatchRunner:
@@ -218,8 +225,14 @@ class TaskBatchRunner:
         internal_topics: Iterable[str] = (),
         side_output_dir: str | None = None,
         stream_topic: str | None = None,
+        fingerprint: str = "",
+        task_runs: ChangelogWrites | None = None,
     ) -> None:
         self.topology = topology
+        # A task kept open in this worker since an earlier batch is used again only under the
+        # same fingerprint, when ``task_runs`` proves it current (task_cache.py).
+        self.fingerprint = fingerprint
+        self.task_runs = task_runs
         # The topic of the STREAM_COLUMNS rows given to run_partition.
         self.stream_topic = stream_topic
         # Set: run_partition yields sink rows only (SINK_ARROW) and writes every other row to
@@ -256,8 +269,9 @@ class TaskBatchRunner:
                 internal = pa.array(sorted(self.internal_topics))
                 run.internal_in = pc.sum(pc.is_in(table["topic"], value_set=internal)).as_py() or 0
             try:
-                tables = [run.process(records_in_pick_order(table))]
+                tables = [run.process(records_in_pick_order(table)), run.end_punctuation()]
                 tables += run.finish()
+                run.completed = True
             except TaskFailedError as failure:
                 run.send_dlq_before_failing(failure)
                 raise
@@ -283,11 +297,15 @@ class TaskBatchRunner:
                     if output is not None:
                         yield output
                 if run is not None:
+                    output = run.end_punctuation()
+                    if output is not None:
+                        yield output
                     finished = run.finish()
                     if self.side_output_dir is None:
                         yield from finished
                     else:
                         run.write_side_output(self.side_output_dir, finished)
+                    run.completed = True
             except TaskFailedError as failure:
                 if run is not None:
                     run.send_dlq_before_failing(failure)
@@ -295,6 +313,15 @@ class TaskBatchRunner:
             finally:
                 if run is not None:
                     run.close()
+
+    def is_current(self, task_id: str, batch: int) -> bool:
+        """True when a task that finished ``batch`` here holds the task's state as of the
+        last committed batch: ``batch`` is committed and no batch after it ran the task."""
+        runs, last = self.task_runs, self.last_committed
+        return (
+            runs is not None and last is not None and batch <= last < self.batch_id
+            and runs.not_run_after(task_id, batch)
+        )  # fmt: skip
 
     def _settle_and_restore(self, task: Task) -> int:
         last = -1 if self.last_committed is None else self.last_committed
@@ -353,17 +380,29 @@ class _TaskRun:
         task_id = f"{runner.subtopology}_{partition}"
         state_dir = runner.state_dirs.get(task_id, self.config["state.dir"])
         self.restored = 0
-
-        def settle_and_restore(task: Task) -> None:
-            self.restored = runner._settle_and_restore(task)
-
-        self.task = Task(
-            runner.topology, runner.topology.subtopologies[runner.subtopology], partition,
-            self.config,
-            Path(state_dir), lambda topic: runner.partitions.get(topic, 1),
-            isolation_level=IsolationLevel.READ_COMMITTED, stores_opened=settle_and_restore,
+        self.completed = False  # set when the whole batch went through: the task may be kept
+        kept = task_cache.take(
+            Path(state_dir) / self.config["application.id"] / task_id, runner.fingerprint,
+            lambda batch: runner.is_current(task_id, batch),
         )  # fmt: skip
+        self.reused = kept is not None
+        if kept is not None:
+            runner._settle_and_restore(kept)  # applies the last batch's prepared writes
+            kept.start_batch()
+            self.task = kept
+        else:
+
+            def settle_and_restore(task: Task) -> None:
+                self.restored = runner._settle_and_restore(task)
+
+            self.task = Task(
+                runner.topology, runner.topology.subtopologies[runner.subtopology], partition,
+                self.config,
+                Path(state_dir), lambda topic: runner.partitions.get(topic, 1),
+                isolation_level=IsolationLevel.READ_COMMITTED, stores_opened=settle_and_restore,
+            )  # fmt: skip
         self.task_name = str(self.task.task_id)
+        self.punctuated = False  # the wall-clock punctuations at the start of the batch
         self.settled = time.monotonic()
         self.half = None if planned is None else planned // 2
         self.cut = False  # stopped early on the stores' uncommitted limits
@@ -413,6 +452,11 @@ class _TaskRun:
         """Run ``records`` through the task (until a store passes its limits); returns the
         sink and DLQ rows they produced."""
         task, half = self.task, self.half
+        if not self.punctuated:
+            # Kafka Streams fires wall-clock punctuations when its thread polls; here when a
+            # task's batch begins and ends.
+            self.punctuated = True
+            task.punctuate_wall_clock(task.wall_clock())
         limited = task.has_uncommitted_limits() and not self.runner.reads_internal
         records = iter(records)
         if half is not None and task.records_in <= half:
@@ -425,6 +469,12 @@ class _TaskRun:
         output = self._sink_rows()
         self.sink_ms += time.monotonic() - started
         return output
+
+    def end_punctuation(self) -> pa.RecordBatch | None:
+        """Fire the wall-clock punctuations due at the end of the batch; their sink and DLQ
+        rows."""
+        self.task.punctuate_wall_clock(self.task.wall_clock())
+        return self._sink_rows()
 
     def finish(self) -> list[pa.RecordBatch]:
         """Versions, changelog (after preparing or committing the stores) and progress."""
@@ -449,6 +499,8 @@ class _TaskRun:
             metrics["repartition_records_out"] = internal_out
         metrics = metrics | {
             "restored_records": self.restored,
+            "tasks_reused": int(self.reused),
+            "tasks_opened": int(not self.reused),
             "task_ms": int((persisted - self.started) * 1000),
             "task_settle_ms": int((self.settled - self.started) * 1000),
             "task_process_ms": int((processed - self.settled - self.sink_ms) * 1000),
@@ -467,7 +519,13 @@ class _TaskRun:
         return batches
 
     def close(self) -> None:
-        self.task.close()
+        """Keep the task open for its next batch when this one went through (task_cache.py);
+        otherwise close it: a failed or stopped attempt's task is never used again."""
+        if self.completed:
+            task_cache.keep(self.task, self.runner.fingerprint, self.runner.batch_id,
+                            self.config["platform.task.cache.idle.ms"])  # fmt: skip
+        else:
+            self.task.close()
 
     def send_dlq_before_failing(self, failure: TaskFailedError) -> None:
         """Produce this attempt's DLQ records to the DLQ topic, before the task fails with

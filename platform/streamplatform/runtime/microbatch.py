@@ -178,6 +178,7 @@ class StreamingJob:
         # task behind only because it had no records since (an idle partition) moves on
         # without them.
         self._changelog_writes: ChangelogWrites | None = None
+        self._committed_here: int | None = None  # the last batch this driver committed
 
     # Set-up --------------------------------------------------------------------------------
 
@@ -322,6 +323,12 @@ class StreamingJob:
         fresh = self._last is _UNREAD
         if fresh:
             self._last = commit_log.last()
+            if (None if self._last is None else self._last.batch_id) != self._committed_here:
+                # Another driver committed batches since this one's last: what this one knows
+                # of the tasks' runs and changelog writes is stale. Restores read the
+                # changelog, and no task kept open in a worker is taken as current.
+                self._resolve_changelog = True
+                self._changelog_writes = None
         last = self._last
         batch_id = 0 if last is None else last.batch_id + 1
         logged = offset_log.planned(batch_id) if fresh else None
@@ -370,7 +377,10 @@ class StreamingJob:
                 self._changelog_writes = ChangelogWrites(batch_id, {})
             for task in progress.changelog_writers:
                 self._changelog_writes.last_write[task] = batch_id
+            for task in progress.tasks_run:
+                self._changelog_writes.last_run[task] = batch_id
             self._last = CommittedBatch(batch_id, consumed, metrics)
+            self._committed_here = batch_id
             crash_point("after_commit", batch_id)
             self.group_offsets.commit(consumed)
             if streamed is not None:
@@ -636,6 +646,8 @@ class StreamingJob:
                 internal_topics=self.internal_topics,
                 side_output_dir=streamed,
                 stream_topic=self.sources[0] if len(self.sources) == 1 else None,
+                fingerprint=self.fingerprint,
+                task_runs=self._changelog_writes,
             )
 
         records = (

@@ -45,6 +45,11 @@ from streamplatform.state.stores import duration_ms
 log = logging.getLogger(__name__)
 
 UNKNOWN_TIME = -1  # stream time before the first record, as in Kafka Streams
+# Committed with the stores' offsets, under pseudo-partitions, so that a task opened again
+# (another Python worker, a restart) goes on with its stream time and its stream-time
+# punctuation schedule instead of starting them over.
+STREAM_TIME_MARKER = TopicPartition("__streamplatform.stream_time__", 0)
+PUNCTUATION_MARKER_TOPIC = "__streamplatform.punctuation__"  # partition: the schedule's index
 # The source of an output record produced outside any source record (a punctuation).
 NO_SOURCE = (None, -1, -1, None, None, None, None)
 _new_tuple = tuple.__new__  # builds a NamedTuple without its Python-level __new__
@@ -61,11 +66,23 @@ def add_metrics(totals: dict[str, int], numbers: Mapping[str, int]) -> None:
 
 
 class _Punctuation:
+    """One schedule, as Kafka Streams' PunctuationSchedule: it fires when the time reaches
+    ``next_time``; the next time is the following multiple of the interval after the time it
+    fired at, so missed intervals are skipped, not caught up. A stream-time schedule starts
+    at 0 (the first record fires it, later ones fire on multiples of the interval); a
+    wall-clock one at the time it was scheduled plus the interval."""
+
     def __init__(
-        self, node: str, interval: int, kind: PunctuationType, call: Callable[[int], None]
-    ):
+        self, node: str, interval: int, kind: PunctuationType, call: Callable[[int], None],
+        next_time: int,
+    ):  # fmt: skip
         self.node, self.interval, self.kind, self.call = node, interval, kind, call
-        self.next_time: int | None = None
+        self.next_time = next_time
+
+    def advance(self, now: int) -> None:
+        """Move ``next_time`` past ``now``, after firing at ``now``."""
+        missed = max(0, now - self.next_time) // self.interval
+        self.next_time += (missed + 1) * self.interval
 
 
 class NodeContext:
@@ -104,11 +121,9 @@ class NodeContext:
         millis = duration_ms(interval, "interval")
         if millis <= 0:
             raise ValueError(f"punctuation interval must be positive, got {interval!r}")
-        punctuation = _Punctuation(self._node.name, millis, kind, punctuator)
-        if kind is PunctuationType.WALL_CLOCK_TIME:
-            punctuation.next_time = self._task.wall_clock() + millis
-        # Stream time: the first record processed fires it, as in Kafka Streams.
-        self._task.punctuations.append(punctuation)
+        start = self._task.wall_clock() + millis if kind is PunctuationType.WALL_CLOCK_TIME else 0
+        self._task.punctuations.append(_Punctuation(self._node.name, millis, kind, punctuator,
+                                                    start))  # fmt: skip
 
     def log_version(self, store: str, key: bytes, value: bytes | None, timestamp: int) -> None:
         """Table sources report what they write to a versioned store (for its Delta snapshot)."""
@@ -161,6 +176,7 @@ class Task:
         self.dlq_records = 0
         self.skipped = 0  # records a handler answered `resume` for
         self._output_taken = 0
+        self._processor_base: dict[str, int] = {}  # start_batch(): the counters before it
         self._sources = {
             topic_name(s.topic, s.internal, self.application_id): s
             for s in subtopology.sources(topology)
@@ -197,6 +213,7 @@ class Task:
             self._deliver = {name: self._deliverer(name) for name in subtopology.nodes}
             for name, processor in self.processors.items():
                 processor.init(NodeContext(self, topology.nodes[name]))  # type: ignore[arg-type]
+            self._restore_schedule()
             # Asked after every record: only the stores that have a limit, as bound methods.
             limited = (
                 config["statestore.uncommitted.max.records"] is not None
@@ -225,29 +242,9 @@ class Task:
     # Processing --------------------------------------------------------------------------
 
     def process(self, record: ConsumedRecord) -> None:
-        """One source record; the caller hands them over in offset order per partition."""
-        source = self._sources.get(record.topic)
-        if source is None:
-            raise ValueError(f"Task {self.task_id} does not read topic {record.topic!r}")
-        self.current = record
-        self.records_in += 1
-        try:
-            try:
-                key = source.key_serde.deserialize(record.key)
-                value = source.value_serde.deserialize(record.value)
-            except Exception as exception:
-                self._handle(DESERIALIZATION, source.name, record, exception)
-                return
-            if record.timestamp > self.stream_time:
-                self.stream_time = record.timestamp
-            typed = Record(key, value, record.timestamp, record.headers)
-            for child in source.children:
-                self._deliver[child](typed)
-            if self.punctuations:
-                self._punctuate(PunctuationType.STREAM_TIME, self.stream_time)
-        finally:
-            self.consumed[(record.topic, record.partition)] = record.offset + 1
-            self.current = None
+        """One source record; the caller hands them over in offset order per partition. The
+        same path as ``process_all`` (the TopologyTestDriver's and Spark's)."""
+        self.process_all((record,))
 
     def process_all(self, records: Iterable[ConsumedRecord], stop_early: bool = False) -> bool:
         """``process`` each of ``records`` in order, in one loop that looks nothing up per
@@ -342,11 +339,9 @@ class Task:
 
     def _punctuate(self, kind: PunctuationType, now: int) -> None:
         for punctuation in self.punctuations:
-            if punctuation.kind is not kind:
+            if punctuation.kind is not kind or now < punctuation.next_time:
                 continue
-            if punctuation.next_time is not None and now < punctuation.next_time:
-                continue
-            punctuation.next_time = now + punctuation.interval
+            punctuation.advance(now)
             saved, self.current = self.current, None
             try:
                 punctuation.call(now)
@@ -421,7 +416,51 @@ class Task:
     # Commit and close ------------------------------------------------------------------------
 
     def offsets(self) -> dict[TopicPartition, int]:
-        return {TopicPartition(*tp): offset for tp, offset in self.consumed.items()}
+        """The consumed offsets to commit with the stores, with the task's stream time and
+        stream-time punctuation schedule under pseudo-partitions (``_restore_schedule``)."""
+        offsets = {TopicPartition(*tp): offset for tp, offset in self.consumed.items()}
+        if self.stream_time >= 0:
+            offsets[STREAM_TIME_MARKER] = self.stream_time
+        for index, punctuation in enumerate(self.punctuations):
+            if punctuation.kind is PunctuationType.STREAM_TIME and punctuation.next_time >= 0:
+                offsets[TopicPartition(PUNCTUATION_MARKER_TOPIC, index)] = punctuation.next_time
+        return offsets
+
+    def _restore_schedule(self) -> None:
+        """Take back the stream time and stream-time schedule committed with the stores.
+
+        Kafka Streams keeps a task's stream time in its committed offsets' metadata; its
+        punctuation schedule lives as long as the task. Here a task may be opened again
+        between two batches (by another Spark Python worker), so the schedule is committed
+        too: an hourly punctuator fires once an hour of stream time, not at the first record
+        of every opening. A schedule committed before its processor's schedules changed
+        (another number of them) is not taken."""
+        store = next(iter(self.stores.values()), None)
+        if store is None:
+            return
+        saved = store.committed_offsets()
+        stream_time = saved.get(STREAM_TIME_MARKER)
+        if stream_time is not None:
+            self.stream_time = max(self.stream_time, stream_time)
+        expected = [
+            index for index, punctuation in enumerate(self.punctuations)
+            if punctuation.kind is PunctuationType.STREAM_TIME
+        ]  # fmt: skip
+        found = sorted(tp.partition for tp in saved if tp.topic == PUNCTUATION_MARKER_TOPIC)
+        if not expected or found != expected:
+            return
+        for index in expected:
+            self.punctuations[index].next_time = saved[
+                TopicPartition(PUNCTUATION_MARKER_TOPIC, index)
+            ]
+
+    def start_batch(self) -> None:
+        """Begin another batch on a task kept open since its last one (a Spark Python worker
+        keeps it, task_cache.py): the per-batch numbers start over; state, stream time and
+        punctuation schedules go on."""
+        self.consumed = {}
+        self.records_in = self.dlq_records = self.skipped = self._output_taken = 0
+        self._processor_base = self._processor_metrics()
 
     def has_uncommitted_limits(self) -> bool:
         """False when no store can pass a limit: needs_early_commit() is then always False."""
@@ -479,6 +518,15 @@ class Task:
         }
         if self.stream_time != UNKNOWN_TIME:
             numbers["stream_time_max"] = self.stream_time
+        base = self._processor_base
+        for name, value in self._processor_metrics().items():
+            numbers[name] = value - base.get(name, 0)
+        return numbers
+
+    def _processor_metrics(self) -> dict[str, int]:
+        """The built-in processors' counters, summed over the task's processors, since the
+        task was opened."""
+        numbers: dict[str, int] = {}
         for processor in self.processors.values():
             if isinstance(processor, DeduplicationProcessor | StreamTableJoin):
                 prefix = "dedup_" if isinstance(processor, DeduplicationProcessor) else "join_"

@@ -22,6 +22,7 @@ from rocksdict import WriteBufferManager
 from streamplatform.state.errors import StoreLockedError
 
 __all__ = [
+    "RELEASE_REQUEST",
     "StoreOptions",
     "open_rocksdict",
     "release_pid_file",
@@ -36,6 +37,9 @@ _COMPRESSION = {
     "zstd": rocksdict.DBCompressionType.zstd,
 }
 PID_FILE_NAME = "streamplatform.pid"
+# Left beside a locked store by a process waiting to open it: a Spark Python worker keeping
+# the store's task open between batches closes it when it sees this (runtime/task_cache.py).
+RELEASE_REQUEST = "streamplatform.release"
 _MiB = 1024 * 1024
 
 
@@ -157,8 +161,10 @@ def open_rocksdict(
     """Open (or create) the RocksDB at `path` with `column_families`, waiting for its lock.
 
     RocksDB locks the directory while a store has it open. A task restarted on the same
-    executor may find the previous attempt still closing, so a locked directory is retried
-    for `options.open_timeout_s` before StoreLockedError names the path and the holder.
+    executor may find the previous attempt still closing, or another Python worker keeping the
+    task open between batches (asked to let go by RELEASE_REQUEST), so a locked directory is
+    retried for `options.open_timeout_s` before StoreLockedError names the path and the
+    holder.
     """
     path.mkdir(parents=True, exist_ok=True)
     # RocksDB opens only with every column family it has, even ones this store does not use
@@ -176,6 +182,7 @@ def open_rocksdict(
         except Exception as error:  # rocksdict raises plain Exception for every RocksDB status
             if "lock" not in str(error).lower():
                 raise
+            (path / RELEASE_REQUEST).touch()
             if time.monotonic() >= deadline:
                 raise StoreLockedError(
                     f"state store {path} is locked by {_describe_holder(path)}; waited "
@@ -185,6 +192,7 @@ def open_rocksdict(
             time.sleep(options.open_retry_interval_s)
         else:
             (path / PID_FILE_NAME).write_text(f"{os.getpid()} {socket.gethostname()}\n")
+            (path / RELEASE_REQUEST).unlink(missing_ok=True)  # answered (or an old one)
             return db
 
 

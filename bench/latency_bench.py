@@ -1,0 +1,136 @@
+"""Batch latency in continuous mode at ~10k-record batches: ours against Spark's own
+Structured Streaming micro-batches, same data, same run.
+
+- ours: ``StreamingJob.run_forever`` (continuous mode, trigger 0: the next batch starts when
+  the previous one committed) running the e2e bench's dedup job (``deduplicate_by_key_value``,
+  10 minutes) into a Delta sink under ``exactly_once_v2``, ``platform.max.records.per.batch``
+  = 10k / 3 partitions; stopped once caught up;
+- native: Structured Streaming's Kafka source with ``maxOffsetsPerTrigger`` = 10k ->
+  ``withWatermark`` -> ``dropDuplicatesWithinWatermark([key, id])`` -> Delta sink, default
+  trigger (the next micro-batch as soon as the previous one ended), ``triggerExecution``
+  durations from its progress reports.
+
+Both on ``local[2]``, after one warm-up run of each on other data. Prints p50/p99 of both,
+the ratios, our per-step medians (``BatchResult.metrics``), how many task batches found their
+task kept open, and the peak RSS of the Python workers during our run.
+
+    .venv/bin/python bench/latency_bench.py [--records 200000] [--task-cache-idle-ms 60000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from e2e_bench import (
+    INTERVAL_MS,
+    PARTITIONS,
+    WorkerMemory,
+    kafka_stream,
+    ours_job,
+    produce,
+)
+
+from streamplatform.kafka import LocalBroker, TopicSpec, create_topics
+from streamplatform.spark import spark_session
+
+BATCH = 10_000
+STEPS = ("plan_ms", "tasks_and_sink_ms", "writes_ms", "commit_ms", "task_ms", "task_settle_ms")
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def run_ours(spark, settings, topic: str, tmp: Path, name: str, idle_ms: int):
+    job = ours_job(spark, settings, topic, tmp, BATCH // PARTITIONS, name,
+                   **{"platform.task.cache.idle.ms": idle_ms})  # fmt: skip
+    results = []
+    stop = threading.Event()
+
+    def on_batch(result) -> None:
+        results.append(result)
+        if result.lag == 0:
+            stop.set()
+
+    job.run_forever(trigger_interval_ms=0, idle_interval_ms=100, on_batch=on_batch, stop=stop)
+    job.close()
+    return results
+
+
+def run_native(spark, settings, topic: str, tmp: Path, name: str, records: int) -> list[int]:
+    from pyspark.sql import functions as F
+
+    stream = (
+        kafka_stream(spark, settings, topic, max_offsets_per_trigger=BATCH)
+        .withColumn("id", F.get_json_object(F.col("value").cast("string"), "$.id"))
+        .withWatermark("timestamp", f"{INTERVAL_MS // 1000} seconds")
+        .dropDuplicatesWithinWatermark(["key", "id"])
+        .drop("id")
+    )
+    query = (
+        stream.writeStream.format("delta")
+        .option("checkpointLocation", str(tmp / name / "checkpoint"))
+        .start(str(tmp / name / "table"))
+    )
+    durations: list[int] = []
+    seen = 0
+    try:
+        while seen < records:  # recentProgress keeps the last 100 reports: enough here
+            if query.exception() is not None:
+                raise RuntimeError(f"native query failed: {query.exception()}")
+            time.sleep(0.2)
+            seen = sum(p["numInputRows"] for p in query.recentProgress)
+        for progress in query.recentProgress:
+            if progress["numInputRows"]:
+                durations.append(progress["durationMs"]["triggerExecution"])
+    finally:
+        query.stop()
+    return durations
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--task-cache-idle-ms", type=int, default=60_000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as directory:
+        tmp = Path(directory)
+        with LocalBroker(tmp / "broker") as broker:
+            settings = {"bootstrap.servers": broker.bootstrap_servers}
+            create_topics(settings, [TopicSpec(t, PARTITIONS) for t in ("latency", "warmup")])
+            produce(settings, "latency", args.records, seed=9)
+            produce(settings, "warmup", 50_000, seed=11)
+            spark = spark_session(master="local[2]", app_name="latency-bench")
+            run_ours(spark, settings, "warmup", tmp, "warmup-ours", args.task_cache_idle_ms)
+            run_native(spark, settings, "warmup", tmp, "warmup-native", 50_000)
+            with WorkerMemory() as memory:
+                ours = run_ours(spark, settings, "latency", tmp, "ours", args.task_cache_idle_ms)
+            native = run_native(spark, settings, "latency", tmp, "native", args.records)
+            spark.stop()
+    ours_ms = [r.duration_ms for r in ours]
+    print(f"{args.records:,} records, {PARTITIONS} partitions, local[2], ~{BATCH:,}-record "
+          "batches, continuous")  # fmt: skip
+    for name, values in (("ours  ", ours_ms), ("native", native)):
+        print(f"{name}: {len(values)} batches, p50 {statistics.median(values):.0f} ms, "
+              f"p99 {percentile(values, 0.99):.0f} ms")  # fmt: skip
+    print(f"ratio native / ours: p50 {statistics.median(native) / statistics.median(ours_ms):.2f}x,"
+          f" p99 {percentile(native, 0.99) / percentile(ours_ms, 0.99):.2f}x")  # fmt: skip
+    steps = {s: statistics.median(r.metrics.get(s, 0) for r in ours) for s in STEPS}
+    print("ours, median per step (ms): " + ", ".join(f"{s} {v:.0f}" for s, v in steps.items()))
+    reused = sum(r.metrics.get("tasks_reused", 0) for r in ours)
+    opened = sum(r.metrics.get("tasks_opened", 0) for r in ours)
+    print(f"ours, task batches with the task kept open: {reused} of {reused + opened}")
+    print(f"peak RSS of the Python workers during our run: {memory.peak_mb:.0f} MB")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    main()

@@ -1,0 +1,134 @@
+"""Tasks kept open between batches (runtime/task_cache.py), without Spark: when a kept task is
+used again, when it is closed, and how another process gets its stores."""
+
+from __future__ import annotations
+
+import multiprocessing
+import shutil
+import time
+
+import pytest
+
+from streamplatform.config import StreamsConfig
+from streamplatform.records import ConsumedRecord
+from streamplatform.runtime import task_cache
+from streamplatform.runtime.task import Task
+from streamplatform.state import IsolationLevel
+
+from .support import ticking_topology
+
+
+def _open(state_dir) -> Task:
+    topology = ticking_topology("in", "out")
+    config = StreamsConfig({"application.id": "cache", "processing.guarantee": "exactly_once_v2"})
+    return Task(topology, topology.subtopologies[0], 0, config, state_dir, lambda topic: 1,
+                isolation_level=IsolationLevel.READ_COMMITTED)  # fmt: skip
+
+
+def _stores_open(task: Task) -> bool:
+    return bool(task.stores) and not any(store.closed for store in task.stores.values())
+
+
+@pytest.fixture(autouse=True)
+def _nothing_kept():
+    yield
+    task_cache.close_all()
+
+
+def test_a_kept_task_is_taken_back_only_when_current_and_under_the_same_fingerprint(tmp_path):
+    task = _open(tmp_path)
+    assert task_cache.take(task.directory, "f1", lambda batch: True) is None  # nothing kept
+    task_cache.keep(task, "f1", batch=4, idle_ms=60_000)
+    assert task_cache.kept_tasks() == [str(task.directory)]
+    asked = []
+    assert task_cache.take(task.directory, "f1", lambda b: asked.append(b) or True) is task
+    assert asked == [4]  # currency is judged on the batch the task last finished
+    assert task_cache.kept_tasks() == []  # taken: the caller owns it now
+
+    task_cache.keep(task, "f1", batch=5, idle_ms=60_000)
+    assert task_cache.take(task.directory, "f1", lambda batch: False) is None
+    assert not _stores_open(task)  # not current: closed, the next batch opens it anew
+
+    other = _open(tmp_path)
+    task_cache.keep(other, "f1", batch=6, idle_ms=60_000)
+    assert task_cache.take(other.directory, "f2", lambda batch: True) is None  # code changed
+    assert not _stores_open(other)
+
+
+def test_a_kept_task_whose_state_dir_was_wiped_is_not_taken(tmp_path):
+    task = _open(tmp_path)
+    task_cache.keep(task, "f", batch=0, idle_ms=60_000)
+    shutil.rmtree(task.directory)  # the disk was wiped under the open stores
+    assert task_cache.take(task.directory, "f", lambda batch: True) is None
+    assert task_cache.kept_tasks() == []  # dropped (RocksDB cannot even close it cleanly)
+
+
+def test_idle_ms_zero_closes_at_once_and_an_idle_task_is_closed(tmp_path):
+    task = _open(tmp_path)
+    task_cache.keep(task, "f", batch=0, idle_ms=0)
+    assert not _stores_open(task) and task_cache.kept_tasks() == []
+
+    task = _open(tmp_path)
+    task_cache.keep(task, "f", batch=0, idle_ms=50)
+    deadline = time.monotonic() + 10
+    while _stores_open(task) and time.monotonic() < deadline:  # closed after leaving the list
+        time.sleep(0.01)
+    assert task_cache.kept_tasks() == [] and not _stores_open(task)
+
+
+def _keep_in_child(state_dir, ready, done) -> None:
+    task = _open(state_dir)
+    task.process(ConsumedRecord("in", 0, 0, 1_000, b"k", b"{}", []))
+    task.commit()
+    task_cache.keep(task, "f", batch=0, idle_ms=600_000)  # idle far longer than the test
+    ready.set()
+    done.wait(60)
+
+
+def test_another_process_gets_the_stores_of_a_kept_task(tmp_path):
+    """A Spark Python worker keeps the task; Spark gives its next batch to another worker
+    (or a test reads the store): the holder lets go at once when asked, instead of making
+    the other wait out StoreOptions.open_timeout_s and fail."""
+    context = multiprocessing.get_context("spawn")
+    ready, done = context.Event(), context.Event()
+    child = context.Process(target=_keep_in_child, args=(tmp_path, ready, done))
+    child.start()
+    try:
+        assert ready.wait(60), "the child did not keep its task"
+        started = time.monotonic()
+        task = _open(tmp_path)  # StoreLockedError without the release
+        waited = time.monotonic() - started
+        try:
+            assert task.stores["counts"].get(b"k") == b"1"  # the child's committed write
+            assert task.stream_time == 1_000  # committed with the stores
+        finally:
+            task.close()
+        assert waited < 10  # what StoreOptions.open_timeout_s would have let it wait
+        assert child.is_alive()  # it let go of the task, not of its life
+    finally:
+        done.set()
+        child.join(30)
+
+
+def _tick(task: Task, timestamp: int, offset: int) -> list[tuple[str, str]]:
+    task.process(ConsumedRecord("in", 0, offset, timestamp, b"k", b"{}", []))
+    task.take_output_sources()
+    return [(record.key, record.value) for record in task.take_output()]
+
+
+def test_stream_time_punctuations_follow_kafka_streams_schedule_across_reopens(tmp_path):
+    """The first record fires a stream-time punctuator; later ones fire when stream time
+    reaches the next multiple of the interval (missed ones are skipped). A task opened again
+    over the same stores goes on with its stream time and schedule."""
+    task = _open(tmp_path)
+    fired = [_tick(task, t, offset) for offset, t in enumerate((500, 9_999, 10_000, 35_000))]
+    assert [len([1 for key, _ in out if key == b"stream"]) for out in fired] == [1, 0, 1, 1]
+    task.commit()
+    task.close()
+
+    reopened = _open(tmp_path)
+    assert reopened.stream_time == 35_000
+    fired = [_tick(reopened, t, 4 + i) for i, t in enumerate((35_500, 39_999, 40_000))]
+    # Opened anew without its schedule, it would fire again at 35_500.
+    assert [len([1 for key, _ in out if key == b"stream"]) for out in fired] == [0, 0, 1]
+    reopened.close()
