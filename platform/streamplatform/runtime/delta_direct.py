@@ -38,9 +38,12 @@ def append(
     version: int,
     partition_by: Sequence[str] | None = None,
     merge_schema: bool = False,
+    conform: bool = False,
 ) -> bool:
     """Append ``rows`` once per ``(app_id, version)``; False when it was appended before.
-    ``merge_schema``: columns the table lacks are added (older rows read them as null)."""
+    ``merge_schema``: columns the table lacks are added (older rows read them as null).
+    ``conform``: ``rows`` take the table's own Arrow schema first (a table Spark created has
+    columns that may not be null, which Arrow arrays built in Python do not say)."""
     from deltalake import CommitProperties, Transaction, write_deltalake
 
     table = _table(path)
@@ -48,6 +51,10 @@ def append(
         recorded = table.transaction_version(app_id)
         if recorded is not None and version <= recorded:
             return False
+        if conform:
+            rows = rows.select(table.schema().to_arrow().names).cast(
+                pa.schema(table.schema().to_arrow())
+            )
     write_deltalake(
         path if table is None else table,
         rows,

@@ -314,6 +314,26 @@ class TaskBatchRunner:
                 if run is not None:
                     run.close()
 
+    def read_and_run(
+        self, ranges: list[tuple[int, int, int]], consumer_settings: Mapping[str, Any]
+    ) -> Any:
+        """A ``mapInArrow`` function over ``spark.range(len(ranges))``: row i runs the task of
+        ``ranges[i]`` = (partition, start, end) of ``stream_topic``, reading its records
+        itself (kafka_input.py), through ``run_partition``."""
+        from streamplatform.runtime.kafka_input import read_range
+
+        topic = self.stream_topic
+        assert topic is not None
+
+        def run(ids: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            for batch in ids:
+                for index in batch.column(0).to_pylist():
+                    partition, start, end = ranges[index]
+                    records = read_range(consumer_settings, topic, partition, start, end)
+                    yield from self.run_partition(records)
+
+        return run
+
     def is_current(self, task_id: str, batch: int) -> bool:
         """True when a task that finished ``batch`` here holds the task's state as of the
         last committed batch: ``batch`` is committed and no batch after it ran the task."""

@@ -75,8 +75,9 @@ class StoreOptions:
     commits, which the changelog restores. `prepare` always syncs, see `StateDB.prepare`."""
     open_timeout_s: float = 10.0
     """How long opening waits for a directory locked by another live store. Default 10 s."""
-    open_retry_interval_s: float = 0.1
-    """Pause between two attempts to open a locked directory. Default 0.1 s."""
+    open_retry_interval_s: float = 0.01
+    """Pause between two attempts to open a locked directory. Default 0.01 s: a Spark Python
+    worker keeping the store's task between batches lets go within milliseconds."""
     latest_cache_entries: int = 10_000
     """Versioned stores: latest versions kept decoded in memory, per store; 0 disables.
     Default 10,000 entries."""

@@ -1,0 +1,114 @@
+"""A task's planned range of one Kafka partition, read in its Spark Python worker.
+
+Spark's Kafka batch source costs about half a second per micro-batch before the first record
+reaches a task (the relation's offset checks on the driver, its consumers' setup). For small
+batches that is most of the batch, so a job that streams its sink (one source topic, one Delta
+sink) reads small batches here instead: a Spark job of one row per task, each task reading
+exactly its planned ``[start, end)`` with a consumer its worker keeps between batches, as a
+Kafka Streams thread keeps its consumer. Same isolation as Spark's reader: ``read_committed``
+(aborted records and transaction markers leave gaps), and a start offset that is no longer in
+the log fails the task instead of reading from elsewhere.
+
+The records go to the task as Arrow batches in ``executor.STREAM_COLUMNS``: the same path as
+the records Spark's source hands over.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from streamplatform.runtime.executor import STREAM_COLUMNS, encode_headers
+
+ARROW_BATCH = 10_000  # records per Arrow batch handed to the task (Spark's default too)
+STALL_TIMEOUT_S = 120.0  # no record and no end for this long: the broker is not answering
+
+_lock = threading.Lock()
+_consumers: dict[str, Any] = {}  # the consumer settings (JSON) -> the consumer kept here
+
+
+class KafkaInputError(RuntimeError):
+    """The planned range could not be read (the message names the range and the cause)."""
+
+
+def read_range(
+    settings: Mapping[str, Any], topic: str, partition: int, start: int, end: int
+) -> Iterator[pa.RecordBatch]:
+    """The committed records of ``topic``-``partition`` at offsets ``[start, end)``, in offset
+    order, as STREAM_COLUMNS batches. ``end`` is at most the partition's last stable offset
+    (the plan stops there), so the range is complete once the reader is at or past ``end``."""
+    from confluent_kafka import KafkaError, TopicPartition
+
+    consumer = _consumer(settings)
+    what = f"{topic}-{partition} [{start}, {end})"
+    consumer.assign([TopicPartition(topic, partition, start)])
+    try:
+        rows: list[Any] = []
+        position = start
+        stalled_since = time.monotonic()
+        while position < end:
+            messages = consumer.consume(min(ARROW_BATCH, end - position), timeout=0.5)
+            for message in messages:
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        # At the last stable offset, which is at or past ``end``: the rest of
+                        # the range was markers or aborted records.
+                        position = end
+                        break
+                    raise KafkaInputError(f"reading {what}: {error}")
+                if message.offset() >= end:
+                    position = end
+                    break
+                rows.append(message)
+                position = message.offset() + 1
+            if messages:
+                stalled_since = time.monotonic()
+            elif time.monotonic() - stalled_since > STALL_TIMEOUT_S:
+                raise KafkaInputError(
+                    f"reading {what}: nothing read for {STALL_TIMEOUT_S:g} s at offset {position}"
+                )
+            if len(rows) >= ARROW_BATCH or (rows and position >= end):
+                yield _batch(partition, rows)
+                rows = []
+    finally:
+        consumer.unassign()
+
+
+def _batch(partition: int, messages: list[Any]) -> pa.RecordBatch:
+    n = len(messages)
+    headers = [message.headers() for message in messages]
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.repeat(pa.scalar(partition, pa.int32()), n),
+            pa.array([m.offset() for m in messages], pa.int64()),
+            pa.array([m.timestamp()[1] for m in messages], pa.int64()),
+            pa.array([m.key() for m in messages], pa.binary()),
+            pa.array([m.value() for m in messages], pa.binary()),
+            pa.array([encode_headers(h) if h else None for h in headers], pa.string())
+            if any(headers)
+            else pa.nulls(n, pa.string()),
+        ],
+        names=list(STREAM_COLUMNS),
+    )
+
+
+def _consumer(settings: Mapping[str, Any]) -> Any:
+    """The consumer this worker keeps for ``settings`` (created on first use)."""
+    from streamplatform.kafka.clients import consumer
+
+    key = json.dumps(dict(settings), sort_keys=True, default=str)
+    with _lock:
+        kept = _consumers.get(key)
+        if kept is None:
+            kept = _consumers[key] = consumer(
+                settings, "streamplatform-task-reader",
+                **{"isolation.level": "read_committed", "enable.partition.eof": True,
+                   "auto.offset.reset": "error", "enable.auto.offset.store": False},
+            )  # fmt: skip
+        return kept

@@ -1,0 +1,64 @@
+"""The task's own Kafka reader (runtime/kafka_input.py) on a real broker: committed records
+only, ranges that end in aborted records or transaction markers end, a start offset gone from
+the log fails."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+from confluent_kafka.admin import AdminClient
+
+from streamplatform.kafka import TopicSpec, create_topics
+from streamplatform.runtime.kafka_input import KafkaInputError, read_range
+
+pytestmark = pytest.mark.broker
+
+
+def _transaction(settings, topic, values, commit=True) -> None:
+    writer = Producer({"bootstrap.servers": settings["bootstrap.servers"],
+                       "transactional.id": f"{topic}-{uuid.uuid4().hex[:6]}"})  # fmt: skip
+    writer.init_transactions(30)
+    writer.begin_transaction()
+    for value in values:
+        writer.produce(topic, key=b"k", value=value, partition=0, headers=[("h", value)])
+    writer.flush(30)
+    if commit:
+        writer.commit_transaction(30)
+    else:
+        writer.abort_transaction(30)
+
+
+def _read(settings, topic, start, end):
+    batches = list(read_range(settings, topic, 0, start, end))
+    return [(o, v) for b in batches for o, v in zip(b["offset"].to_pylist(),
+                                                       b["value"].to_pylist(), strict=True)]  # fmt: skip
+
+
+def test_committed_records_only_and_ranges_ending_in_markers_end(kafka_settings):
+    topic = f"input-{uuid.uuid4().hex[:6]}"
+    create_topics(kafka_settings, [TopicSpec(topic, 1)])
+    _transaction(kafka_settings, topic, [b"a0", b"a1", b"a2"])  # offsets 0-2, marker 3
+    _transaction(kafka_settings, topic, [b"x0", b"x1"], commit=False)  # 4-5 aborted, marker 6
+    _transaction(kafka_settings, topic, [b"b0"])  # offset 7, marker 8
+
+    assert _read(kafka_settings, topic, 0, 9) == [(0, b"a0"), (1, b"a1"), (2, b"a2"), (7, b"b0")]
+    assert _read(kafka_settings, topic, 1, 7) == [(1, b"a1"), (2, b"a2")]  # ends in 3..6
+    assert _read(kafka_settings, topic, 3, 7) == []  # nothing committed in it: still ends
+    assert _read(kafka_settings, topic, 8, 9) == []  # the last offset is a marker: EOF ends it
+    (batch,) = read_range(kafka_settings, topic, 0, 7, 8)
+    assert batch["headers"].to_pylist() == ['[{"k": "h", "v": "YjA="}]']  # as Spark's path
+
+
+def test_a_start_offset_gone_from_the_log_fails(kafka_settings):
+    topic = f"input-{uuid.uuid4().hex[:6]}"
+    create_topics(kafka_settings, [TopicSpec(topic, 1)])
+    _transaction(kafka_settings, topic, [b"a0", b"a1", b"a2", b"a3"])
+    admin = AdminClient({"bootstrap.servers": kafka_settings["bootstrap.servers"]})
+    for future in admin.delete_records([KafkaTopicPartition(topic, 0, 2)]).values():
+        future.result(30)
+    with pytest.raises(KafkaInputError, match=rf"{topic}-0 \[0, 4\)"):
+        _read(kafka_settings, topic, 0, 4)
+    assert _read(kafka_settings, topic, 2, 5) == [(2, b"a2"), (3, b"a3")]
