@@ -10,11 +10,12 @@ Structured Streaming micro-batches, same data, same run.
   trigger (the next micro-batch as soon as the previous one ended), ``triggerExecution``
   durations from its progress reports.
 
-Both on ``local[2]``, after one warm-up run of each on other data. Prints p50/p99 of both,
-the ratios, our per-step medians (``BatchResult.metrics``), how many task batches found their
-task kept open, and the peak RSS of the Python workers during our run.
+Ours three ways (``CONFIGURATIONS``: as before, kept tasks only, the defaults), all on
+``local[2]`` after one warm-up run of each on other data. Prints p50/p99 of each, the ratios
+to native, our per-step medians (``BatchResult.metrics``), how many task batches found their
+task kept open, and the peak RSS of the Python workers during each of our runs.
 
-    .venv/bin/python bench/latency_bench.py [--records 200000] [--task-cache-idle-ms 60000]
+    .venv/bin/python bench/latency_bench.py [--records 200000]
 """
 
 from __future__ import annotations
@@ -49,9 +50,18 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def run_ours(spark, settings, topic: str, tmp: Path, name: str, idle_ms: int):
-    job = ours_job(spark, settings, topic, tmp, BATCH // PARTITIONS, name,
-                   **{"platform.task.cache.idle.ms": idle_ms})  # fmt: skip
+# Our configurations: as before this path existed (tasks opened every batch, Spark's Kafka
+# source and Delta writer), tasks kept only, and the defaults (kept tasks, small batches read
+# by the tasks and written by the driver).
+CONFIGURATIONS = {
+    "before": {"platform.task.cache.idle.ms": 0, "platform.sink.driver.max.records": 0},
+    "kept tasks": {"platform.task.cache.idle.ms": 60_000, "platform.sink.driver.max.records": 0},
+    "defaults": {},
+}
+
+
+def run_ours(spark, settings, topic: str, tmp: Path, name: str, overrides: dict):
+    job = ours_job(spark, settings, topic, tmp, BATCH // PARTITIONS, name, **overrides)
     results = []
     stop = threading.Event()
 
@@ -99,8 +109,9 @@ def run_native(spark, settings, topic: str, tmp: Path, name: str, records: int) 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=200_000)
-    parser.add_argument("--task-cache-idle-ms", type=int, default=60_000)
     args = parser.parse_args()
+    ours: dict[str, list] = {}
+    peaks: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as directory:
         tmp = Path(directory)
         with LocalBroker(tmp / "broker") as broker:
@@ -109,26 +120,32 @@ def main() -> None:
             produce(settings, "latency", args.records, seed=9)
             produce(settings, "warmup", 50_000, seed=11)
             spark = spark_session(master="local[2]", app_name="latency-bench")
-            run_ours(spark, settings, "warmup", tmp, "warmup-ours", args.task_cache_idle_ms)
+            for name, overrides in CONFIGURATIONS.items():
+                run_ours(spark, settings, "warmup", tmp, f"warmup-{len(ours)}", overrides)
+                ours[name] = []
             run_native(spark, settings, "warmup", tmp, "warmup-native", 50_000)
-            with WorkerMemory() as memory:
-                ours = run_ours(spark, settings, "latency", tmp, "ours", args.task_cache_idle_ms)
+            for index, (name, overrides) in enumerate(CONFIGURATIONS.items()):
+                with WorkerMemory() as memory:
+                    ours[name] = run_ours(spark, settings, "latency", tmp, f"ours-{index}",
+                                          overrides)  # fmt: skip
+                peaks[name] = memory.peak_mb
             native = run_native(spark, settings, "latency", tmp, "native", args.records)
             spark.stop()
-    ours_ms = [r.duration_ms for r in ours]
     print(f"{args.records:,} records, {PARTITIONS} partitions, local[2], ~{BATCH:,}-record "
           "batches, continuous")  # fmt: skip
-    for name, values in (("ours  ", ours_ms), ("native", native)):
-        print(f"{name}: {len(values)} batches, p50 {statistics.median(values):.0f} ms, "
-              f"p99 {percentile(values, 0.99):.0f} ms")  # fmt: skip
-    print(f"ratio native / ours: p50 {statistics.median(native) / statistics.median(ours_ms):.2f}x,"
-          f" p99 {percentile(native, 0.99) / percentile(ours_ms, 0.99):.2f}x")  # fmt: skip
-    steps = {s: statistics.median(r.metrics.get(s, 0) for r in ours) for s in STEPS}
-    print("ours, median per step (ms): " + ", ".join(f"{s} {v:.0f}" for s, v in steps.items()))
-    reused = sum(r.metrics.get("tasks_reused", 0) for r in ours)
-    opened = sum(r.metrics.get("tasks_opened", 0) for r in ours)
-    print(f"ours, task batches with the task kept open: {reused} of {reused + opened}")
-    print(f"peak RSS of the Python workers during our run: {memory.peak_mb:.0f} MB")
+    print(f"native    : {len(native)} batches, p50 {statistics.median(native):.0f} ms, "
+          f"p99 {percentile(native, 0.99):.0f} ms")  # fmt: skip
+    for name, results in ours.items():
+        ms = [r.duration_ms for r in results]
+        steps = {s: statistics.median(r.metrics.get(s, 0) for r in results) for s in STEPS}
+        reused = sum(r.metrics.get("tasks_reused", 0) for r in results)
+        opened = sum(r.metrics.get("tasks_opened", 0) for r in results)
+        print(f"ours {name:>10}: {len(ms)} batches, p50 {statistics.median(ms):.0f} ms, "
+              f"p99 {percentile(ms, 0.99):.0f} ms; native/ours p50 "
+              f"{statistics.median(native) / statistics.median(ms):.2f}x, p99 "
+              f"{percentile(native, 0.99) / percentile(ms, 0.99):.2f}x; tasks kept "
+              f"{reused}/{reused + opened}; peak worker RSS {peaks[name]:.0f} MB")  # fmt: skip
+        print("    median per step (ms): " + ", ".join(f"{s} {v:.0f}" for s, v in steps.items()))
 
 
 if __name__ == "__main__":
