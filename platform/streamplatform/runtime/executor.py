@@ -2,21 +2,27 @@
 
 ``TaskBatchRunner`` is pickled to the executors (a plain object: the topology, the settings,
 the batch's numbers) and called once per task with that task's rows (``mapInArrow``, or
-``applyInArrow`` when a task reads several topics):
+``applyInArrow`` when a task reads several topics; ``read_and_run`` when a small batch's
+tasks read their ranges themselves, kafka_input.py):
 
-1. open the task's stores under ``state.dir/<application.id>/<task id>/``;
+1. take the task kept open in this Python worker since its last batch, when it is proven
+   current (task_cache.py), or open the task's stores under
+   ``state.dir/<application.id>/<task id>/``;
 2. exactly_once_v2: settle the previous batch's prepared writes — apply them when that batch
    is in the commit log, discard them when it is not;
 3. restore from the Delta changelog when the local state is behind the commit log (a new
    executor, a wiped state dir) and report how many changelog rows it replayed;
 4. process the records, per partition in offset order, across partitions by timestamp (as
-   Kafka Streams picks records); stop early when a store passes its uncommitted limits;
+   Kafka Streams picks records); stop early when a store passes its uncommitted limits; fire
+   the wall-clock punctuations due when the batch begins and when it ends;
 5. persist the store writes: *prepare* them as batch N (exactly_once_v2), or commit them
    (at_least_once); either way they also leave as changelog rows;
 6. return the output rows: sink, DLQ, changelog and version rows, and one progress row that
    also counts the rows of each kind, so the driver needs no pass over the output for that.
    With a side-output directory (a job whose one sink is a Delta table) only the sink rows are
-   returned, into the Delta write; the others go to the task's side file (SINK_COLUMNS).
+   returned, into the Delta write; the others go to the task's side file (SINK_COLUMNS);
+7. keep the task open in the worker for its next batch when the whole batch went through;
+   a failed or stopped attempt closes it.
 
 Under ``mapInArrow`` a Spark partition is one Kafka partition, read in offset order: the task
 processes each Arrow batch as it arrives and sends its sink and DLQ rows on at once, so the
