@@ -52,9 +52,8 @@ def append(
         if recorded is not None and version <= recorded:
             return False
         if conform:
-            rows = rows.select(table.schema().to_arrow().names).cast(
-                pa.schema(table.schema().to_arrow())
-            )
+            schema = pa.schema(table.schema().to_arrow())
+            rows = rows.select(schema.names).cast(schema)
     write_deltalake(
         path if table is None else table,
         rows,

@@ -50,7 +50,7 @@ import heapq
 import json
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import islice, repeat
 from operator import itemgetter
@@ -626,12 +626,7 @@ class _TaskRun:
             kind = pa.repeat(pa.scalar("dlq"), n)
         else:
             kind = pc.if_else(pc.equal(topic_array, dlq), "dlq", "sink")
-        if any(headers):
-            header_array = pa.array([_header_structs(h) for h in headers], HEADERS_ARROW)
-        else:  # n empty lists
-            header_array = pa.ListArray.from_arrays(
-                pa.repeat(pa.scalar(0, pa.int32()), n + 1), _NO_HEADER_VALUES, HEADERS_ARROW
-            )
+        header_array = header_structs(headers)
         rows = _batch(
             n, kind=kind, topic=topic_array, key=keys, value=values, timestamp=timestamps,
             headers=header_array, partition=partitions, source_topic=source_topics,
@@ -728,8 +723,17 @@ def _without_blind_deletes(
     return [write for write in writes if write[2] is not None or committed(write[1]) is not None]
 
 
-def _header_structs(headers: list[tuple[str, bytes | None]]) -> list[dict[str, Any]]:
-    return [{"key": key, "value": value} for key, value in headers] if headers else []
+def header_structs(headers: Sequence[list[tuple[str, bytes | None]]]) -> pa.Array:
+    """Each record's headers as the output tables' ARRAY<STRUCT<key, value>> (HEADERS_ARROW);
+    built without a Python object per record when no record has any, as is nearly always."""
+    if not any(headers):  # len(headers) empty lists
+        return pa.ListArray.from_arrays(
+            pa.repeat(pa.scalar(0, pa.int32()), len(headers) + 1), _NO_HEADER_VALUES,
+            HEADERS_ARROW,
+        )  # fmt: skip
+    return pa.array(
+        [[{"key": key, "value": value} for key, value in h] for h in headers], HEADERS_ARROW
+    )
 
 
 def _batch(rows: int, **columns: Any) -> pa.RecordBatch:

@@ -81,18 +81,14 @@ def read_range(
 
 
 def _batch(partition: int, messages: list[Any]) -> pa.RecordBatch:
-    n = len(messages)
-    headers = [message.headers() for message in messages]
     return pa.RecordBatch.from_arrays(
         [
-            pa.repeat(pa.scalar(partition, pa.int32()), n),
+            pa.repeat(pa.scalar(partition, pa.int32()), len(messages)),
             pa.array([m.offset() for m in messages], pa.int64()),
             pa.array([m.timestamp()[1] for m in messages], pa.int64()),
             pa.array([m.key() for m in messages], pa.binary()),
             pa.array([m.value() for m in messages], pa.binary()),
-            pa.array([encode_headers(h) if h else None for h in headers], pa.string())
-            if any(headers)
-            else pa.nulls(n, pa.string()),
+            pa.array([encode_headers(m.headers()) for m in messages], pa.string()),
         ],
         names=list(STREAM_COLUMNS),
     )

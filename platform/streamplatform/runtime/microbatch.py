@@ -60,7 +60,6 @@ from streamplatform.runtime.claim import JobClaim, JobFencedError
 from streamplatform.runtime.executor import (
     BATCH_MARKER,
     CHANGELOG_FILES_NEEDED,
-    HEADERS_ARROW,
     INPUT_COLUMNS,
     OUTPUT_SCHEMA,
     SINK_COLUMNS,
@@ -69,6 +68,7 @@ from streamplatform.runtime.executor import (
     ChangelogWrites,
     TaskBatchRunner,
     decode_headers,
+    header_structs,
 )
 from streamplatform.runtime.faults import arm, crash_point
 from streamplatform.runtime.fingerprint import job_fingerprint
@@ -652,13 +652,15 @@ class StreamingJob:
                 task_runs=self._changelog_writes,
             )
 
-        records = (
-            read_kafka_ranges(self.spark, self.kafka, wanted)
-            .withColumn("task_partition", F.col("partition"))
-            .withColumn("timestamp", F.unix_millis("timestamp"))
-            .withColumn("headers", _headers_as_json("headers"))
-            .select(*INPUT_COLUMNS)
-        )
+        def kafka_records() -> Any:  # through Spark's Kafka source (not for small batches)
+            return (
+                read_kafka_ranges(self.spark, self.kafka, wanted)
+                .withColumn("task_partition", F.col("partition"))
+                .withColumn("timestamp", F.unix_millis("timestamp"))
+                .withColumn("headers", _headers_as_json("headers"))
+                .select(*INPUT_COLUMNS)
+            )
+
         if streamed is not None:
             shutil.rmtree(streamed, ignore_errors=True)  # a crashed attempt's files
             (sink,) = self.topology.sink_topics(self.app)
@@ -681,8 +683,10 @@ class StreamingJob:
                 delta_direct.append(f"{self.root}/{sink}", rows, f"{self.app}-sink-{sink}",
                                     batch_id, conform=True)  # fmt: skip
             else:
-                streamed_rows = records.select(*STREAM_COLUMNS).mapInArrow(
-                    runner(0).run_partition, SINK_SCHEMA
+                streamed_rows = (
+                    kafka_records()
+                    .select(*STREAM_COLUMNS)
+                    .mapInArrow(runner(0).run_partition, SINK_SCHEMA)
                 )
                 sink_rows = (
                     streamed_rows.withColumn("headers", _headers_from_json("headers"))
@@ -693,14 +697,16 @@ class StreamingJob:
             self._streamed_ms = int((time.monotonic() - started) * 1000)
             return None
         if len(self.topology.subtopologies) > 1:
-            return self._execute_stages(batch_id, records, runner)
+            return self._execute_stages(batch_id, kafka_records(), runner)
         if len(self.sources) == 1:
             # Spark's Kafka source makes one partition per Kafka partition: one task each.
-            outputs = records.select(*STREAM_COLUMNS).mapInArrow(
-                runner(0).run_partition, OUTPUT_SCHEMA
+            outputs = (
+                kafka_records()
+                .select(*STREAM_COLUMNS)
+                .mapInArrow(runner(0).run_partition, OUTPUT_SCHEMA)
             )
         else:
-            outputs = _run_grouped(records, runner(0))
+            outputs = _run_grouped(kafka_records(), runner(0))
         return outputs.persist()
 
     def _execute_stages(
@@ -1028,18 +1034,7 @@ def _sink_table(rows: Any, source_topic: str, batch_id: int) -> Any:
     import pyarrow as pa
 
     n = rows.num_rows
-    encoded = rows.column("headers")
-    if encoded.null_count == n:  # nearly always: no record has headers
-        headers: Any = pa.ListArray.from_arrays(
-            pa.repeat(pa.scalar(0, pa.int32()), n + 1),
-            pa.array([], HEADERS_ARROW.value_type), HEADERS_ARROW,
-        )  # fmt: skip
-    else:
-        headers = pa.array(
-            [[] if text is None else [{"key": k, "value": v} for k, v in decode_headers(text)]
-             for text in encoded.to_pylist()],
-            HEADERS_ARROW,
-        )  # fmt: skip
+    headers = header_structs([decode_headers(text) for text in rows.column("headers").to_pylist()])
     columns = {
         "key": rows.column("key"), "value": rows.column("value"),
         "timestamp": rows.column("timestamp"), "headers": headers,
