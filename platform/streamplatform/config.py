@@ -160,9 +160,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("platform.max.records.per.batch", _int(1), 100_000, "Upper bound on the records a "
             "micro-batch reads per task.", "int >= 1"),
     Setting("platform.sink.driver.max.records", _int(0), 50_000, "A job with one Delta sink "
-            "whose batch plans at most this many records brings the sink rows to the driver "
-            "and appends them with delta-rs, instead of Spark's Delta writer (about a second "
-            "less per batch). 0: always Spark's writer.", "int >= 0"),
+            "whose batch plans at most this many records brings the tasks' rows to the driver "
+            "through Spark and appends them with delta-rs, instead of Spark's Delta writer "
+            "(about a second less per batch). 0: always Spark's writer.", "int >= 0"),
     Setting("platform.task.cache.idle.ms", _int(0), 60_000, "How long a Spark Python worker "
             "keeps a task open after its batch (stores, deduplication ids, stream time, "
             "punctuation schedules), for the task's next batch. 0: every batch opens its "

@@ -9,6 +9,7 @@ tests and Dagster agree without configuration:
 3. otherwise the current working directory.
 
 ``STREAMPLATFORM_DATA`` moves only the data folder (tests use it to stay out of ``.data/``).
+``STREAMPLATFORM_STATE_DIR`` moves only the default task state, on the machine it is set on.
 """
 
 from __future__ import annotations
@@ -38,6 +39,14 @@ def data_dir() -> Path:
     """Local data: Delta tables, broker logs, Dagster's instance, state stores."""
     configured = os.environ.get("STREAMPLATFORM_DATA")
     return Path(configured).resolve() if configured else project_home() / ".data"
+
+
+def default_state_dir() -> Path:
+    """Where task state lives when ``state.dir`` is not set, resolved where the task runs (an
+    executor on a cluster): ``STREAMPLATFORM_STATE_DIR`` when set there (a worker's own local
+    disk), else ``<data dir>/state``."""
+    configured = os.environ.get("STREAMPLATFORM_STATE_DIR")
+    return Path(configured).resolve() if configured else data_dir() / "state"
 
 
 def jars_in(classpath: str) -> list[Path]:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import textwrap
 from datetime import timedelta
+from pathlib import Path
 from typing import NamedTuple
 
 from streamplatform import StreamsBuilder, TopologyTestDriver
-from streamplatform.kafka import producer
+from streamplatform.kafka import TopicSpec, create_topics, producer
 from streamplatform.serdes import Serdes
 from streamplatform.state import Stores
 
@@ -240,3 +241,35 @@ def ticking_topology(
         sink, Serdes.string(), Serdes.string()
     )
     return b.build()
+
+
+def join_input(kafka_settings, topic_name) -> tuple[str, str]:
+    """Two co-partitioned topics: 8 rates and 10 transactions per partition, interleaved in
+    event time (a rate every 10 s, a transaction every 7 s; timestamp 0 would be "now")."""
+    transactions, rates = f"{topic_name}-tx", f"{topic_name}-rates"
+    create_topics(kafka_settings, [TopicSpec(transactions, 2), TopicSpec(rates, 2),
+                                   TopicSpec(f"{transactions}-dlq")])  # fmt: skip
+    writer = producer(kafka_settings)
+    for partition in range(2):
+        for n in range(8):
+            writer.produce(rates, key=f"c{partition}", value=json.dumps({"rate": n}),
+                           partition=partition, timestamp=1 + n * 10_000)  # fmt: skip
+        for n in range(10):
+            value = b"{poison" if n == 4 else json.dumps({"id": f"{partition}-{n}"})
+            writer.produce(transactions, key=f"c{partition}", value=value,
+                           partition=partition, timestamp=5_000 + n * 7_000)  # fmt: skip
+    assert writer.flush(60) == 0
+    return transactions, rates
+
+
+def join_tables(spark, root: Path) -> dict:
+    def table(name, *order):
+        frame = spark.read.format("delta").load(str(root / name))
+        return [tuple(r) for r in frame.drop("batch_id").orderBy(*order).collect()]
+
+    coordinates = ("source_topic", "source_partition", "source_offset")
+    return {
+        "output": table("enriched", *coordinates),
+        "dlq": table("_dlq", *coordinates),
+        "versions": table("_versions", "task", "store", "key", "valid_from"),
+    }

@@ -34,6 +34,8 @@ from .support import (
     expected_with_the_test_driver,
     fixed_topology,
     job_config,
+    join_input,
+    join_tables,
     join_topology,
     make_input,
 )
@@ -306,38 +308,6 @@ def test_a_crashed_batch_is_not_replayed_under_changed_code_until_discarded(
     assert not sink & parked, "a record both processed and left in the DLQ mirror"
 
 
-def _join_input(kafka_settings, topic_name) -> tuple[str, str]:
-    """Two co-partitioned topics: 8 rates and 10 transactions per partition, interleaved in
-    event time (a rate every 10 s, a transaction every 7 s; timestamp 0 would be "now")."""
-    transactions, rates = f"{topic_name}-tx", f"{topic_name}-rates"
-    create_topics(kafka_settings, [TopicSpec(transactions, 2), TopicSpec(rates, 2),
-                                   TopicSpec(f"{transactions}-dlq")])  # fmt: skip
-    writer = producer(kafka_settings)
-    for partition in range(2):
-        for n in range(8):
-            writer.produce(rates, key=f"c{partition}", value=json.dumps({"rate": n}),
-                           partition=partition, timestamp=1 + n * 10_000)  # fmt: skip
-        for n in range(10):
-            value = b"{poison" if n == 4 else json.dumps({"id": f"{partition}-{n}"})
-            writer.produce(transactions, key=f"c{partition}", value=value,
-                           partition=partition, timestamp=5_000 + n * 7_000)  # fmt: skip
-    assert writer.flush(60) == 0
-    return transactions, rates
-
-
-def _join_tables(spark, root: Path) -> dict:
-    def table(name, *order):
-        frame = spark.read.format("delta").load(str(root / name))
-        return [tuple(r) for r in frame.drop("batch_id").orderBy(*order).collect()]
-
-    coordinates = ("source_topic", "source_partition", "source_offset")
-    return {
-        "output": table("enriched", *coordinates),
-        "dlq": table("_dlq", *coordinates),
-        "versions": table("_versions", "task", "store", "key", "valid_from"),
-    }
-
-
 JOIN_SETTINGS = {"platform.max.records.per.batch": 6}  # two batches: 6 + 6, then 2 + 4
 
 
@@ -353,10 +323,10 @@ def _run_join(spark, config, transactions, rates):
 def join_clean(spark, kafka_settings, tmp_path_factory):
     """The join job's input, and what one clean run of it leaves in Delta."""
     directory = tmp_path_factory.mktemp("join-clean")
-    transactions, rates = _join_input(kafka_settings, f"join-{uuid.uuid4().hex[:8]}")
+    transactions, rates = join_input(kafka_settings, f"join-{uuid.uuid4().hex[:8]}")
     config = job_config(kafka_settings, directory, "join", transactions) | JOIN_SETTINGS
     _run_join(spark, config, transactions, rates)
-    clean = _join_tables(spark, directory / "delta" / "join")
+    clean = join_tables(spark, directory / "delta" / "join")
     assert all(clean.values()), {name: len(rows) for name, rows in clean.items()}
     return transactions, rates, clean
 
@@ -381,4 +351,4 @@ def test_the_join_job_killed_at_any_step_resumes_to_the_clean_output(
     results = _run_join(spark, config, transactions, rates)
     assert results[0].batch_id == int(batch) + (step == "after_commit")
     assert results[0].replayed == (step != "after_commit")
-    assert _join_tables(spark, tmp_path / "delta" / "join") == clean
+    assert join_tables(spark, tmp_path / "delta" / "join") == clean

@@ -101,7 +101,7 @@ def test_a_partition_idle_for_a_batch_does_not_make_the_next_batch_run_twice(
     job.close()
     assert [r.records_in for r in results] == [10, 5, 5]
     # Its state was not lost: no restore, and the batch ran once.
-    assert [r.metrics.get("task_runs_for_restore", 0) for r in results] == [0, 0, 0]
+    assert [r.metrics.get("tasks_restored", 0) for r in results] == [0, 0, 0]
     assert sum(r.restored_records for r in results) == 0
     rows = spark.read.format("delta").load(f"{tmp_path}/delta/idle/out").count()
     assert rows == 20

@@ -134,13 +134,67 @@ def test_a_wiped_state_dir_is_restored_from_the_changelog(
     shutil.rmtree(tmp_path / app / "state")  # the executor's disk is gone
     # A new job resolves the changelog's files for its first batch. The same job does not (it
     # resolves them only at its start and after failovers): its tasks find themselves behind
-    # and ask for them, and the batch runs again with them.
+    # and read the changelog's files from the Delta log themselves, in the same attempt.
     job = job if same_job else new_job()
     rest = job.run_until_caught_up()
     job.close()
     assert rest[0].restored_records > 0  # replayed from the Delta changelog
-    assert rest[0].metrics.get("task_runs_for_restore", 0) == (1 if same_job else 0)
+    restores = rest[0].restores
+    assert {task for task, _, _ in restores} == {"0_0", "0_1", "0_2"}
+    assert sum(rows for _, _, rows in restores) == rest[0].restored_records
+    assert all(where.endswith(str(tmp_path / app / "state")) for _, where, _ in restores)
+    assert rest[0].metrics["tasks_restored"] == 3
     assert sum(r.records_in for r in first + rest) == RECORDS
     rows = delta_rows(spark, f"{tmp_path}/delta/{app}/deduplicated")
     assert sorted((k, v) for _, _, k, v in rows) == expected_with_the_test_driver(source, sent)
     assert len({(p, o) for p, o, _, _ in rows}) == len(rows)
+
+
+def test_a_task_whose_side_file_never_reaches_the_driver_fails_the_batch_uncommitted(
+    spark, kafka_settings, source_topic, tmp_path, monkeypatch
+):
+    """On hosts that do not share the Delta root's mount, a task's side file is not where the
+    driver reads. Here it is deleted before the driver reads the side files: the batch must
+    fail, with nothing committed as consumed, and its re-run must lose nothing."""
+    from streamplatform.runtime import microbatch
+
+    source, sent = source_topic
+    app = f"side-{uuid.uuid4().hex[:6]}"
+    # 0: every batch takes the big path, whose tasks leave their other rows in side files.
+    config = job_config(kafka_settings, tmp_path, app, source,
+                        **{"platform.sink.driver.max.records": 0})  # fmt: skip
+    job = StreamingJob(dedup_topology(source, "deduplicated"), config, spark=spark,
+                       delta_sinks=["deduplicated"])  # fmt: skip
+    read_side_files = microbatch.read_side_files
+    lost = []
+
+    def lose_task_0_2(directory):
+        for file in os.listdir(directory):
+            if file.startswith("0_2."):  # task 0_2 read the poison record of batch 0
+                os.remove(os.path.join(directory, file))
+                lost.append(file)
+        return read_side_files(directory)
+
+    monkeypatch.setattr(microbatch, "read_side_files", lose_task_0_2)
+    with pytest.raises(microbatch.MissingTaskOutputs, match="task 0_2 had records"):
+        job.run_batch()
+    assert lost == ["0_2.parquet"]
+    assert job.commit_log.last() is None  # nothing committed as consumed
+    assert not os.path.exists(f"{tmp_path}/delta/{app}/_dlq")  # nor half of the outputs
+    assert not os.path.exists(f"{tmp_path}/delta/{app}/_changelog")
+
+    monkeypatch.setattr(microbatch, "read_side_files", read_side_files)
+    results = job.run_until_caught_up()
+    job.close()
+    assert results[0].batch_id == 0 and results[0].replayed
+    assert sum(r.records_in for r in results) == RECORDS
+    rows = delta_rows(spark, f"{tmp_path}/delta/{app}/deduplicated")
+    assert sorted((k, v) for _, _, k, v in rows) == expected_with_the_test_driver(source, sent)
+    assert len({(p, o) for p, o, _, _ in rows}) == len(rows)
+    dlq = spark.read.format("delta").load(f"{tmp_path}/delta/{app}/_dlq").collect()
+    assert sorted(r.value for r in dlq) == [b"{poison"] * 3
+    changelog_tasks = {
+        (r.task, r.batch_id)
+        for r in spark.read.format("delta").load(f"{tmp_path}/delta/{app}/_changelog").collect()
+    }
+    assert ("0_2", 0) in changelog_tasks

@@ -73,7 +73,8 @@ class StreamplatformResource(dg.ConfigurableResource):
     )  # fmt: skip
     state_dir: str = Field(
         default="", description="Local state stores: <state_dir>/<application.id>/<task>/. "
-        "Empty: .data/state. A local disk of the executors on a cluster.",
+        "Empty: resolved on each executor, STREAMPLATFORM_STATE_DIR or .data/state. A local "
+        "disk of the executors on a cluster.",
     )  # fmt: skip
 
     _session: Any = PrivateAttr(default=None)
@@ -89,7 +90,8 @@ class StreamplatformResource(dg.ConfigurableResource):
         return (self.delta_root or str(data_dir() / "delta")).rstrip("/")
 
     def state_dir_path(self) -> str:
-        return self.state_dir or str(data_dir() / "state")
+        """The state dir as configured; empty: each executor's default (home.default_state_dir)."""
+        return self.state_dir
 
     def job_settings(self, job: StreamingJobSpec) -> dict[str, Any]:
         """``job``'s StreamsConfig settings on this Kafka, Delta root and state dir."""

@@ -158,7 +158,8 @@ class StreamingJobSpec:
                 "application.id": self.app_id,
                 "errors.dead.letter.queue.topic.name": self.dlq_topic,
                 "platform.delta.root": delta_root,
-                "state.dir": state_dir,
+                # Empty: unset, so that each executor resolves its own (home.default_state_dir).
+                "state.dir": state_dir or None,
             }
         )
 

@@ -6,10 +6,11 @@ the tasks, so the driver learns what the batch produced without a pass over the 
 
 ``DELTA_OUTPUTS`` names, per row kind, the runtime table it is appended to and its columns (in
 the tables' order, ``batch_id`` last). The cached path appends them with Spark
-(``StreamingJob._write_outputs``). A streamed batch (one Delta sink; the tasks ran inside the
-sink's write) left them in a parquet side file per task: ``append_side_outputs`` reads those on
-the driver and appends them with delta-rs, each once per batch (same transaction ids as Spark's
-appends, so a batch replayed on the cached path skips what was already written).
+(``StreamingJob._write_outputs``). A streamed batch (one Delta sink) brings them to the driver
+either with its sink rows, through Spark (a small batch), or in a parquet side file per task
+(a big one, whose tasks ran inside the sink's write): ``append_outputs`` appends them with
+delta-rs, each once per batch (same transaction ids as Spark's appends, so a batch replayed on
+the cached path skips what was already written).
 """
 
 from __future__ import annotations
@@ -66,6 +67,9 @@ class Progress:
     present: set[tuple[str, str | None]] = field(default_factory=set)  # (kind, topic) with rows
     changelog_writers: set[str] = field(default_factory=set)  # tasks that wrote changelog rows
     tasks_run: set[str] = field(default_factory=set)  # every task that ran (one row each)
+    # (task, where, changelog rows replayed) of each task that restored its state in its run;
+    # where: "<executor host>:<state dir>".
+    restores: list[tuple[str, str, int]] = field(default_factory=list)
 
     @property
     def kinds(self) -> set[str]:
@@ -79,6 +83,10 @@ class Progress:
             progress = json.loads(value)
             summed.tasks_run.add(task)
             add_metrics(summed.metrics, progress["metrics"])
+            if progress.get("restored_on"):
+                summed.restores.append(
+                    (task, progress["restored_on"], progress["metrics"]["restored_records"])
+                )
             if progress.get("cut"):  # stopped early: where, on each partition it was given
                 for topic, partition, offset in progress["consumed"]:
                     summed.consumed[(topic, int(partition))] = int(offset)
@@ -96,21 +104,30 @@ def side_files(directory: str) -> list[Path]:
     return sorted(Path(directory).glob("*.parquet"))
 
 
-def append_side_outputs(root: str, app: str, batch_id: int, directory: str) -> Progress:
-    """Append the side files' changelog, DLQ and version rows to their Delta tables; returns
-    the batch's progress."""
+def read_side_files(directory: str) -> pa.Table | None:
+    """Every row of a streamed batch's side files (executor.OUTPUT_ARROW); None: no file."""
     import pyarrow.parquet as pq
 
     files = side_files(directory)
-    if not files:  # no task had records
+    return pa.concat_tables([pq.read_table(file) for file in files]) if files else None
+
+
+def progress_of(rows: pa.Table | None) -> Progress:
+    """The batch's progress, from its tasks' rows (executor.OUTPUT_ARROW)."""
+    if rows is None:
         return Progress()
-    rows = pa.concat_tables([pq.read_table(file) for file in files])
+    mine = rows.filter(pc.equal(rows.column("kind"), "progress"))
+    return Progress.of(zip(*(mine.column(c).to_pylist() for c in ("task", "value")), strict=True))
+
+
+def append_outputs(
+    root: str, app: str, batch_id: int, rows: pa.Table | None, progress: Progress
+) -> None:
+    """Append the changelog, DLQ and version rows among the tasks' ``rows`` to their Delta
+    tables with delta-rs, each once per batch (``progress`` says which kinds are there)."""
+    if rows is None:
+        return
     kinds = rows.column("kind")
-    is_progress = pc.equal(kinds, "progress")
-    progress = Progress.of(
-        zip(*(rows.filter(is_progress).column(c).to_pylist() for c in ("task", "value")),
-            strict=True)
-    )  # fmt: skip
     for kind, output in DELTA_OUTPUTS.items():
         if kind not in progress.kinds:
             continue
@@ -125,4 +142,3 @@ def append_side_outputs(root: str, app: str, batch_id: int, directory: str) -> P
             f"{root}/{output.table}", table, f"{app}-{output.txn_name}", batch_id,
             [output.partition_by] if output.partition_by else None,
         )  # fmt: skip
-    return progress

@@ -11,7 +11,9 @@ tasks read their ranges themselves, kafka_input.py):
 2. exactly_once_v2: settle the previous batch's prepared writes — apply them when that batch
    is in the commit log, discard them when it is not;
 3. restore from the Delta changelog when the local state is behind the commit log (a new
-   executor, a wiped state dir) and report how many changelog rows it replayed;
+   executor, a wiped state dir), inside this attempt: when the driver did not send the
+   changelog's files, the task reads them from the Delta log itself. It reports how many
+   changelog rows it replayed, and where (``restores`` in its progress row);
 4. process the records, per partition in offset order, across partitions by timestamp (as
    Kafka Streams picks records); stop early when a store passes its uncommitted limits; fire
    the wall-clock punctuations due when the batch begins and when it ends;
@@ -48,6 +50,7 @@ import dataclasses
 import gc
 import heapq
 import json
+import socket
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -63,6 +66,7 @@ import pyarrow.compute as pc
 from streamplatform.config import StreamsConfig
 from streamplatform.dsl.topology import Topology
 from streamplatform.errors.exceptions import TaskFailedError
+from streamplatform.home import default_state_dir
 from streamplatform.records import ConsumedRecord
 from streamplatform.runtime import kafka_output, task_cache
 from streamplatform.runtime.faults import crash_point
@@ -74,14 +78,6 @@ _new_tuple = tuple.__new__  # builds a NamedTuple without the Python-level __new
 
 # The commit offsets of every store also record the batch it holds, under this pseudo-partition.
 BATCH_MARKER = ("__streamplatform.batch__", 0)
-# In the error of a task that must restore from the changelog but was not given its files.
-CHANGELOG_FILES_NEEDED = "streamplatform: the changelog files are needed to restore task"
-
-
-class ChangelogFilesNeeded(RuntimeError):
-    """A task's local state is behind the commit log and the batch was run without the
-    changelog's files (the driver resolves them only when a restore is likely); the driver
-    resolves them and runs the batch again."""
 
 
 OUTPUT_SCHEMA = (
@@ -233,8 +229,12 @@ class TaskBatchRunner:
         stream_topic: str | None = None,
         fingerprint: str = "",
         task_runs: ChangelogWrites | None = None,
+        changelog_table: str | None = None,
     ) -> None:
         self.topology = topology
+        # The Delta changelog's URI: a task behind the commit log that was not sent the
+        # changelog's files reads them from the Delta log itself (_settle_and_restore).
+        self.changelog_table = changelog_table
         # A task kept open in this worker since an earlier batch is used again only under the
         # same fingerprint, when ``task_runs`` proves it current (task_cache.py).
         self.fingerprint = fingerprint
@@ -361,21 +361,27 @@ class TaskBatchRunner:
         ]  # fmt: skip
         if not behind:
             return 0
-        if self.changelog_files is None:
+        files = self.changelog_files
+        if files is None:
             writes = self.changelog_writes
-            if writes is None or not all(writes.none_after(str(task.task_id), _batch_held(store))
-                                         for _, store in behind):  # fmt: skip
-                raise ChangelogFilesNeeded(f"{CHANGELOG_FILES_NEEDED} {task.task_id}")
-            # Behind only because the task had no records in the batches since: nothing to
-            # replay, the stores just move on to the last committed batch.
-            for _, store in behind:
-                store.apply_changelog([], {BATCH_MARKER: last})
-            return 0
+            if writes is not None and all(
+                writes.none_after(str(task.task_id), _batch_held(store)) for _, store in behind
+            ):
+                # Behind only because the task had no records in the batches since: nothing
+                # to replay, the stores just move on to the last committed batch.
+                for _, store in behind:
+                    store.apply_changelog([], {BATCH_MARKER: last})
+                return 0
+            # A task Spark placed on an executor without its state (or behind on it): it
+            # restores here, in this attempt, from the changelog's files in the Delta log.
+            if self.changelog_table is None:
+                raise RuntimeError(f"Task {task.task_id} must restore, and no changelog is set")
+            from streamplatform.runtime.changelog import files_by_task
+
+            files = self.changelog_files = files_by_task(self.changelog_table)
         from streamplatform.runtime.changelog import replay
 
-        return replay(
-            self.changelog_files.get(str(task.task_id), []), dict(behind), last, BATCH_MARKER
-        )
+        return replay(files.get(str(task.task_id), []), dict(behind), last, BATCH_MARKER)
 
 
 def _first_offsets(table: pa.Table) -> dict[tuple[str, int], int]:
@@ -404,7 +410,10 @@ class _TaskRun:
         self.runner = runner
         self.config = StreamsConfig(runner.settings)
         task_id = f"{runner.subtopology}_{partition}"
-        state_dir = runner.state_dirs.get(task_id, self.config["state.dir"])
+        state_dir = runner.state_dirs.get(
+            task_id, self.config["state.dir"] or str(default_state_dir())
+        )
+        self.state_dir = state_dir
         self.restored = 0
         self.completed = False  # set when the whole batch went through: the task may be kept
         kept = task_cache.take(
@@ -525,6 +534,7 @@ class _TaskRun:
             metrics["repartition_records_out"] = internal_out
         metrics = metrics | {
             "restored_records": self.restored,
+            "tasks_restored": int(self.restored > 0),
             "tasks_reused": int(self.reused),
             "tasks_opened": int(not self.reused),
             "task_ms": int((persisted - self.started) * 1000),
@@ -538,9 +548,10 @@ class _TaskRun:
         positions = self.first_offsets | task.consumed
         consumed = [[t, p, o] for (t, p), o in positions.items()]
         rows = [[kind, topic, n] for (kind, topic), n in sorted(self.rows.items(), key=str)]
-        progress = json.dumps(
-            {"metrics": metrics, "consumed": consumed, "rows": rows, "cut": self.cut}
-        ).encode()
+        report = {"metrics": metrics, "consumed": consumed, "rows": rows, "cut": self.cut}
+        if self.restored:  # where: the executor's host and the state dir it restored into
+            report["restored_on"] = f"{socket.gethostname()}:{self.state_dir}"
+        progress = json.dumps(report).encode()
         batches.append(_batch(1, kind="progress", value=[progress], task=self.task_name))
         return batches
 

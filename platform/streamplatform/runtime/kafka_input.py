@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -38,7 +38,7 @@ class KafkaInputError(RuntimeError):
 
 def read_range(
     settings: Mapping[str, Any], topic: str, partition: int, start: int, end: int
-) -> Iterator[pa.RecordBatch]:
+) -> Generator[pa.RecordBatch, None, None]:
     """The committed records of ``topic``-``partition`` at offsets ``[start, end)``, in offset
     order, as STREAM_COLUMNS batches. ``end`` is at most the partition's last stable offset
     (the plan stops there), so the range is complete once the reader is at or past ``end``."""
@@ -78,6 +78,17 @@ def read_range(
                 rows = []
     finally:
         consumer.unassign()
+
+
+def has_records(
+    settings: Mapping[str, Any], topic: str, partition: int, start: int, end: int
+) -> bool:
+    """True when ``[start, end)`` of ``topic``-``partition`` holds a committed record."""
+    batches = read_range(settings, topic, partition, start, end)
+    try:
+        return next(batches, None) is not None
+    finally:
+        batches.close()
 
 
 def _batch(partition: int, messages: list[Any]) -> pa.RecordBatch:

@@ -32,6 +32,7 @@ After a crash anywhere, re-running plans the same N and produces the same Delta 
 
 from __future__ import annotations
 
+import copy
 import logging
 import shutil
 import signal
@@ -43,23 +44,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow.compute as pc
+
 from streamplatform.config import ConfigError, StreamsConfig
 from streamplatform.dsl.graph import SinkNode, topic_name
 from streamplatform.dsl.topology import Topology
-from streamplatform.home import data_dir
+from streamplatform.home import data_dir, default_state_dir
 from streamplatform.kafka.clients import describe_topics
 from streamplatform.placement import Placement
-from streamplatform.runtime import changelog, delta_direct, kafka_output
+from streamplatform.runtime import changelog, delta_direct, kafka_input, kafka_output
 from streamplatform.runtime.batch_outputs import (
     DELTA_OUTPUTS,
     Progress,
-    append_side_outputs,
-    side_files,
+    append_outputs,
+    progress_of,
+    read_side_files,
 )
 from streamplatform.runtime.claim import JobClaim, JobFencedError
 from streamplatform.runtime.executor import (
     BATCH_MARKER,
-    CHANGELOG_FILES_NEEDED,
     INPUT_COLUMNS,
     OUTPUT_SCHEMA,
     SINK_COLUMNS,
@@ -67,8 +70,6 @@ from streamplatform.runtime.executor import (
     STREAM_COLUMNS,
     ChangelogWrites,
     TaskBatchRunner,
-    decode_headers,
-    header_structs,
 )
 from streamplatform.runtime.faults import arm, crash_point
 from streamplatform.runtime.fingerprint import job_fingerprint
@@ -91,6 +92,11 @@ class ReplayRefused(RuntimeError):
     """A batch planned under another topology, code or settings would be replayed."""
 
 
+class MissingTaskOutputs(RuntimeError):
+    """A task of the batch had records and its outputs did not reach the driver: the batch
+    is not committed (the message names the task and where its outputs were looked for)."""
+
+
 @dataclass(frozen=True)
 class BatchResult:
     """What one micro-batch did; also logged as a progress line."""
@@ -105,6 +111,9 @@ class BatchResult:
     duration_ms: int
     replayed: bool  # re-ran a batch that was planned but never committed
     metrics: dict[str, int] = field(default_factory=dict)
+    # (task, "<executor host>:<state dir>", changelog rows replayed) of each task that
+    # restored its state in this batch, where Spark ran it.
+    restores: tuple[tuple[str, str, int], ...] = ()
 
 
 class StreamingJob:
@@ -135,9 +144,11 @@ class StreamingJob:
         )
         root = self.config["platform.delta.root"] or str(data_dir() / "delta")
         self.root = f"{root.rstrip('/')}/{self.app}"
-        self.state_dir = self.config["state.dir"] or str(data_dir() / "state")
+        # Unset, ``state.dir`` is resolved where each task runs (home.default_state_dir): a
+        # cluster's executors keep their tasks' state on their own local disks.
+        self.state_dir = self.config["state.dir"] or str(default_state_dir())
         # What the executors rebuild their StreamsConfig from.
-        self.settings = self.config.to_dict() | {"state.dir": self.state_dir}
+        self.settings = self.config.to_dict()
         self.delta_sinks = set(delta_sinks)
         # Repartition topics are not Kafka topics here: a Spark shuffle inside the batch
         # carries their records from one sub-topology's tasks to the next (_execute_stages).
@@ -356,16 +367,11 @@ class StreamingJob:
         try:
             try:
                 progress = self._run_and_write(batch_id, ranges, last_committed, resolved, streamed)
-            except Exception as error:
-                if CHANGELOG_FILES_NEEDED not in str(error):
-                    raise
-                log.warning("%s batch %d: a task must restore its state; running again with "
-                            "the changelog", self.app, batch_id)  # fmt: skip
-                resolved = True
-                progress = self._run_and_write(batch_id, ranges, last_committed, True, streamed)
-                progress.metrics["task_runs_for_restore"] = 1
             finally:
                 self._resolve_changelog = False
+            for task, where, rows in sorted(progress.restores):
+                log.info("%s batch %d: task %s restored its state on %s (%d changelog rows)",
+                         self.app, batch_id, task, where, rows)  # fmt: skip
             crash_point("after_outputs", batch_id)
             consumed = _consumed(ranges, progress)
             metrics = progress.metrics
@@ -409,6 +415,7 @@ class StreamingJob:
             duration_ms=metrics["duration_ms"],
             replayed=replayed,
             metrics=metrics,
+            restores=tuple(sorted(progress.restores)),
         )
         log.info(
             "%s batch %d%s: %d in, %d out, %d duplicates dropped, %d to DLQ, lag %d, %d ms",
@@ -601,8 +608,10 @@ class StreamingJob:
     ) -> Progress:
         """Run the tasks and write every output of the batch; returns the tasks' progress."""
         if streamed is not None:
-            self._execute(batch_id, ranges, last_committed, resolve_changelog, streamed)
-            return self._write_side_outputs(batch_id, ranges, streamed)
+            rows = self._execute(batch_id, ranges, last_committed, resolve_changelog, streamed)
+            if rows is None:  # a big batch: the tasks' other rows are in their side files
+                rows = read_side_files(streamed)
+            return self._write_streamed_outputs(batch_id, ranges, rows, streamed)
         outputs = self._execute(batch_id, ranges, last_committed, resolve_changelog)
         try:
             return self._write_outputs(batch_id, ranges, outputs)
@@ -618,8 +627,10 @@ class StreamingJob:
         streamed: str | None = None,
     ) -> Any:
         """Start the batch's tasks; returns their output (cached). With ``streamed`` (a
-        directory), runs them inside the Delta sink's write, which leaves their other rows in
-        side files there, and returns None."""
+        directory) the sink rows are appended here: a small batch's come to the driver with
+        every other row of the tasks, which are returned (an Arrow table); a big batch's tasks
+        run inside the Delta sink's write, which leaves their other rows in side files in
+        ``streamed``, and None is returned."""
         from pyspark.sql import functions as F
 
         from streamplatform.spark import read_kafka_ranges
@@ -650,6 +661,7 @@ class StreamingJob:
                 stream_topic=self.sources[0] if len(self.sources) == 1 else None,
                 fingerprint=self.fingerprint,
                 task_runs=self._changelog_writes,
+                changelog_table=f"{self.root}/_changelog",
             )
 
         def kafka_records() -> Any:  # through Spark's Kafka source (not for small batches)
@@ -667,21 +679,24 @@ class StreamingJob:
             started = time.monotonic()
             if sum(planned.values()) <= self.config["platform.sink.driver.max.records"]:
                 # A small batch: the tasks read their ranges themselves (kafka_input.py, no
-                # Spark Kafka source to set up), their sink rows come to the driver, which
-                # appends them with delta-rs (~20 ms) instead of Spark's Delta writer (~1 s
-                # of job and commit). Same table, same transaction id: a re-run through
-                # Spark skips it.
+                # Spark Kafka source to set up), and all their rows come to the driver
+                # through Spark (no side file), which appends the sink rows with delta-rs
+                # (~20 ms) instead of Spark's Delta writer (~1 s of job and commit). Same
+                # table, same transaction id: a re-run through Spark skips it.
                 (topic,) = wanted
                 tasks = [(p, start, end) for p, (start, end) in sorted(wanted[topic].items())]
-                reader = runner(0).read_and_run(tasks, self.config.kafka_settings("consumer"))
-                sink_arrow = (
+                small = copy.copy(runner(0))
+                small.side_output_dir = None  # every row comes back through Spark
+                reader = small.read_and_run(tasks, self.config.kafka_settings("consumer"))
+                rows = (
                     self.spark.range(len(tasks), numPartitions=len(tasks))
-                    .mapInArrow(reader, SINK_SCHEMA)
+                    .mapInArrow(reader, OUTPUT_SCHEMA)
                     .toArrow()
                 )
-                rows = _sink_table(sink_arrow, self.sources[0], batch_id)
-                delta_direct.append(f"{self.root}/{sink}", rows, f"{self.app}-sink-{sink}",
-                                    batch_id, conform=True)  # fmt: skip
+                delta_direct.append(f"{self.root}/{sink}", _sink_table(rows, batch_id),
+                                    f"{self.app}-sink-{sink}", batch_id, conform=True)  # fmt: skip
+                self._streamed_ms = int((time.monotonic() - started) * 1000)
+                return rows
             else:
                 streamed_rows = (
                     kafka_records()
@@ -866,29 +881,50 @@ class StreamingJob:
         progress.metrics["writes_ms"] = int((time.monotonic() - started) * 1000) - summary_ms
         return progress
 
-    def _write_side_outputs(self, batch_id: int, ranges: Ranges, directory: str) -> Progress:
-        """A streamed batch's other rows, from its side files (batch_outputs.py, one per
-        task): to their Delta tables and its DLQ records to Kafka, from the driver (they are
-        few)."""
-        import pyarrow.compute as pc
-        import pyarrow.parquet as pq
-
+    def _write_streamed_outputs(
+        self, batch_id: int, ranges: Ranges, rows: Any, directory: str
+    ) -> Progress:
+        """A streamed batch's other rows (changelog, DLQ, versions; batch_outputs.py): to
+        their Delta tables, and its DLQ records to Kafka, from the driver (they are few).
+        First, every task that had records must have reported: a side file that never
+        reached the driver fails the batch, which is then not committed."""
         started = time.monotonic()
-        progress = append_side_outputs(self.root, self.app, batch_id, directory)
+        progress = progress_of(rows)
+        self._check_every_task_reported(batch_id, ranges, progress, directory)
+        append_outputs(self.root, self.app, batch_id, rows, progress)
         if "dlq" in progress.kinds:
             transactions = self._transactions(batch_id, _consumed(ranges, progress))
-            dlq = []
-            for file in side_files(directory):
-                rows = pq.read_table(file, columns=list(kafka_output.COLUMNS))
-                dlq += rows.filter(pc.equal(rows["kind"], "dlq")).to_batches()
+            dlq = rows.filter(pc.equal(rows["kind"], "dlq")).select(list(kafka_output.COLUMNS))
             produced, already = kafka_output.send(
-                self.producer_settings, dlq, transactions, "the batch's DLQ records"
-            )
+                self.producer_settings, dlq.to_batches(), transactions,
+                "the batch's DLQ records",
+            )  # fmt: skip
             progress.metrics["kafka_records_produced"] = produced
             progress.metrics["kafka_tasks_already_committed"] = already
         progress.metrics["tasks_and_sink_ms"] = self._streamed_ms
         progress.metrics["writes_ms"] = int((time.monotonic() - started) * 1000)
         return progress
+
+    def _check_every_task_reported(
+        self, batch_id: int, ranges: Ranges, progress: Progress, directory: str
+    ) -> None:
+        """Raise MissingTaskOutputs when a task that had records in the batch sent no
+        progress row (its side file is missing: not written, or written where the driver
+        cannot read it). A task sends none only when its range held no committed record
+        (markers or aborted records only), which the driver checks with a read of it."""
+        consumer = self.config.kafka_settings("consumer")
+        for (topic, partition), (start, end) in sorted(ranges.items()):
+            task = f"0_{partition}"
+            if end <= start or task in progress.tasks_run:
+                continue
+            if kafka_input.has_records(consumer, topic, partition, start, end):
+                raise MissingTaskOutputs(
+                    f"{self.app} batch {batch_id}: task {task} had records of {topic}-"
+                    f"{partition} [{start}, {end}), and its outputs never reached the driver "
+                    f"(no side file in {directory} that the driver can read; on a cluster "
+                    "the Delta root must be storage that every executor and the driver reach "
+                    "at the same URI). The batch is not committed; its next run re-runs it."
+                )
 
     def _produce_to_kafka(
         self, outputs: Any, transactions: kafka_output.Transactions | None, progress: Progress
@@ -1028,22 +1064,13 @@ def _headers_from_json(column: str) -> Any:
     )
 
 
-def _sink_table(rows: Any, source_topic: str, batch_id: int) -> Any:
-    """The streamed sink rows (executor.SINK_ARROW) as rows of the sink table, as Spark's
-    path makes them (_headers_from_json, the source topic, ``batch_id``)."""
+def _sink_table(rows: Any, batch_id: int) -> Any:
+    """The sink rows among the tasks' ``rows`` (executor.OUTPUT_ARROW) as rows of the sink
+    table (SINK_COLUMNS, ``batch_id``)."""
     import pyarrow as pa
 
-    n = rows.num_rows
-    headers = header_structs([decode_headers(text) for text in rows.column("headers").to_pylist()])
-    columns = {
-        "key": rows.column("key"), "value": rows.column("value"),
-        "timestamp": rows.column("timestamp"), "headers": headers,
-        "source_topic": pa.repeat(pa.scalar(source_topic, pa.string()), n),
-        "source_partition": rows.column("source_partition"),
-        "source_offset": rows.column("source_offset"),
-        "batch_id": pa.repeat(pa.scalar(batch_id, pa.int64()), n),
-    }  # fmt: skip
-    return pa.table(columns)
+    sink = rows.filter(pc.equal(rows["kind"], "sink")).select(list(SINK_COLUMNS))
+    return sink.append_column("batch_id", pa.repeat(pa.scalar(batch_id, pa.int64()), sink.num_rows))
 
 
 def _run_grouped(records: Any, runner: TaskBatchRunner) -> Any:

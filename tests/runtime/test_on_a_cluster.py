@@ -1,0 +1,196 @@
+"""The dedup and join jobs on a real Spark standalone cluster (streamplatform.local_cluster):
+a master and two workers, each worker's executor keeping task state on its own disk
+(``STREAMPLATFORM_STATE_DIR``; ``state.dir`` unset), the driver in a process of its own.
+
+- A healthy run equals the ``local[*]`` run of the same job, with zero failed task attempts
+  (counted by Spark's REST API over every executor, dead ones included): a task Spark places
+  on an executor without its state restores it there, inside the attempt.
+- A worker SIGKILLed while it runs a batch's task (held at the task's half-way point, so the
+  kill lands inside the batch, not before or after it): the output equals the clean run's, and
+  the tasks that lived on the dead worker restore their state on the other one, counted in the
+  batch results with the executor's state dir.
+
+Cost: ~3 min (the cluster starts in ~20 s, each driver and its executors in ~30 s).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from streamplatform.local_cluster import LocalCluster, free_port
+from streamplatform.runtime.microbatch import StreamingJob
+
+from .support import (
+    RECORDS,
+    delta_rows,
+    expected_with_the_test_driver,
+    job_config,
+    join_input,
+    join_tables,
+    join_topology,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.broker, pytest.mark.spark]
+
+TESTS = str(Path(__file__).parents[1])
+
+# The driver: runs one job to the end on the cluster, then prints one JSON line with each
+# batch's results and the failed task attempts of the whole application.
+DRIVER = textwrap.dedent("""
+    import json, sys, time, urllib.request
+    sys.path.insert(0, {tests!r})
+    from runtime.support import dedup_topology, join_topology
+    from streamplatform.runtime.microbatch import StreamingJob
+    from streamplatform.spark import spark_session
+
+    spec = json.loads(sys.argv[1])
+    spark = spark_session(master=spec["master"], app_name=spec["config"]["application.id"],
+                          extra=spec["spark"])
+    sc = spark.sparkContext
+    deadline = time.monotonic() + 120  # a standalone app starts with the first executor
+    while sc._jsc.sc().getExecutorMemoryStatus().size() < 3:  # 2 executors and the driver
+        assert time.monotonic() < deadline, "the executors did not register"
+        time.sleep(0.1)
+    if spec["job"] == "dedup":
+        topology, sinks = dedup_topology(spec["source"], "deduplicated"), ["deduplicated"]
+    else:
+        topology, sinks = join_topology(spec["source"], spec["rates"], "enriched"), ["enriched"]
+    job = StreamingJob(topology, spec["config"], spark=spark, delta_sinks=sinks)
+    results = job.run_until_caught_up()
+    job.close()
+    url = f"{{sc.uiWebUrl}}/api/v1/applications/{{sc.applicationId}}/allexecutors"
+    executors = json.load(urllib.request.urlopen(url, timeout=30))
+    print(json.dumps({{
+        "batches": [{{"batch_id": r.batch_id, "records_in": r.records_in,
+                      "restored_records": r.restored_records, "restores": r.restores,
+                      "tasks_reused": r.metrics.get("tasks_reused", 0)}} for r in results],
+        "failed_attempts": sum(e["failedTasks"] for e in executors if e["id"] != "driver"),
+        "executors": sorted(e["id"] for e in executors if e["id"] != "driver"),
+        "tasks": sum(e["totalTasks"] for e in executors if e["id"] != "driver"),
+    }}), flush=True)
+""")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    # The executors import the tests' topologies as the driver does (runtime.support).
+    with LocalCluster(tmp_path_factory.mktemp("cluster"), workers=2,
+                      env={"PYTHONPATH": TESTS}, start_timeout_s=120) as cluster:  # fmt: skip
+        yield cluster
+
+
+def _run_on(cluster, job, config, source, rates=None, executor_env=None, during_run=None):
+    """Run ``job`` on ``cluster`` from a driver process of its own; its JSON report."""
+    spark = {
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.ui.port": str(free_port()),  # the REST API (on 127.0.0.1, bindAddress)
+        "spark.executor.memory": "1g",
+    } | {f"spark.executorEnv.{key}": value for key, value in (executor_env or {}).items()}
+    spec = {"master": cluster.master_url, "job": job, "config": config, "source": source,
+            "rates": rates, "spark": spark}  # fmt: skip
+    log = cluster.work_dir / f"driver-{config['application.id']}.log"
+    with open(log, "w") as errors:  # a file: Spark's log lines must never fill a pipe
+        driver = subprocess.Popen(
+            [sys.executable, "-c", DRIVER.format(tests=TESTS), json.dumps(spec)],
+            env=os.environ | {"SPARK_LOCAL_IP": "127.0.0.1"},
+            stdout=subprocess.PIPE, stderr=errors, text=True, start_new_session=True,
+        )  # fmt: skip
+        try:
+            if during_run is not None:
+                during_run()
+            out, _ = driver.communicate(timeout=600)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(driver.pid, signal.SIGKILL)
+    assert driver.returncode == 0, log.read_text()[-4000:]
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _cluster_config(kafka_settings, tmp_path, app, source, **overrides):
+    config = job_config(kafka_settings, tmp_path, app, source, **overrides)
+    del config["state.dir"]  # each executor's own: its worker's STREAMPLATFORM_STATE_DIR
+    return config
+
+
+def test_dedup_and_join_on_the_cluster_equal_local_with_no_failed_attempt(
+    cluster, spark, kafka_settings, source_topic, tmp_path
+):
+    source, sent = source_topic
+    app = f"cluster-dedup-{uuid.uuid4().hex[:6]}"
+    report = _run_on(cluster, "dedup", _cluster_config(kafka_settings, tmp_path, app, source),
+                     source)  # fmt: skip
+    assert report["failed_attempts"] == 0, report
+    assert len(report["executors"]) == 2 and report["tasks"] > 0
+    assert sum(b["records_in"] for b in report["batches"]) == RECORDS
+    rows = delta_rows(spark, f"{tmp_path}/delta/{app}/deduplicated")
+    assert sorted((k, v) for _, _, k, v in rows) == expected_with_the_test_driver(source, sent)
+    assert len({(p, o) for p, o, _, _ in rows}) == len(rows)
+
+    transactions, rates = join_input(kafka_settings, f"cluster-join-{uuid.uuid4().hex[:6]}")
+    settings = {"platform.max.records.per.batch": 6}
+    local = job_config(kafka_settings, tmp_path, "join-local", transactions, **settings)
+    job = StreamingJob(join_topology(transactions, rates, "enriched"), local, spark=spark,
+                       delta_sinks=["enriched"])  # fmt: skip
+    job.run_until_caught_up()
+    job.close()
+    config = _cluster_config(kafka_settings, tmp_path, "join-cluster", transactions, **settings)
+    report = _run_on(cluster, "join", config, transactions, rates)
+    assert report["failed_attempts"] == 0, report
+    assert len(report["batches"]) >= 2
+    clean = join_tables(spark, tmp_path / "delta" / "join-local")
+    assert all(clean.values())
+    assert join_tables(spark, tmp_path / "delta" / "join-cluster") == clean
+
+
+def test_a_worker_killed_during_a_batch_loses_nothing_and_its_tasks_restore_elsewhere(
+    cluster, spark, kafka_settings, source_topic, tmp_path
+):
+    source, sent = source_topic
+    app = f"cluster-kill-{uuid.uuid4().hex[:6]}"
+    held = tmp_path / "held"
+    held.mkdir()
+
+    def kill_worker_0_inside_batch_1():
+        deadline = time.monotonic() + 300
+        while not (held / "paused").exists():  # a task of batch 1 is half-way through
+            assert time.monotonic() < deadline, "no task of batch 1 reached its half-way point"
+            time.sleep(0.05)
+        cluster.kill_worker(0)
+        (held / "resume").touch()
+
+    # Big batches' path too: the tasks run inside the sink's Delta write and leave their
+    # other rows in side files.
+    config = _cluster_config(kafka_settings, tmp_path, app, source,
+                             **{"platform.sink.driver.max.records": 0})  # fmt: skip
+    report = _run_on(
+        cluster, "dedup", config, source,
+        executor_env={"STREAMPLATFORM_PAUSE": "during_tasks:1",
+                      "STREAMPLATFORM_PAUSE_DIR": str(held)},
+        during_run=kill_worker_0_inside_batch_1,
+    )  # fmt: skip
+    assert cluster.alive_workers() == 1
+    rows = delta_rows(spark, f"{tmp_path}/delta/{app}/deduplicated")
+    assert sorted((k, v) for _, _, k, v in rows) == expected_with_the_test_driver(source, sent)
+    assert len({(p, o) for p, o, _, _ in rows}) == len(rows)
+    dlq = spark.read.format("delta").load(f"{tmp_path}/delta/{app}/_dlq").collect()
+    assert sorted(r.value for r in dlq) == [b"{poison"] * 3
+    # The tasks that had lived on worker 0 restored on worker 1, counted where they did (a
+    # task Spark moved from one executor to the other before the kill restored too).
+    restores = [(b["batch_id"], *r) for b in report["batches"] for r in b["restores"]]
+    state_dirs = [str(directory / "state") for directory in cluster.worker_dirs]
+    assert all(where.split(":", 1)[1] in state_dirs for _, _, where, _ in restores), restores
+    assert any(batch >= 1 and where.endswith(state_dirs[1])
+               for batch, _, where, _ in restores), restores  # fmt: skip
+    assert sum(b["restored_records"] for b in report["batches"]) == sum(n for *_, n in restores)
