@@ -8,11 +8,14 @@ streamplatform placement plan --instances FILE [--standbys N] [--awareness zone,
 streamplatform run --topology pkg.module:name --set KEY=VALUE ... [--delta-sink TOPIC]
                    [--trigger-interval-ms MS] [--until-caught-up]
 streamplatform discard-batch --topology pkg.module:name --set KEY=VALUE ... [--delta-sink TOPIC]
+streamplatform maintain --application-id ID [--delta-root URI] [--min-changelog-files N]
+                        [--retention-hours H]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from typing import Any
@@ -159,6 +162,20 @@ def _discard_batch(args: argparse.Namespace) -> int:
     return 0
 
 
+def _maintain(args: argparse.Namespace) -> int:
+    """runtime.maintenance.maintain for one application's runtime tables."""
+    from streamplatform.home import data_dir
+    from streamplatform.runtime.maintenance import maintain
+
+    root = (args.delta_root or str(data_dir() / "delta")).rstrip("/")
+    report = maintain(
+        f"{root}/{args.application_id}", args.application_id,
+        min_changelog_files=args.min_changelog_files, retention_hours=args.retention_hours,
+    )  # fmt: skip
+    print(json.dumps(report.metadata()))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="streamplatform", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -219,6 +236,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _job_arguments(discard)
     discard.set_defaults(run=_discard_batch)
+
+    maintenance = commands.add_parser(
+        "maintain",
+        help="snapshot each task's changelog, compact, checkpoint and vacuum a job's runtime "
+        "tables (safe while the job runs; docs/cluster.md)",
+    )
+    maintenance.add_argument("--application-id", required=True)
+    maintenance.add_argument(
+        "--delta-root", default="", help="platform.delta.root (default .data/delta)"
+    )
+    maintenance.add_argument(
+        "--min-changelog-files", type=int, default=10, metavar="N",
+        help="snapshot a task's changelog once it has N files (default 10)",
+    )  # fmt: skip
+    maintenance.add_argument(
+        "--retention-hours", type=float, default=168.0, metavar="H",
+        help="vacuum only files removed longer ago than H hours (default 168, at least 1)",
+    )  # fmt: skip
+    maintenance.set_defaults(run=_maintain)
     return parser
 
 

@@ -104,6 +104,12 @@ def spark_session(
     """Start (or return) this process's SparkSession with :func:`spark_conf` settings."""
     from pyspark.sql import SparkSession
 
+    remote = _connect_url(master)
+    if remote is not None:
+        # Spark Connect (Databricks serverless and standard/shared clusters): the server owns
+        # the JVM, its jars, Delta settings and the Python workers' interpreter; a client can
+        # neither set them (static confs) nor reach a SparkContext for setLogLevel.
+        return SparkSession.builder.remote(remote).getOrCreate()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if (master or os.environ.get("SPARK_MASTER") or DEFAULT_MASTER).startswith("local"):
@@ -114,6 +120,16 @@ def spark_session(
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(log_level)
     return session
+
+
+def _connect_url(master: str | None) -> str | None:
+    """``sc://...`` from ``master``, or ``$SPARK_REMOTE`` when no master is given: a Connect
+    session. None for a classic session (its JVM in this process)."""
+    if master and master.startswith("sc://"):
+        return master
+    if not master and os.environ.get("SPARK_REMOTE"):
+        return os.environ["SPARK_REMOTE"]
+    return None
 
 
 def read_kafka_ranges(

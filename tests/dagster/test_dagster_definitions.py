@@ -46,16 +46,19 @@ def test_definitions_load_and_validate():
         ("transactions_deduplicated", "no_duplicates_within_interval"),
         ("transactions_enriched", "stream_equals_batch_join"),
     }
+    streaming_jobs = ("transactions_deduplicated", "transactions_enrichment")
     assert {job.name for job in defs.jobs} == {
         "transactions_deduplicated_dlq_replay", "transactions_enrichment_dlq_replay",
+        "transactions_deduplicated_maintenance", "transactions_enrichment_maintenance",
         "enriched_backfill",
     }  # fmt: skip
     schedules = {s.name: s for s in defs.schedules}
-    assert set(schedules) == {f"{job}_dlq_replay_schedule" for job in
-                              ("transactions_deduplicated", "transactions_enrichment")}  # fmt: skip
-    for schedule in schedules.values():
+    assert set(schedules) == {f"{job}_{kind}_schedule" for job in streaming_jobs
+                              for kind in ("dlq_replay", "maintenance")}  # fmt: skip
+    for name, schedule in schedules.items():
         assert schedule.default_status == dg.DefaultScheduleStatus.RUNNING
-        assert schedule.cron_schedule == "*/15 * * * *"
+        daily = name.endswith("_maintenance_schedule")
+        assert schedule.cron_schedule == ("0 3 * * *" if daily else "*/15 * * * *")
     sensors = {s.name: s for s in defs.sensors}
     assert set(sensors) == {"transactions_deduplicated_lag", "transactions_enrichment_lag",
                             BACKFILL_SENSOR}  # fmt: skip

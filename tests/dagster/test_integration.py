@@ -27,6 +27,7 @@ from streamplatform.dagster import (
     streaming_definitions,
 )
 from streamplatform.kafka import TopicSpec, create_topics, end_offsets, group_offsets, producer
+from streamplatform.runtime.logs import CommitLog
 
 TOPOLOGY = '''
 from datetime import timedelta
@@ -355,3 +356,19 @@ def test_the_project_materializes_replays_its_dlq_and_ticks_its_sensor(
     (observed,) = [e for e in again.all_events if e.event_type_value == "ASSET_OBSERVATION"]
     assert observed.event_specific_data.asset_observation.metadata[
         "dlq_replay_candidates"].value == 0  # each DLQ record replayed once  # fmt: skip
+
+    # The maintenance job maintains this job's tables, up to its last committed batch.
+    maintenance = defs.resolve_job_def("orders_clean_maintenance").execute_in_process(
+        instance=instance,
+        run_config={"ops": {"maintain_orders_clean_tables": {
+            "config": {"min_changelog_files": 2}}}},
+    )  # fmt: skip
+    assert maintenance.success
+    (observed,) = [e for e in maintenance.all_events
+                   if e.event_type_value == "ASSET_OBSERVATION"]  # fmt: skip
+    report = observed.event_specific_data.asset_observation.metadata
+    last = CommitLog(f"{tmp_path}/data/delta/{names['app']}/_commits", names["app"]).last()
+    assert report["maintenance_snapshot_batch"].value == last.batch_id
+    assert report["maintenance_changelog_rows_after"].value <= report[
+        "maintenance_changelog_rows_before"].value  # fmt: skip
+    assert table.count() == distinct  # the sink is untouched

@@ -25,6 +25,10 @@ For each :class:`StreamingJobSpec` it yields:
   ``<name>_dlq_replay_schedule``: records that pass the current topology are re-published to
   their source topic, those that fail again are parked, each DLQ record once
   (:class:`streamplatform.dlq.DlqReplayer`); its op is in the job's pool too;
+- the **maintenance** job ``<name>_maintenance`` and its schedule
+  ``<name>_maintenance_schedule`` (daily by default, on): snapshots of each task's changelog,
+  compaction, checkpoints and vacuum of the job's runtime tables
+  (:func:`streamplatform.runtime.maintenance.maintain`); its op is in the job's pool too;
 - the **lag sensor** ``<name>_lag``: a run of the asset when the records not yet consumed pass
   ``lag_threshold`` (off by default; a sensor that starts Spark runs unasked surprises).
 
@@ -48,6 +52,7 @@ from streamplatform.dagster.resource import StreamplatformResource
 from streamplatform.dagster.spec import AsOfJoin, StreamingJobSpec
 from streamplatform.dlq import DlqReplayer
 from streamplatform.runtime.logs import CommitLog
+from streamplatform.runtime.maintenance import maintain
 from streamplatform.runtime.microbatch import BatchResult, StreamingJob
 from streamplatform.runtime.task import add_metrics
 
@@ -96,6 +101,8 @@ def streaming_definitions(
     max_dlq_ratio: float = 0.01,
     dlq_replay_cron: str = "*/15 * * * *",
     dlq_replay_running: bool = False,
+    maintenance_cron: str = "0 3 * * *",
+    maintenance_running: bool = True,
 ) -> dg.Definitions:
     """The definitions of ``jobs`` (module docstring). ``resource``: the
     :class:`StreamplatformResource` to bind under ``streamplatform``; leave it out when the
@@ -123,6 +130,20 @@ def streaming_definitions(
                     description=f"Replays {job.name}'s DLQ; a DLQ record is replayed at most once.",
                 )
             )
+        maintenance = maintenance_job(job)
+        job_defs.append(maintenance)
+        schedules.append(
+            dg.ScheduleDefinition(
+                name=f"{job.name}_maintenance_schedule",
+                job=maintenance,
+                cron_schedule=maintenance_cron,
+                default_status=dg.DefaultScheduleStatus.RUNNING
+                if maintenance_running
+                else dg.DefaultScheduleStatus.STOPPED,
+                description=f"Maintains {job.name}'s runtime tables (changelog snapshots, "
+                "compaction, checkpoints, vacuum): restores stay as fast as the job ages.",
+            )
+        )
         sensors.append(lag_sensor(job, streaming, lag_threshold))
         sensors += [late_version_backfill_sensor(job, join) for join in job.as_of_joins
                     if join.backfill_job]  # fmt: skip
@@ -553,6 +574,53 @@ def dlq_replay_job(job: StreamingJobSpec) -> dg.JobDefinition:
         replay()
 
     return _replay_job
+
+
+# Maintenance ------------------------------------------------------------------------------
+
+
+class MaintenanceConfig(dg.Config):
+    min_changelog_files: int = Field(
+        default=10, description="Snapshot a task's changelog once it has this many files."
+    )
+    retention_hours: float = Field(
+        default=168.0, description="Vacuum only files removed longer ago than this (>= 1)."
+    )
+
+
+def maintenance_job(job: StreamingJobSpec) -> dg.JobDefinition:
+    @dg.op(
+        name=f"maintain_{job.name}_tables",
+        pool=job_pool(job.app_id),
+        description=f"Snapshot {job.name}'s changelog per task, compact, checkpoint and vacuum "
+        "its runtime tables, keeping every replay and restore possible.",
+    )
+    def maintain_tables(
+        context: dg.OpExecutionContext,
+        config: MaintenanceConfig,
+        streamplatform: StreamplatformResource,
+    ) -> None:
+        report = maintain(
+            streamplatform.app_root(job), job.app_id,
+            min_changelog_files=config.min_changelog_files,
+            retention_hours=config.retention_hours,
+        )  # fmt: skip
+        metadata = report.metadata()
+        context.log.info(f"{job.app_id} maintenance: {metadata}")
+        context.log_event(dg.AssetObservation(asset_key=dg.AssetKey(job.name),
+                                              metadata={f"maintenance_{k}": v
+                                                        for k, v in metadata.items()}))  # fmt: skip
+
+    @dg.job(
+        name=f"{job.name}_maintenance",
+        executor_def=dg.in_process_executor,
+        description=f"Maintain {job.name}'s runtime tables.",
+        tags={"streamplatform/kind": "maintenance", "streamplatform/application-id": job.app_id},
+    )
+    def _maintenance_job() -> None:
+        maintain_tables()
+
+    return _maintenance_job
 
 
 # The lag sensor ---------------------------------------------------------------------------

@@ -151,6 +151,8 @@ class StreamingJobSpec:
         """The job's StreamsConfig settings on the given Kafka, Delta root and state dir."""
         settings = dict(DEFAULTS) | (dict(WITH_A_DLQ) if self.dlq_topic else {})
         settings |= dict(self.settings)
+        # An empty state dir stays unset: each executor resolves its own
+        # (home.default_state_dir).
         return (
             dict(kafka)
             | settings
@@ -158,9 +160,8 @@ class StreamingJobSpec:
                 "application.id": self.app_id,
                 "errors.dead.letter.queue.topic.name": self.dlq_topic,
                 "platform.delta.root": delta_root,
-                # Empty: unset, so that each executor resolves its own (home.default_state_dir).
-                "state.dir": state_dir or None,
             }
+            | ({"state.dir": state_dir} if state_dir else {})
         )
 
     def source_topics(self) -> list[str]:

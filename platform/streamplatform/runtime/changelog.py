@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import unquote, urlparse
 
 CHANGELOG_SCHEMA = (
@@ -28,16 +28,50 @@ CHANGELOG_SCHEMA = (
 _TASK_DIRECTORY = re.compile(r"/task=([^/]+)/")
 
 
-def files_by_task(path: str) -> dict[str, list[str]]:
-    """Live parquet files of the changelog per task id, from the Delta log (no data read)."""
-    from streamplatform.runtime.delta_direct import live_files
+class ChangelogFile(NamedTuple):
+    """One data file of a task's changelog, with the batches its rows span (from the Delta
+    log's file statistics; a file without them spans every batch)."""
 
-    files: dict[str, list[str]] = defaultdict(list)
-    for uri in live_files(path):
-        match = _TASK_DIRECTORY.search(uri)
-        if match:
-            files[unquote(match.group(1))].append(_local(uri))
-    return dict(files)
+    path: str
+    first_batch: int
+    last_batch: int
+    snapshot: bool = False  # a compacted snapshot (maintenance.py): its rows' seq are < 0
+
+    def overlaps(self, after_batch: int, up_to_batch: int) -> bool:
+        return self.last_batch > after_batch and self.first_batch <= up_to_batch
+
+
+_ANY_BATCH = (-1, 2**62)
+
+
+def files_by_task(path: str) -> dict[str, list[ChangelogFile]]:
+    """Live parquet files of the changelog per task id, from the Delta log (no data read)."""
+    import pyarrow as pa
+
+    from streamplatform.runtime.delta_direct import table_or_none
+
+    table = table_or_none(path)
+    if table is None:
+        return {}
+    actions = pa.table(table.get_add_actions(flatten=True))
+    names = set(actions.column_names)
+    root = table.table_uri.rstrip("/")
+    files: dict[str, list[ChangelogFile]] = defaultdict(list)
+    for action in actions.to_pylist():
+        match = _TASK_DIRECTORY.search(f"/{action['path']}")
+        if not match:
+            continue
+        first, last = (
+            (action["min.batch_id"], action["max.batch_id"])
+            if "min.batch_id" in names and action["min.batch_id"] is not None
+            else _ANY_BATCH
+        )
+        min_seq = action.get("min.seq") if "min.seq" in names else None
+        files[unquote(match.group(1))].append(ChangelogFile(
+            _local(f"{root}/{action['path']}"), first, last,
+            snapshot=min_seq is not None and min_seq < 0,
+        ))  # fmt: skip
+    return {task: sorted(found, key=lambda f: f.first_batch) for task, found in files.items()}
 
 
 def _local(uri: str) -> str:
@@ -45,14 +79,20 @@ def _local(uri: str) -> str:
     return unquote(parsed.path) if parsed.scheme in ("file", "") else uri
 
 
-def read_rows(files: Iterable[str], after_batch: int, up_to_batch: int) -> list[dict[str, Any]]:
-    """Changelog rows of batches in (after_batch, up_to_batch], in batch and write order."""
+def read_rows(
+    files: Iterable[ChangelogFile], after_batch: int, up_to_batch: int
+) -> list[dict[str, Any]]:
+    """Changelog rows of batches in (after_batch, up_to_batch], in batch and write order. Only
+    the files whose batches overlap that range are read: a copy that is a few batches behind
+    reads the tail, not the task's whole history."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     rows: list[dict[str, Any]] = []
     for file in files:
-        table = pq.read_table(file)
+        if not file.overlaps(after_batch, up_to_batch):
+            continue
+        table = pq.read_table(file.path)
         keep = pc.and_(
             pc.greater(table["batch_id"], after_batch),
             pc.less_equal(table["batch_id"], up_to_batch),
@@ -63,7 +103,7 @@ def read_rows(files: Iterable[str], after_batch: int, up_to_batch: int) -> list[
 
 
 def replay(
-    files: list[str],
+    files: list[ChangelogFile],
     stores: Mapping[str, Any],
     up_to_batch: int,
     batch_marker: tuple[str, int],
@@ -71,21 +111,37 @@ def replay(
     """Bring ``stores`` up to ``up_to_batch`` from the changelog; returns rows replayed.
 
     Each batch is applied to a store in one atomic write, with the batch marker as its
-    offset, so a restore interrupted half-way resumes where it stopped.
+    offset, so a restore interrupted half-way resumes where it stopped. A snapshot (the
+    changelog compacted up to batch S, maintenance.py) holds every live key as of S and no
+    delete: an empty store takes it like any batch, a store that holds a batch before S is
+    replaced by it (``replace_with_changelog``), a store at S or later skips it.
     """
     replayed = 0
     positions = {name: store.committed_offset(batch_marker) for name, store in stores.items()}
-    oldest = min((-1 if p is None else p) for p in positions.values())
+    positions = {name: -1 if held is None else held for name, held in positions.items()}
+    oldest = min(positions.values())
+    snapshots = [f.last_batch for f in files if f.snapshot and f.last_batch <= up_to_batch]
+    snapshot = max(snapshots, default=None)
     by_batch: dict[tuple[str, int], list[tuple[str, bytes, bytes | None]]] = defaultdict(list)
+    replaced = set()  # stores older than the snapshot: its batch replaces their data
+    if snapshot is not None:
+        for name, held in positions.items():
+            if 0 <= held < snapshot:
+                replaced.add(name)
+                by_batch[(name, snapshot)] = []  # replaced even when the snapshot has no row
     for row in read_rows(files, oldest, up_to_batch):
         name = row["store"]
-        held = positions.get(name)
-        if name in stores and row["batch_id"] > (-1 if held is None else held):
+        if name in stores and row["batch_id"] > positions[name]:
             by_batch[(name, row["batch_id"])].append(
                 (row["column_family"], row["key"], row["value"])
             )
     for (name, batch_id), writes in sorted(by_batch.items(), key=lambda item: item[0][1]):
-        stores[name].apply_changelog(writes, {batch_marker: batch_id})
+        if name in replaced and batch_id < snapshot:  # type: ignore[operator]
+            continue  # superseded by the snapshot
+        if name in replaced and batch_id == snapshot:
+            stores[name].replace_with_changelog(writes, {batch_marker: batch_id})
+        else:
+            stores[name].apply_changelog(writes, {batch_marker: batch_id})
         replayed += len(writes)
     for store in stores.values():  # batches that wrote nothing to a store move it on too
         held = store.committed_offset(batch_marker)

@@ -25,7 +25,8 @@ import pyarrow as pa
 Filters = Sequence[tuple[str, str, Any]]
 
 
-def _table(path: str) -> Any:
+def table_or_none(path: str) -> Any:
+    """The Delta table at ``path`` (a ``deltalake.DeltaTable``); None when there is none."""
     from deltalake import DeltaTable
 
     return DeltaTable(path) if DeltaTable.is_deltatable(path) else None
@@ -46,7 +47,7 @@ def append(
     columns that may not be null, which Arrow arrays built in Python do not say)."""
     from deltalake import CommitProperties, Transaction, write_deltalake
 
-    table = _table(path)
+    table = table_or_none(path)
     if table is not None:
         recorded = table.transaction_version(app_id)
         if recorded is not None and version <= recorded:
@@ -69,14 +70,14 @@ def append(
 
 def transaction_version(path: str, app_id: str) -> int | None:
     """The last version appended under ``app_id``; None for none (or no table)."""
-    table = _table(path)
+    table = table_or_none(path)
     return None if table is None else table.transaction_version(app_id)
 
 
 def read(path: str, filters: Filters | None = None, columns: list[str] | None = None) -> pa.Table:
     """The rows of the table's current version matching ``filters`` (pyarrow's
     ``[(column, op, value)]`` form); an empty table without columns when there is no table."""
-    table = _table(path)
+    table = table_or_none(path)
     if table is None:
         return pa.table({})
     return table.to_pyarrow_table(
@@ -86,7 +87,7 @@ def read(path: str, filters: Filters | None = None, columns: list[str] | None = 
 
 def live_files(path: str) -> list[str]:
     """The data files of the table's current version (absolute paths or URIs)."""
-    table = _table(path)
+    table = table_or_none(path)
     return [] if table is None else list(table.file_uris())
 
 
@@ -97,7 +98,7 @@ def discard(path: str, app_id: str, version: int) -> int:
     append was recorded."""
     from deltalake import CommitProperties, Transaction
 
-    table = _table(path)
+    table = table_or_none(path)
     recorded = None if table is None else table.transaction_version(app_id)
     if recorded is None or recorded < version:
         return 0

@@ -58,7 +58,7 @@ from dataclasses import dataclass
 from itertools import islice, repeat
 from operator import itemgetter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -71,6 +71,9 @@ from streamplatform.records import ConsumedRecord
 from streamplatform.runtime import kafka_output, task_cache
 from streamplatform.runtime.faults import crash_point
 from streamplatform.runtime.task import Task
+
+if TYPE_CHECKING:
+    from streamplatform.runtime.changelog import ChangelogFile
 from streamplatform.state import IsolationLevel
 
 _NO_HEADERS: list = []  # shared by records without headers; never modified
@@ -218,7 +221,7 @@ class TaskBatchRunner:
         settings: dict[str, Any],
         batch_id: int,
         last_committed: int | None,
-        changelog_files: dict[str, list[str]] | None,
+        changelog_files: dict[str, list[ChangelogFile]] | None,
         partitions: dict[str, int],
         state_dirs: dict[str, str] | None = None,
         planned_records: Mapping[int, int] | None = None,
@@ -378,7 +381,8 @@ class TaskBatchRunner:
                 raise RuntimeError(f"Task {task.task_id} must restore, and no changelog is set")
             from streamplatform.runtime.changelog import files_by_task
 
-            files = self.changelog_files = files_by_task(self.changelog_table)
+            files = files_by_task(self.changelog_table)
+            self.changelog_files = files
         from streamplatform.runtime.changelog import replay
 
         return replay(files.get(str(task.task_id), []), dict(behind), last, BATCH_MARKER)

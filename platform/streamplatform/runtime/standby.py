@@ -25,6 +25,7 @@ from typing import Any
 
 from streamplatform.dsl.topology import Topology
 from streamplatform.placement import Placement
+from streamplatform.runtime.changelog import ChangelogFile
 
 
 @dataclass
@@ -110,7 +111,7 @@ class StandbySync:
         self,
         spark: Any,
         copies: list[tuple[str, str]],
-        files: Mapping[str, list[str]],
+        files: Mapping[str, list[ChangelogFile]],
         up_to_batch: int,
     ) -> int:
         """Bring every copy up to ``up_to_batch``; returns the changelog rows replayed."""
@@ -119,7 +120,7 @@ class StandbySync:
         topology, app, marker = self.topology, self.application_id, self.marker
         work = [(task, root, list(files.get(task, []))) for task, root in copies]
 
-        def replay_copy(item: tuple[str, str, list[str]]) -> int:
+        def replay_copy(item: tuple[str, str, list[ChangelogFile]]) -> int:
             from streamplatform.runtime.changelog import replay
 
             task, root, task_files = item
@@ -131,5 +132,18 @@ class StandbySync:
                 for store in stores.values():
                     store.close()
 
-        counts = spark.sparkContext.parallelize(work, len(work)).map(replay_copy).collect()
-        return int(sum(counts))
+        def replay_rows(batches: Any) -> Any:  # mapInArrow: row i replays copy i
+            import pyarrow as pa
+
+            for batch in batches:
+                for index in batch.column("id").to_pylist():
+                    yield pa.RecordBatch.from_pydict({"replayed": [replay_copy(work[index])]})
+
+        # DataFrame API, not sparkContext.parallelize: the same under Spark Connect, which
+        # has no SparkContext or RDDs. One Spark partition per copy, as before.
+        counts = (
+            spark.range(len(work), numPartitions=len(work))
+            .mapInArrow(replay_rows, "replayed long")
+            .collect()
+        )
+        return int(sum(row.replayed for row in counts))

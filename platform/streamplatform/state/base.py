@@ -146,6 +146,29 @@ class StoreBase:
         self._db.commit(staged.values(), normalize_offsets(offsets))
         self._after_settle()
 
+    def replace_with_changelog(
+        self, writes: Iterable[tuple[str, bytes, bytes | None]], offsets: Offsets | None = None
+    ) -> None:
+        """Make the committed data exactly ``writes`` (a snapshot of a store of this kind, as
+        ``staged_writes`` entries), with ``offsets``, in one atomic commit: every stored key
+        that ``writes`` does not put is deleted. How a restore brings a copy that is older
+        than the changelog's snapshot up to it (the snapshot keeps no deletes)."""
+        self._check_open()
+        staged: dict[str, Overlay] = {}
+        for column_family in self.COLUMN_FAMILIES:
+            overlay = staged[column_family] = Overlay(column_family)
+            stored = self._db.iterator(column_family)
+            stored.seek_to_first()
+            while stored.valid():
+                overlay.put(stored.key(), None)
+                stored.next()
+        for column_family, key, value in writes:
+            if column_family not in staged:
+                staged[column_family] = Overlay(column_family)
+            staged[column_family].put(key, value)
+        self._db.commit(staged.values(), normalize_offsets(offsets))
+        self._after_settle()
+
     def approximate_num_uncommitted_entries(self) -> int:
         """Uncommitted writes of the writing transaction (distinct keys staged)."""
         writer = self._writer
