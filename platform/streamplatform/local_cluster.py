@@ -49,6 +49,23 @@ waits forever for executors. The master and worker daemons themselves run with S
 1 GB maximum heap (``SPARK_DAEMON_MEMORY``). A driver should wait for its executors before
 counting on them (a standalone application starts running tasks as soon as one executor has
 registered).
+
+Spark Connect. :class:`LocalConnectServer` runs a Spark Connect server from the same wheel
+(``bin/spark-submit --class org.apache.spark.sql.connect.service.SparkConnectServer``) with the
+:func:`streamplatform.spark.spark_conf` settings (Delta, the Kafka connector's jars, Java
+options) as ``--conf``, gRPC on a free port of 127.0.0.1, and log in
+``<work_dir>/connect-server.log``::
+
+    with LocalConnectServer(Path(".data/connect"), env={"PYTHONPATH": "..."}) as server:
+        job = StreamingJob(topology, config | {"platform.spark.master": server.url})
+
+A job whose ``platform.spark.master`` (or ``$SPARK_REMOTE``) is ``sc://...`` is then only a
+client, as on Databricks serverless and shared clusters: the server owns the JVM, its jars and
+static settings (a client cannot change ``spark.jars`` or ``spark.pyspark.python``), and the
+Python workers that run the tasks. Those workers get the *server's* environment and interpreter,
+not the client's: streamplatform (and any module a topology imports by name) must be installed
+where the server runs. The server is stopped like a worker: SIGTERM, then SIGKILL, to every
+process of its session (the JVM and pyspark's Python daemon and workers).
 """
 
 from __future__ import annotations
@@ -57,6 +74,7 @@ import argparse
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -73,6 +91,7 @@ from typing import IO, Any
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
+CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
 # Attempts at starting the master when the free ports found were taken before it bound them.
 _MASTER_ATTEMPTS = 3
@@ -103,6 +122,25 @@ def _java_home() -> str | None:
     if java is None:
         raise FileNotFoundError("No `java` found: install Java 17+ or set JAVA_HOME.")
     return str(Path(java).resolve().parents[1])
+
+
+def _base_env(extra: Mapping[str, str]) -> dict[str, str]:
+    """``os.environ`` plus loopback only, ``SPARK_HOME`` and ``JAVA_HOME``, then ``extra``."""
+    env = dict(os.environ)
+    env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    env["SPARK_HOME"] = str(spark_home())
+    java_home = _java_home()
+    if java_home is not None:
+        env["JAVA_HOME"] = java_home
+    return env | dict(extra)
+
+
+def _log_tail(log_file: Path, lines: int = 20) -> str:
+    try:
+        text = log_file.read_text(errors="replace").splitlines()[-lines:]
+    except OSError:
+        text = ["(no output)"]
+    return f"--- {log_file.name} (last {lines} lines) ---\n" + "\n".join(text)
 
 
 # --- The process table: which processes belong to the cluster. ------------------------------
@@ -211,6 +249,25 @@ class _Daemon:
         if self.gone:
             return set()
         return _members([self.process.pid], table if table is not None else _process_table())
+
+
+def _spawn(name: str, command: list[str], env: Mapping[str, str], work_dir: Path) -> _Daemon:
+    """Start ``command`` in ``work_dir`` as the leader of a new session and process group, with
+    stdout and stderr in ``<work_dir>/<name>.log`` (the command line first)."""
+    log_file = work_dir / f"{name}.log"
+    with log_file.open("wb") as out:
+        out.write(f"$ {shlex.join(command)}\n".encode())
+        out.flush()
+        process = subprocess.Popen(
+            command,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=dict(env),
+            cwd=work_dir,
+            start_new_session=True,  # a process group of its own, led by this pid
+        )
+    return _Daemon(name, process, log_file)
 
 
 def _stop_daemons(daemons: list[_Daemon], grace_s: float, sig: signal.Signals) -> None:
@@ -367,31 +424,12 @@ class LocalCluster:
     # --- Internals. --------------------------------------------------------------------------
 
     def _base_env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env["SPARK_LOCAL_IP"] = "127.0.0.1"
-        env["SPARK_HOME"] = str(spark_home())
-        java_home = _java_home()
-        if java_home is not None:
-            env["JAVA_HOME"] = java_home
-        return env | self.env
+        return _base_env(self.env)
 
     def _spawn(self, name: str, main_class: str, args: list[str], env: dict[str, str]) -> _Daemon:
-        log_file = self.work_dir / f"{name}.log"
+        # spark-class runs Spark's launcher, then execs the JVM: the pid stays the same.
         command = [str(spark_home() / "bin" / "spark-class"), main_class, *args]
-        with log_file.open("wb") as out:
-            out.write(f"$ {' '.join(command)}\n".encode())
-            out.flush()
-            # spark-class runs Spark's launcher, then execs the JVM: the pid stays the same.
-            process = subprocess.Popen(
-                command,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-                cwd=self.work_dir,
-                start_new_session=True,  # a process group of its own, led by this pid
-            )
-        return _Daemon(name, process, log_file)
+        return _spawn(name, command, env, self.work_dir)
 
     def _start_master(self, deadline: float) -> None:
         env = self._base_env()
@@ -460,14 +498,149 @@ class LocalCluster:
             time.sleep(0.25)
 
     def _log_tails(self, lines: int = 20) -> str:
-        tails = []
-        for daemon in [*([self._master] if self._master else []), *self._workers]:
-            try:
-                text = daemon.log_file.read_text(errors="replace").splitlines()[-lines:]
-            except OSError:
-                text = ["(no output)"]
-            tails.append(f"--- {daemon.log_file.name} (last {lines} lines) ---\n" + "\n".join(text))
-        return "\n".join(tails)
+        daemons = [*([self._master] if self._master else []), *self._workers]
+        return "\n".join(_log_tail(daemon.log_file, lines) for daemon in daemons)
+
+
+# --- A Spark Connect server. -----------------------------------------------------------------
+
+
+class LocalConnectServer:
+    """A Spark Connect server on 127.0.0.1 running applications on ``master`` (``local[2]`` by
+    default, or a :class:`LocalCluster`'s ``master_url``), files under ``work_dir``.
+
+    A context manager: ``__enter__`` starts the server and waits until its gRPC port accepts
+    connections, ``__exit__`` stops every process it started. Clients connect to :attr:`url`.
+    ``env`` is added to the server's environment, which its Python workers inherit (for
+    example ``PYTHONPATH`` for modules that a job's functions import by name); ``conf`` is put
+    over the :func:`streamplatform.spark.spark_conf` settings.
+    """
+
+    def __init__(
+        self,
+        work_dir: Path,
+        master: str = "local[2]",
+        env: Mapping[str, str] | None = None,
+        start_timeout_s: float = 120.0,
+        *,
+        conf: Mapping[str, str] | None = None,
+        stop_grace_s: float = 10.0,
+    ) -> None:
+        self.work_dir = Path(work_dir).resolve()
+        self.master = master
+        self.env = dict(env or {})
+        self.start_timeout_s = start_timeout_s
+        self.conf = dict(conf or {})
+        self.stop_grace_s = stop_grace_s
+        self.log_file = self.work_dir / "connect-server.log"
+        self._server: _Daemon | None = None
+        self._port: int | None = None
+
+    @property
+    def port(self) -> int:
+        if self._port is None:
+            raise RuntimeError("The Spark Connect server is not running: call start() first.")
+        return self._port
+
+    @property
+    def url(self) -> str:
+        """``sc://127.0.0.1:<port>``: a ``platform.spark.master`` or ``SPARK_REMOTE``."""
+        return f"sc://127.0.0.1:{self.port}"
+
+    def command(self, port: int) -> list[str]:
+        """The ``spark-submit`` command line of a server listening on ``port``."""
+        from streamplatform.spark import spark_conf
+
+        conf = spark_conf(master=self.master, app_name="streamplatform-connect-server")
+        conf |= {
+            # Loopback only, whatever the master (spark_conf sets these for local ones only).
+            "spark.driver.host": "127.0.0.1",
+            "spark.driver.bindAddress": "127.0.0.1",
+            "spark.ui.enabled": "false",
+            "spark.connect.grpc.binding.address": "127.0.0.1",
+            "spark.connect.grpc.binding.port": str(port),
+            "spark.connect.grpc.port.maxRetries": "0",  # fail on a taken port: start() retries
+        } | self.conf
+        command = [str(spark_home() / "bin" / "spark-submit"), "--class", CONNECT_SERVER_CLASS]
+        for key, value in conf.items():
+            # In client mode the launcher reads spark.driver.extraJavaOptions and
+            # spark.driver.memory from --conf and puts them on the JVM's command line.
+            command += ["--conf", f"{key}={value}"]
+        return [*command, "spark-internal"]  # the main class is in Spark's own jars
+
+    def start(self) -> LocalConnectServer:
+        """Start the server; return when its port accepts connections.
+
+        Raises (after stopping whatever it started) when the server exits or does not listen
+        within ``start_timeout_s``; the error includes the tail of its log.
+        """
+        if self._server is not None:
+            raise RuntimeError("The Spark Connect server is already running.")
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        env = _base_env({"PYSPARK_PYTHON": sys.executable} | self.env)
+        deadline = time.monotonic() + self.start_timeout_s
+        try:
+            for attempt in range(1, _MASTER_ATTEMPTS + 1):
+                self._port = free_port()
+                # spark-submit execs spark-class, which execs the JVM: the pid stays the same.
+                command = self.command(self._port)
+                self._server = _spawn("connect-server", command, env, self.work_dir)
+                try:
+                    self._wait(deadline)
+                    return self
+                except RuntimeError:
+                    log = self.log_file.read_text(errors="replace")
+                    if attempt == _MASTER_ATTEMPTS or not any(s in log for s in _BIND_FAILURE):
+                        raise
+                    self.stop()  # the port was taken before the server bound it: a new one
+        except BaseException:
+            self.stop()
+            raise
+        raise AssertionError("unreachable")
+
+    def stop(self) -> None:
+        """Stop every process of the server (the JVM, pyspark's Python daemon and workers):
+        SIGTERM, then SIGKILL after ``stop_grace_s``. Safe to call twice, and after a failed
+        start."""
+        if self._server is not None:
+            server, self._server = self._server, None
+            _stop_daemons([server], self.stop_grace_s, signal.SIGTERM)
+        self._port = None
+
+    def pids(self) -> set[int]:
+        """The live processes of the server now (for tests that check nothing is left)."""
+        return self._server.members() if self._server is not None else set()
+
+    def __enter__(self) -> LocalConnectServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _wait(self, deadline: float) -> None:
+        assert self._server is not None and self._port is not None
+        while True:
+            code = self._server.process.poll()
+            if code is not None:
+                raise RuntimeError(
+                    f"The Spark Connect server exited with code {code} before listening on "
+                    f"127.0.0.1:{self._port}:\n{_log_tail(self.log_file, 40)}"
+                )
+            with contextlib.suppress(OSError):
+                socket.create_connection(("127.0.0.1", self._port), timeout=1).close()
+                return
+            if time.monotonic() >= deadline:
+                raise RuntimeError(
+                    f"Timed out after {self.start_timeout_s:.0f} s waiting for the Spark "
+                    f"Connect server to listen on 127.0.0.1:{self._port}:\n"
+                    f"{_log_tail(self.log_file, 40)}"
+                )
+            time.sleep(0.25)
 
 
 # --- python -m streamplatform.local_cluster ---------------------------------------------------
