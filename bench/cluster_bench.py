@@ -99,7 +99,8 @@ def run(code: Path, master: str, settings: dict, source: str, work: Path) -> dic
     with open(log, "w") as errors:
         driver = subprocess.Popen(
             [sys.executable, "-c", DRIVER, json.dumps(spec), str(code / "platform")],
-            env=os.environ | {"SPARK_LOCAL_IP": "127.0.0.1", "PYTHONPATH": str(code / "platform")},
+            env=os.environ | {"SPARK_LOCAL_IP": "127.0.0.1", "PYTHONPATH": str(code / "platform"),
+                              "STREAMPLATFORM_HOME": str(REPO)},  # its jars: .jvm/ here
             cwd=work, stdout=subprocess.PIPE, stderr=errors, text=True, start_new_session=True,
         )  # fmt: skip
         try:
@@ -135,7 +136,8 @@ def main() -> None:
                 local = run(code, "local[2]", settings, source, work)
                 # A cluster per code version: its executors import that code (PYTHONPATH).
                 with LocalCluster(work / f"cluster-{code.name}", workers=2,
-                                  env={"PYTHONPATH": str(code / "platform")},
+                                  env={"PYTHONPATH": str(code / "platform"),
+                                       "STREAMPLATFORM_HOME": str(REPO)},
                                   start_timeout_s=120) as cluster:  # fmt: skip
                     started = time.monotonic()
                     remote = run(code, cluster.master_url, settings, source, work)
