@@ -61,6 +61,8 @@ POOLED_OPS = {
     "transactions_enrichment_fx_rates_versions": ENRICHMENT_POOL,
     "replay_transactions_deduplicated_dead_letters": DEDUP_POOL,
     "replay_transactions_enrichment_dead_letters": ENRICHMENT_POOL,
+    "maintain_transactions_deduplicated_tables": DEDUP_POOL,
+    "maintain_transactions_enrichment_tables": ENRICHMENT_POOL,
 }
 DEDUPLICATED = dg.AssetKey("transactions_deduplicated")
 ENRICHMENT = dg.AssetKey("transactions_enrichment")
