@@ -1,5 +1,6 @@
 """Table maintenance of a job's runtime tables: changelog snapshots, compaction, checkpoints,
-vacuum. Safe while the job runs, and between a crash and the restart.
+vacuum. Between batches, after a crash, or while the job runs: each change is one Delta commit,
+and one that conflicts with the job's appends fails without effect (run it again).
 
 Without it every batch adds a file per task to ``_changelog`` (and a file to each other
 table it writes), so restores and table reads grow with the job's age. :func:`maintain`:
