@@ -273,3 +273,17 @@ def join_tables(spark, root: Path) -> dict:
         "dlq": table("_dlq", *coordinates),
         "versions": table("_versions", "task", "store", "key", "valid_from"),
     }
+
+
+def running_pids(pids: set[int]) -> set[int]:
+    """Those of ``pids`` that still run (a zombie only waits to be reaped: it counts as gone).
+    Read from /proc here, independently of the library's own process bookkeeping."""
+    left = set()
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        if stat[stat.rindex(")") + 2] != "Z":
+            left.add(pid)
+    return left

@@ -19,6 +19,8 @@ import pytest
 
 from streamplatform.local_cluster import LocalCluster
 
+from .support import running_pids
+
 pytestmark = [pytest.mark.slow]
 
 # The driver runs in a process of its own: the pytest process may already host a local
@@ -69,19 +71,6 @@ DRIVER = textwrap.dedent(
 )
 
 
-def _running(pids: set[int]) -> set[int]:
-    """Those of ``pids`` that still run (a zombie only waits to be reaped: it counts as gone)."""
-    left = set()
-    for pid in pids:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue
-        if stat[stat.rindex(")") + 2] != "Z":
-            left.add(pid)
-    return left
-
-
 def _cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
@@ -100,7 +89,7 @@ def _running_in(folder: Path) -> set[int]:
                     found.add(int(entry.name))
             except OSError:
                 continue
-    return _running(found)
+    return running_pids(found)
 
 
 def _eventually(condition, timeout_s: float, what: str) -> None:
@@ -197,7 +186,7 @@ def test_two_workers_env_kill_and_stop(tmp_path):
             assert any("CoarseGrainedExecutorBackend" in _cmdline(pid) for pid in worker0)
 
             cluster.kill_worker(0)
-            assert not _running(worker0), "kill_worker left processes of worker 0"
+            assert not running_pids(worker0), "kill_worker left processes of worker 0"
             _eventually(lambda: cluster.alive_workers() == 1, 60, "the master to drop worker 0")
 
             # The application goes on with the executor of worker 1.
@@ -208,7 +197,7 @@ def test_two_workers_env_kill_and_stop(tmp_path):
         finally:
             driver.close()
         seen |= cluster.pids()
-    assert not _running(seen), "processes of the cluster left after stop()"
+    assert not running_pids(seen), "processes of the cluster left after stop()"
     assert not _running_in(cluster.work_dir)
     cluster.stop()  # a second stop is harmless
     assert "spark://127.0.0.1:" in (tmp_path / "cluster" / "worker-1.log").read_text()

@@ -19,7 +19,7 @@ import pytest
 
 from streamplatform.local_cluster import LocalConnectServer
 
-from .support import RECORDS, delta_rows, expected_with_the_test_driver, job_config
+from .support import RECORDS, delta_rows, expected_with_the_test_driver, job_config, running_pids
 
 pytestmark = [pytest.mark.slow, pytest.mark.broker, pytest.mark.spark]
 TESTS = os.path.dirname(os.path.dirname(__file__))
@@ -51,19 +51,6 @@ CLIENT = textwrap.dedent("""
 """)
 
 
-def _running(pids: set[int]) -> set[int]:
-    """Those of ``pids`` that still run (a zombie only waits to be reaped: it counts as gone)."""
-    left = set()
-    for pid in pids:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue
-        if stat[stat.rindex(")") + 2] != "Z":
-            left.add(pid)
-    return left
-
-
 @pytest.fixture(scope="module")
 def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalConnectServer]:
     # The server's Python workers run the tasks: they must import what the client's functions
@@ -73,7 +60,7 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCo
     with server:
         yield server
         pids = server.pids()
-    assert not _running(pids), f"left behind by the Connect server: {_running(pids)}"
+    assert not running_pids(pids), f"left behind by the Connect server: {running_pids(pids)}"
 
 
 def _run_client(script: str, folder: Path, timeout_s: float = 300) -> dict:

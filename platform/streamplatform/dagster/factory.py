@@ -530,6 +530,15 @@ class DlqReplayConfig(dg.Config):
     )
 
 
+def _observe(
+    context: dg.OpExecutionContext, job: StreamingJobSpec, prefix: str, metadata: Mapping[str, Any]
+) -> None:
+    """``metadata`` of an op that works on ``job``'s tables, on the job's asset (prefixed)."""
+    context.log_event(dg.AssetObservation(
+        asset_key=dg.AssetKey(job.name), metadata={f"{prefix}{k}": v for k, v in metadata.items()}
+    ))  # fmt: skip
+
+
 def dlq_replay_job(job: StreamingJobSpec) -> dg.JobDefinition:
     @dg.op(
         name=f"replay_{job.name}_dead_letters",
@@ -560,9 +569,7 @@ def dlq_replay_job(job: StreamingJobSpec) -> dg.JobDefinition:
             "recovered_batch": -1 if report.recovered_batch is None else report.recovered_batch,
             "parked_by_exception": dg.MetadataValue.json(report.parked_by_exception),
         }
-        context.log_event(dg.AssetObservation(asset_key=dg.AssetKey(job.name),
-                                              metadata={f"dlq_replay_{k}": v
-                                                        for k, v in metadata.items()}))  # fmt: skip
+        _observe(context, job, "dlq_replay_", metadata)
 
     @dg.job(
         name=f"{job.name}_dlq_replay",
@@ -607,9 +614,7 @@ def maintenance_job(job: StreamingJobSpec) -> dg.JobDefinition:
         )  # fmt: skip
         metadata = report.metadata()
         context.log.info(f"{job.app_id} maintenance: {metadata}")
-        context.log_event(dg.AssetObservation(asset_key=dg.AssetKey(job.name),
-                                              metadata={f"maintenance_{k}": v
-                                                        for k, v in metadata.items()}))  # fmt: skip
+        _observe(context, job, "maintenance_", metadata)
 
     @dg.job(
         name=f"{job.name}_maintenance",

@@ -120,15 +120,14 @@ def replay(
     positions = {name: store.committed_offset(batch_marker) for name, store in stores.items()}
     positions = {name: -1 if held is None else held for name, held in positions.items()}
     oldest = min(positions.values())
-    snapshots = [f.last_batch for f in files if f.snapshot and f.last_batch <= up_to_batch]
-    snapshot = max(snapshots, default=None)
+    snapshot = max(  # -1: no snapshot
+        (f.last_batch for f in files if f.snapshot and f.last_batch <= up_to_batch), default=-1
+    )
     by_batch: dict[tuple[str, int], list[tuple[str, bytes, bytes | None]]] = defaultdict(list)
-    replaced = set()  # stores older than the snapshot: its batch replaces their data
-    if snapshot is not None:
-        for name, held in positions.items():
-            if 0 <= held < snapshot:
-                replaced.add(name)
-                by_batch[(name, snapshot)] = []  # replaced even when the snapshot has no row
+    # Stores older than the snapshot: its batch replaces their data, even without a row.
+    replaced = {name for name, held in positions.items() if 0 <= held < snapshot}
+    for name in replaced:
+        by_batch[(name, snapshot)] = []
     for row in read_rows(files, oldest, up_to_batch):
         name = row["store"]
         if name in stores and row["batch_id"] > positions[name]:
@@ -136,7 +135,7 @@ def replay(
                 (row["column_family"], row["key"], row["value"])
             )
     for (name, batch_id), writes in sorted(by_batch.items(), key=lambda item: item[0][1]):
-        if name in replaced and batch_id < snapshot:  # type: ignore[operator]
+        if name in replaced and batch_id < snapshot:
             continue  # superseded by the snapshot
         if name in replaced and batch_id == snapshot:
             stores[name].replace_with_changelog(writes, {batch_marker: batch_id})

@@ -117,11 +117,10 @@ def maintain(
         if table is not None:
             metrics = table.optimize.compact()
             report.files_compacted[name] = int(metrics.get("numFilesRemoved", 0))
-    for name in RUNTIME_TABLES:
+    for name in RUNTIME_TABLES:  # loaded after the steps above: their newest version
         table = table_or_none(f"{app_root}/{name}")
         if table is None:
             continue
-        table = table_or_none(f"{app_root}/{name}")  # the newest version, for the checkpoint
         table.create_checkpoint()
         if name != "_commits":
             deleted = table.vacuum(
