@@ -159,10 +159,13 @@ SETTINGS: tuple[Setting, ...] = (
             "$SPARK_MASTER or local[*].", "string"),
     Setting("platform.max.records.per.batch", _int(1), 100_000, "Upper bound on the records a "
             "micro-batch reads per task.", "int >= 1"),
-    Setting("platform.sink.driver.max.records", _int(0), 50_000, "A job with one Delta sink "
-            "whose batch plans at most this many records brings the tasks' rows to the driver "
-            "through Spark and appends them with delta-rs, instead of Spark's Delta writer "
-            "(about a second less per batch). 0: always Spark's writer.", "int >= 0"),
+    Setting("platform.sink.driver.max.records", _int(0), 50_000, "A job with one Kafka "
+            "source and one Delta sink has its tasks read their Kafka ranges themselves and "
+            "the driver append the sink with delta-rs, instead of Spark's Kafka source and "
+            "Delta writer. A batch that plans at most this many records brings the tasks' rows "
+            "to the driver through Spark; a bigger one has each task spill its rows to a file "
+            "beside the Delta root, streamed into the sink once every task reported. 0: "
+            "always Spark's Kafka source and Delta writer.", "int >= 0"),
     Setting("platform.task.cache.idle.ms", _int(0), 60_000, "How long a Spark Python worker "
             "keeps a task open after its batch (stores, deduplication ids, stream time, "
             "punctuation schedules), for the task's next batch. 0: every batch opens its "

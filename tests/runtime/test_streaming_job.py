@@ -79,14 +79,24 @@ def test_a_broker_that_is_down_is_a_clear_error(tmp_path):
         StreamingJob(dedup_topology("a", "b"), config, delta_sinks=["b"])
 
 
-@pytest.mark.parametrize("batch", [0, 1])
-@pytest.mark.parametrize("step", ["after_plan", "during_tasks", "after_outputs", "after_commit"])
+STEPS = ["after_plan", "during_tasks", "after_outputs", "after_commit"]
+# Every batch bigger than 1 record: the tasks spill all their rows to files, and the driver
+# appends the sink from them after the tasks (the default path for big batches).
+SPILLED = {"platform.sink.driver.max.records": 1}
+
+
+@pytest.mark.parametrize(
+    ("step", "batch", "overrides"),
+    [(step, batch, {}) for step in STEPS for batch in (0, 1)]
+    + [("during_tasks", 1, SPILLED), ("after_outputs", 1, SPILLED)],
+    ids=lambda value: "spilled" if value == SPILLED else ("" if value == {} else None),
+)
 def test_a_job_killed_at_any_step_resumes_to_the_clean_output(
-    spark, kafka_settings, source_topic, tmp_path, step, batch
+    spark, kafka_settings, source_topic, tmp_path, step, batch, overrides
 ):
     source, sent = source_topic
     app = f"crash-{step.replace('_', '-')}-{uuid.uuid4().hex[:4]}"
-    config = job_config(kafka_settings, tmp_path, app, source)
+    config = job_config(kafka_settings, tmp_path, app, source, **overrides)
     script = CRASHING_RUN.format(
         tests=os.path.dirname(os.path.dirname(__file__)), config=config, source=source
     )
@@ -150,8 +160,14 @@ def test_a_wiped_state_dir_is_restored_from_the_changelog(
     assert len({(p, o) for p, o, _, _ in rows}) == len(rows)
 
 
+@pytest.mark.parametrize(
+    ("driver_max_records", "side_file"),
+    # 0: Spark's source and Delta writer; the tasks leave their other rows in side files.
+    # 1: every batch is bigger: the tasks read Kafka and spill all their rows, the sink's too.
+    [(0, "0_2.parquet"), (1, "0_2.arrow")],
+)
 def test_a_task_whose_side_file_never_reaches_the_driver_fails_the_batch_uncommitted(
-    spark, kafka_settings, source_topic, tmp_path, monkeypatch
+    spark, kafka_settings, source_topic, tmp_path, monkeypatch, driver_max_records, side_file
 ):
     """On hosts that do not share the Delta root's mount, a task's side file is not where the
     driver reads. Here it is deleted before the driver reads the side files: the batch must
@@ -160,9 +176,8 @@ def test_a_task_whose_side_file_never_reaches_the_driver_fails_the_batch_uncommi
 
     source, sent = source_topic
     app = f"side-{uuid.uuid4().hex[:6]}"
-    # 0: every batch takes the big path, whose tasks leave their other rows in side files.
     config = job_config(kafka_settings, tmp_path, app, source,
-                        **{"platform.sink.driver.max.records": 0})  # fmt: skip
+                        **{"platform.sink.driver.max.records": driver_max_records})  # fmt: skip
     job = StreamingJob(dedup_topology(source, "deduplicated"), config, spark=spark,
                        delta_sinks=["deduplicated"])  # fmt: skip
     read_side_files = microbatch.read_side_files
@@ -178,10 +193,14 @@ def test_a_task_whose_side_file_never_reaches_the_driver_fails_the_batch_uncommi
     monkeypatch.setattr(microbatch, "read_side_files", lose_task_0_2)
     with pytest.raises(microbatch.MissingTaskOutputs, match="task 0_2 had records"):
         job.run_batch()
-    assert lost == ["0_2.parquet"]
+    assert lost == [side_file]
     assert job.commit_log.last() is None  # nothing committed as consumed
     assert not os.path.exists(f"{tmp_path}/delta/{app}/_dlq")  # nor half of the outputs
     assert not os.path.exists(f"{tmp_path}/delta/{app}/_changelog")
+    if side_file.endswith(".arrow"):
+        # The sink rows were in the lost file too: a sink appended without them, under the
+        # batch's transaction id, would be skipped by the re-run and lose them for good.
+        assert not os.path.exists(f"{tmp_path}/delta/{app}/deduplicated")
 
     monkeypatch.setattr(microbatch, "read_side_files", read_side_files)
     results = job.run_until_caught_up()

@@ -16,7 +16,7 @@ the cached path skips what was already written).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from streamplatform.runtime import delta_direct
+from streamplatform.runtime.executor import OUTPUT_ARROW, SINK_COLUMNS
 from streamplatform.runtime.task import add_metrics
 
 
@@ -99,17 +100,67 @@ class Progress:
 
 
 def side_files(directory: str) -> list[Path]:
-    """The tasks' side files of a streamed batch (``<task id>.parquet``; a file still being
-    written ends in ``.tmp`` and is not one of them)."""
-    return sorted(Path(directory).glob("*.parquet"))
+    """The tasks' side files of a streamed batch: ``<task id>.parquet`` (every row but the
+    sink rows, which went through Spark's Delta writer) or ``<task id>.arrow`` (every row,
+    executor._spill). A file still being written ends in ``.tmp`` and is not one of them."""
+    return sorted(Path(directory).glob("*.parquet")) + spilled_files(directory)
+
+
+def spilled_files(directory: str) -> list[Path]:
+    return sorted(Path(directory).glob("*.arrow"))
+
+
+def _spilled_batches(file: Path) -> Iterator[pa.RecordBatch]:
+    """A spilled file's batches, one at a time (read, not mapped: a batch is dropped from
+    memory once its caller is done with it)."""
+    with pa.OSFile(str(file)) as source:
+        reader = pa.ipc.open_file(source)
+        for index in range(reader.num_record_batches):
+            yield reader.get_batch(index)
 
 
 def read_side_files(directory: str) -> pa.Table | None:
-    """Every row of a streamed batch's side files (executor.OUTPUT_ARROW); None: no file."""
+    """Every row but the sink rows of a streamed batch's side files (executor.OUTPUT_ARROW);
+    None: no file. The sink rows of spilled files are streamed by ``spilled_sink_rows``."""
     import pyarrow.parquet as pq
 
     files = side_files(directory)
-    return pa.concat_tables([pq.read_table(file) for file in files]) if files else None
+    if not files:
+        return None
+    tables = [pq.read_table(file) for file in files if file.suffix == ".parquet"]
+    for file in spilled_files(directory):
+        for batch in _spilled_batches(file):
+            others = batch.filter(pc.not_equal(batch.column("kind"), "sink"))
+            if others.num_rows:
+                tables.append(pa.Table.from_batches([others]))
+    return pa.concat_tables(tables) if tables else pa.table({}, schema=OUTPUT_ARROW)
+
+
+# The sink table's columns (executor.SINK_COLUMNS, then batch_id).
+SINK_TABLE_ARROW = pa.schema(
+    [OUTPUT_ARROW.field(column) for column in SINK_COLUMNS] + [pa.field("batch_id", pa.int64())]
+)
+
+
+def sink_rows(rows: pa.Table | pa.RecordBatch, batch_id: int) -> pa.Table | pa.RecordBatch:
+    """The sink rows among the tasks' ``rows`` (executor.OUTPUT_ARROW) as rows of the sink
+    table (SINK_TABLE_ARROW)."""
+    sink = rows.filter(pc.equal(rows.column("kind"), "sink")).select(list(SINK_COLUMNS))
+    return sink.append_column("batch_id", pa.repeat(pa.scalar(batch_id, pa.int64()), sink.num_rows))
+
+
+def spilled_sink_rows(directory: str, batch_id: int) -> pa.RecordBatchReader:
+    """The sink rows of a batch's spilled files as a stream of the sink table's rows, read a
+    batch at a time: a delta-rs append of them holds about one batch in memory."""
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for file in spilled_files(directory):
+            for batch in _spilled_batches(file):
+                rows = sink_rows(batch, batch_id)
+                if rows.num_rows:
+                    yield rows
+
+    return pa.RecordBatchReader.from_batches(SINK_TABLE_ARROW, batches())
 
 
 def progress_of(rows: pa.Table | None) -> Progress:

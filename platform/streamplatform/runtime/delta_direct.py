@@ -34,7 +34,7 @@ def table_or_none(path: str) -> Any:
 
 def append(
     path: str,
-    rows: pa.Table,
+    rows: pa.Table | pa.RecordBatchReader,
     app_id: str,
     version: int,
     partition_by: Sequence[str] | None = None,
@@ -44,7 +44,8 @@ def append(
     """Append ``rows`` once per ``(app_id, version)``; False when it was appended before.
     ``merge_schema``: columns the table lacks are added (older rows read them as null).
     ``conform``: ``rows`` take the table's own Arrow schema first (a table Spark created has
-    columns that may not be null, which Arrow arrays built in Python do not say)."""
+    columns that may not be null, which Arrow arrays built in Python do not say). A
+    ``RecordBatchReader`` is written as it is read (delta-rs holds about a batch at once)."""
     from deltalake import CommitProperties, Transaction, write_deltalake
 
     table = table_or_none(path)
@@ -54,7 +55,13 @@ def append(
             return False
         if conform:
             schema = pa.schema(table.schema().to_arrow())
-            rows = rows.select(schema.names).cast(schema)
+            if isinstance(rows, pa.RecordBatchReader):
+                batches = rows
+                rows = pa.RecordBatchReader.from_batches(
+                    schema, (batch.select(schema.names).cast(schema) for batch in batches)
+                )
+            else:
+                rows = rows.select(schema.names).cast(schema)
     write_deltalake(
         path if table is None else table,
         rows,

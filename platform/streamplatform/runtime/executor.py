@@ -51,6 +51,7 @@ import gc
 import heapq
 import json
 import socket
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -324,22 +325,34 @@ class TaskBatchRunner:
                     run.close()
 
     def read_and_run(
-        self, ranges: list[tuple[int, int, int]], consumer_settings: Mapping[str, Any]
+        self,
+        ranges: list[tuple[int, int, int]],
+        consumer_settings: Mapping[str, Any],
+        spill_dir: str | None = None,
     ) -> Any:
         """A ``mapInArrow`` function over ``spark.range(len(ranges))``: row i runs the task of
         ``ranges[i]`` = (partition, start, end) of ``stream_topic``, reading its records
-        itself (kafka_input.py), through ``run_partition``."""
+        itself (kafka_input.py), through ``run_partition`` (every row in OUTPUT_ARROW).
+
+        With ``spill_dir`` the rows go to ``<spill_dir>/<task id>.arrow`` (Arrow IPC, written
+        as they come, renamed into place when the task is done) and nothing is returned to
+        Spark: a big batch's rows then never sit in memory, on the executor or the driver
+        (batch_outputs.spilled_sink_rows streams them into the sink)."""
         from streamplatform.runtime.kafka_input import read_range
 
         topic = self.stream_topic
-        assert topic is not None
+        assert topic is not None and self.side_output_dir is None
 
         def run(ids: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             for batch in ids:
                 for index in batch.column(0).to_pylist():
                     partition, start, end = ranges[index]
                     records = read_range(consumer_settings, topic, partition, start, end)
-                    yield from self.run_partition(records)
+                    if spill_dir is None:
+                        yield from self.run_partition(records)
+                    else:
+                        task = f"{self.subtopology}_{partition}"
+                        _spill(self.run_partition(records), spill_dir, task)
 
         return run
 
@@ -386,6 +399,25 @@ class TaskBatchRunner:
         from streamplatform.runtime.changelog import replay
 
         return replay(files.get(str(task.task_id), []), dict(behind), last, BATCH_MARKER)
+
+
+def _spill(rows: Iterable[pa.RecordBatch], directory: str, task: str) -> None:
+    """Write a task's rows to ``<directory>/<task>.arrow`` as they come. The file gets its
+    name only once the task is done: a failed or killed attempt leaves none, and a file under
+    a temporary name of its own (a speculative copy of the task may write beside it)."""
+    import os
+
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, f"{task}.arrow")
+    partial = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+    try:
+        with pa.OSFile(partial, "wb") as sink, pa.ipc.new_file(sink, OUTPUT_ARROW) as writer:
+            for batch in rows:
+                writer.write_batch(batch)
+        os.replace(partial, path)
+    finally:
+        if os.path.exists(partial):
+            os.remove(partial)
 
 
 def _first_offsets(table: pa.Table) -> dict[tuple[str, int], int]:

@@ -13,9 +13,11 @@ that lost its claim cannot commit. Then one micro-batch N (docs/guarantees.md):
 3. run every task in an executor (``mapInArrow``, one Spark partition per Kafka partition, or
    ``applyInArrow`` grouped by task when a task reads several topics; executor.py); the
    output is cached so that every table below reads it without running the tasks again. A job
-   with one Kafka source and one Delta sink (the dedup job) caches nothing: its tasks run
-   inside the sink's Delta write, streaming their sink rows into it, and leave their other
-   rows in side files (``_sink_streamed``);
+   with one Kafka source and one Delta sink (the dedup job) caches nothing: its tasks read
+   their ranges themselves and the driver appends the sink with delta-rs, from the rows
+   Spark brings back (a small batch) or from a file each task spilled (a big one); with
+   ``platform.sink.driver.max.records = 0`` its tasks run inside Spark's Delta write of the
+   sink and leave their other rows in side files (``_sink_streamed``, ``_execute``);
 4. write the outputs: Delta sinks, the DLQ mirror, the state changelog and the versioned
    snapshots, all idempotent by ``txnAppId``/``txnVersion = N``; Kafka sinks and the DLQ topic
    (produced from the executors with each record's own timestamp; under exactly_once_v2 in one
@@ -59,6 +61,9 @@ from streamplatform.runtime.batch_outputs import (
     append_outputs,
     progress_of,
     read_side_files,
+    sink_rows,
+    spilled_files,
+    spilled_sink_rows,
 )
 from streamplatform.runtime.claim import JobClaim, JobFencedError
 from streamplatform.runtime.executor import (
@@ -677,38 +682,46 @@ class StreamingJob:
             shutil.rmtree(streamed, ignore_errors=True)  # a crashed attempt's files
             (sink,) = self.topology.sink_topics(self.app)
             started = time.monotonic()
-            if sum(planned.values()) <= self.config["platform.sink.driver.max.records"]:
-                # A small batch: the tasks read their ranges themselves (kafka_input.py, no
-                # Spark Kafka source to set up), and all their rows come to the driver
-                # through Spark (no side file), which appends the sink rows with delta-rs
-                # (~20 ms) instead of Spark's Delta writer (~1 s of job and commit). Same
-                # table, same transaction id: a re-run through Spark skips it.
+            limit = self.config["platform.sink.driver.max.records"]
+            if limit > 0:
+                # The tasks read their ranges themselves (kafka_input.py: no Spark Kafka
+                # source to set up, and a C consumer instead of the JVM's rows turned into
+                # Arrow), and the driver appends the sink rows with delta-rs instead of
+                # Spark's Delta writer (~1 s of job and commit). Same table, same transaction
+                # id: a re-run through Spark skips it. A small batch's rows come back through
+                # Spark; a bigger one's are spilled to a file per task, and its sink is
+                # appended only once every task is known to have reported
+                # (_write_streamed_outputs): a lost file must fail the batch, not shorten it.
                 (topic,) = wanted
                 tasks = [(p, start, end) for p, (start, end) in sorted(wanted[topic].items())]
-                small = copy.copy(runner(0))
-                small.side_output_dir = None  # every row comes back through Spark
-                reader = small.read_and_run(tasks, self.config.kafka_settings("consumer"))
+                small = sum(planned.values()) <= limit
+                reader = copy.copy(runner(0))
+                reader.side_output_dir = None  # every row in OUTPUT_ARROW
+                run = reader.read_and_run(tasks, self.config.kafka_settings("consumer"),
+                                          spill_dir=None if small else streamed)  # fmt: skip
                 rows = (
                     self.spark.range(len(tasks), numPartitions=len(tasks))
-                    .mapInArrow(reader, OUTPUT_SCHEMA)
+                    .mapInArrow(run, OUTPUT_SCHEMA)
                     .toArrow()
                 )
-                delta_direct.append(f"{self.root}/{sink}", _sink_table(rows, batch_id),
-                                    f"{self.app}-sink-{sink}", batch_id, conform=True)  # fmt: skip
+                if small:
+                    delta_direct.append(f"{self.root}/{sink}", sink_rows(rows, batch_id),
+                                        f"{self.app}-sink-{sink}", batch_id,
+                                        conform=True)  # fmt: skip
                 self._streamed_ms = int((time.monotonic() - started) * 1000)
-                return rows
+                return rows if small else None
             else:
                 streamed_rows = (
                     kafka_records()
                     .select(*STREAM_COLUMNS)
                     .mapInArrow(runner(0).run_partition, SINK_SCHEMA)
                 )
-                sink_rows = (
+                sink_frame = (
                     streamed_rows.withColumn("headers", _headers_from_json("headers"))
                     .withColumn("source_topic", F.lit(self.sources[0]))
                     .select(*SINK_COLUMNS)
                 )
-                self._append(batch_id, sink_rows, f"{self.root}/{sink}", f"sink-{sink}")
+                self._append(batch_id, sink_frame, f"{self.root}/{sink}", f"sink-{sink}")
             self._streamed_ms = int((time.monotonic() - started) * 1000)
             return None
         if len(self.topology.subtopologies) > 1:
@@ -891,6 +904,10 @@ class StreamingJob:
         started = time.monotonic()
         progress = progress_of(rows)
         self._check_every_task_reported(batch_id, ranges, progress, directory)
+        if spilled_files(directory):  # the sink rows of a big batch whose tasks read Kafka
+            (sink,) = self.topology.sink_topics(self.app)
+            delta_direct.append(f"{self.root}/{sink}", spilled_sink_rows(directory, batch_id),
+                                f"{self.app}-sink-{sink}", batch_id, conform=True)  # fmt: skip
         append_outputs(self.root, self.app, batch_id, rows, progress)
         if "dlq" in progress.kinds:
             transactions = self._transactions(batch_id, _consumed(ranges, progress))
@@ -1062,15 +1079,6 @@ def _headers_from_json(column: str) -> Any:
             lambda h: F.struct(h["k"].alias("key"), F.unbase64(h["v"]).alias("value")),
         )
     )
-
-
-def _sink_table(rows: Any, batch_id: int) -> Any:
-    """The sink rows among the tasks' ``rows`` (executor.OUTPUT_ARROW) as rows of the sink
-    table (SINK_COLUMNS, ``batch_id``)."""
-    import pyarrow as pa
-
-    sink = rows.filter(pc.equal(rows["kind"], "sink")).select(list(SINK_COLUMNS))
-    return sink.append_column("batch_id", pa.repeat(pa.scalar(batch_id, pa.int64()), sink.num_rows))
 
 
 def _run_grouped(records: Any, runner: TaskBatchRunner) -> Any:
