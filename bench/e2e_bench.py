@@ -90,10 +90,12 @@ def dedup_topology(topic: str, sink: str = "deduplicated") -> Topology:
 
 
 class WorkerMemory:
-    """Samples the summed RSS of Spark's Python worker processes; keeps the peak."""
+    """Samples the summed RSS of Spark's Python worker processes, and this (the driver's)
+    process's own; keeps the peaks."""
 
     def __init__(self) -> None:
         self.peak_mb = 0.0
+        self.peak_driver_mb = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
@@ -112,6 +114,9 @@ class WorkerMemory:
                 except OSError:
                     continue
             self.peak_mb = max(self.peak_mb, total / 1024)
+            for line in Path("/proc/self/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    self.peak_driver_mb = max(self.peak_driver_mb, int(line.split()[1]) / 1024)
             time.sleep(0.2)
 
     def __enter__(self) -> WorkerMemory:

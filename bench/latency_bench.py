@@ -10,10 +10,11 @@ Structured Streaming micro-batches, same data, same run.
   trigger (the next micro-batch as soon as the previous one ended), ``triggerExecution``
   durations from its progress reports.
 
-Ours three ways (``CONFIGURATIONS``: as before, kept tasks only, the defaults), all on
-``local[2]`` after one warm-up run of each on other data. Prints p50/p99 of each, the ratios
-to native, our per-step medians (``BatchResult.metrics``), how many task batches found their
-task kept open, and the peak RSS of the Python workers during each of our runs.
+Ours four ways (``CONFIGURATIONS``: as before, kept tasks only, the small-batch path as a
+Spark job, the defaults), all on ``local[2]`` after one warm-up run of each on other data.
+Prints p50/p99 of each, the ratios to native, our per-step medians (``BatchResult.metrics``),
+how many task batches found their task kept open, and the peak RSS of the Python workers and
+of the driver process during each of our runs.
 
     .venv/bin/python bench/latency_bench.py [--records 200000]
 """
@@ -42,7 +43,15 @@ from streamplatform.kafka import LocalBroker, TopicSpec, create_topics
 from streamplatform.spark import spark_session
 
 BATCH = 10_000
-STEPS = ("plan_ms", "tasks_and_sink_ms", "writes_ms", "commit_ms", "task_ms", "task_settle_ms")
+STEPS = (
+    "plan_ms",
+    "tasks_and_sink_ms",
+    "writes_ms",
+    "commit_ms",
+    "task_ms",
+    "task_settle_ms",
+    "tasks_in_driver",
+)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -50,14 +59,18 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-# Our configurations: as before this path existed (tasks opened every batch, Spark's Kafka
-# source and Delta writer), tasks kept only, and the defaults (kept tasks, small batches read
-# by the tasks and written by the driver).
+# Our configurations: as before long-lived tasks (tasks opened every batch, Spark's Kafka
+# source and Delta writer), tasks kept only, the small-batch path as a Spark job (the defaults
+# before the driver ran small batches' tasks), and the defaults (a small batch's tasks in the
+# driver process on a local master).
 CONFIGURATIONS = {
-    "before": {"platform.task.cache.idle.ms": 0, "platform.sink.driver.max.records": 0},
-    "kept tasks": {"platform.task.cache.idle.ms": 60_000, "platform.sink.driver.max.records": 0},
+    "before": {"platform.task.cache.idle.ms": 0, "platform.sink.driver.max.records": 0,
+               "platform.driver.tasks.max.records": 0},
+    "kept tasks": {"platform.task.cache.idle.ms": 60_000, "platform.sink.driver.max.records": 0,
+                   "platform.driver.tasks.max.records": 0},
+    "spark job": {"platform.driver.tasks.max.records": 0},
     "defaults": {},
-}
+}  # fmt: skip
 
 
 def run_ours(spark, settings, topic: str, tmp: Path, name: str, overrides: dict):
@@ -111,7 +124,7 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=200_000)
     args = parser.parse_args()
     ours: dict[str, list] = {}
-    peaks: dict[str, float] = {}
+    peaks: dict[str, tuple[float, float]] = {}
     with tempfile.TemporaryDirectory() as directory:
         tmp = Path(directory)
         with LocalBroker(tmp / "broker") as broker:
@@ -128,7 +141,7 @@ def main() -> None:
                 with WorkerMemory() as memory:
                     ours[name] = run_ours(spark, settings, "latency", tmp, f"ours-{index}",
                                           overrides)  # fmt: skip
-                peaks[name] = memory.peak_mb
+                peaks[name] = (memory.peak_mb, memory.peak_driver_mb)
             native = run_native(spark, settings, "latency", tmp, "native", args.records)
             spark.stop()
     print(f"{args.records:,} records, {PARTITIONS} partitions, local[2], ~{BATCH:,}-record "
@@ -144,7 +157,8 @@ def main() -> None:
               f"p99 {percentile(ms, 0.99):.0f} ms; native/ours p50 "
               f"{statistics.median(native) / statistics.median(ms):.2f}x, p99 "
               f"{percentile(native, 0.99) / percentile(ms, 0.99):.2f}x; tasks kept "
-              f"{reused}/{reused + opened}; peak worker RSS {peaks[name]:.0f} MB")  # fmt: skip
+              f"{reused}/{reused + opened}; peak RSS: Python workers {peaks[name][0]:.0f} MB, "
+              f"driver {peaks[name][1]:.0f} MB")  # fmt: skip
         print("    median per step (ms): " + ", ".join(f"{s} {v:.0f}" for s, v in steps.items()))
 
 

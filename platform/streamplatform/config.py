@@ -166,6 +166,12 @@ SETTINGS: tuple[Setting, ...] = (
             "to the driver through Spark; a bigger one has each task spill its rows to a file "
             "beside the Delta root, streamed into the sink once every task reported. 0: "
             "always Spark's Kafka source and Delta writer.", "int >= 0"),
+    Setting("platform.driver.tasks.max.records", _int(0), 20_000, "With a local master "
+            "(local, local[N], local[*]), a batch of such a job (one Kafka source, one Delta "
+            "sink) that plans at most this many records runs its tasks in the driver process, "
+            "one after another, instead of in a Spark job: no job to schedule (~150-250 ms on "
+            "2 cores), and the tasks stay open in the driver between batches. Bigger batches, "
+            "cluster and Spark Connect masters use Spark. 0: always Spark.", "int >= 0"),
     Setting("platform.task.cache.idle.ms", _int(0), 60_000, "How long a Spark Python worker "
             "keeps a task open after its batch (stores, deduplication ids, stream time, "
             "punctuation schedules), for the task's next batch. 0: every batch opens its "

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import re
 import shutil
 import signal
 import threading
@@ -46,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from streamplatform.config import ConfigError, StreamsConfig
@@ -54,7 +56,13 @@ from streamplatform.dsl.topology import Topology
 from streamplatform.home import data_dir, default_state_dir
 from streamplatform.kafka.clients import describe_topics
 from streamplatform.placement import Placement
-from streamplatform.runtime import changelog, delta_direct, kafka_input, kafka_output
+from streamplatform.runtime import (
+    changelog,
+    delta_direct,
+    kafka_input,
+    kafka_output,
+    task_cache,
+)
 from streamplatform.runtime.batch_outputs import (
     DELTA_OUTPUTS,
     Progress,
@@ -69,6 +77,7 @@ from streamplatform.runtime.claim import JobClaim, JobFencedError
 from streamplatform.runtime.executor import (
     BATCH_MARKER,
     INPUT_COLUMNS,
+    OUTPUT_ARROW,
     OUTPUT_SCHEMA,
     SINK_COLUMNS,
     SINK_SCHEMA,
@@ -165,6 +174,8 @@ class StreamingJob:
         self.partitions |= self._internal_partitions(self.partitions)
         self._stage_outputs: list[Any] = []  # cached per sub-topology, released after a batch
         self._streamed_ms = 0  # the last streamed batch's tasks and sink write
+        self._local_master: bool | None = None  # known once a batch asked (_tasks_in_driver)
+        self._tasks_in_this_process = 0  # of the last streamed batch (_tasks_in_driver)
         self._spark = spark
         self._last: Any = _UNREAD  # the newest committed batch, once read
         # One driver per application.id: claimed at the first batch, proven at each commit.
@@ -567,8 +578,9 @@ class StreamingJob:
         return moved
 
     def close(self) -> None:
-        """Release the claim and the Kafka client (the SparkSession belongs to whoever made
-        it)."""
+        """Release the claim, the Kafka client and the tasks kept open in this process (the
+        SparkSession belongs to whoever made it)."""
+        task_cache.close_under(Path(self.state_dir) / self.app)
         self.claim.release()
         self.group_offsets.close()
         if self._watermarks is not None:
@@ -594,6 +606,20 @@ class StreamingJob:
             return None
         staging = self._staging_root()
         return None if staging is None else str(staging / self.claim.run / "side")
+
+    def _tasks_in_driver(self, records: int) -> bool:
+        """True when a batch of ``records`` runs its tasks in this process: at most
+        ``platform.driver.tasks.max.records``, on a local master (its executors are this
+        host). Not on a cluster or through Spark Connect (no SparkContext here)."""
+        if records > self.config["platform.driver.tasks.max.records"]:
+            return False
+        if self._local_master is None:
+            try:
+                master = self.spark.sparkContext.master
+            except Exception:  # Spark Connect: the executors are the server's
+                master = ""
+            self._local_master = re.fullmatch(r"local(\[(\d+|\*)\])?", master) is not None
+        return self._local_master
 
     def _staging_root(self) -> Path | None:
         """Where runs keep their side files, one directory per run (claim.run); None when
@@ -680,6 +706,7 @@ class StreamingJob:
 
         if streamed is not None:
             shutil.rmtree(streamed, ignore_errors=True)  # a crashed attempt's files
+            self._tasks_in_this_process = 0
             (sink,) = self.topology.sink_topics(self.app)
             started = time.monotonic()
             limit = self.config["platform.sink.driver.max.records"]
@@ -699,11 +726,18 @@ class StreamingJob:
                 reader.side_output_dir = None  # every row in OUTPUT_ARROW
                 run = reader.read_and_run(tasks, self.config.kafka_settings("consumer"),
                                           spill_dir=None if small else streamed)  # fmt: skip
-                rows = (
-                    self.spark.range(len(tasks), numPartitions=len(tasks))
-                    .mapInArrow(run, OUTPUT_SCHEMA)
-                    .toArrow()
-                )
+                if small and self._tasks_in_driver(sum(planned.values())):
+                    # Spark's local executors share this host, state dir and environment: the
+                    # same task code runs here, and its tasks stay open in this process.
+                    ids = pa.record_batch([pa.array(range(len(tasks)), pa.int64())], ["id"])
+                    rows = pa.Table.from_batches(list(run([ids])), OUTPUT_ARROW)
+                    self._tasks_in_this_process = len(tasks)
+                else:
+                    rows = (
+                        self.spark.range(len(tasks), numPartitions=len(tasks))
+                        .mapInArrow(run, OUTPUT_SCHEMA)
+                        .toArrow()
+                    )
                 if small:
                     delta_direct.append(f"{self.root}/{sink}", sink_rows(rows, batch_id),
                                         f"{self.app}-sink-{sink}", batch_id,
@@ -919,6 +953,7 @@ class StreamingJob:
             progress.metrics["kafka_records_produced"] = produced
             progress.metrics["kafka_tasks_already_committed"] = already
         progress.metrics["tasks_and_sink_ms"] = self._streamed_ms
+        progress.metrics["tasks_in_driver"] = self._tasks_in_this_process
         progress.metrics["writes_ms"] = int((time.monotonic() - started) * 1000)
         return progress
 

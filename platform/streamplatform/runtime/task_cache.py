@@ -108,6 +108,16 @@ def close_all() -> None:
         _close(entry.task, "closing all")
 
 
+def close_under(root: Path) -> None:
+    """Close the kept tasks of this process whose directories are under ``root`` (a job's
+    own, when it closes)."""
+    with _lock:
+        leaving = [directory for directory in _kept if directory.is_relative_to(root)]
+        kept = [_kept.pop(directory) for directory in leaving]
+    for entry in kept:
+        _close(entry.task, "its job closed")
+
+
 def _start_watcher() -> None:
     global _watcher
     if _watcher is None or not _watcher.is_alive():
