@@ -99,20 +99,29 @@ def test_kept_and_reopened_tasks_punctuate_as_the_test_driver(
     spark, kafka_settings, ticks_topic, tmp_path
 ):
     """The stream-time punctuations on Spark, over four batches per task, are the test
-    driver's, with tasks kept open between batches and with tasks opened anew each batch;
-    the wall-clock punctuator fires on Spark. (Whether Spark gives a task's next batch to the
+    driver's, with tasks kept open between batches, with tasks opened anew each batch, and
+    with tasks run and kept in the driver; the wall-clock punctuator fires on Spark and in
+    the driver. (Whether Spark gives a task's next batch to the
     worker keeping it is Spark's choice; test_task_cache.py compares kept and reopened tasks
     where it is certain.)"""
     source, sent = ticks_topic
     expected = _expected(source, sent)
     assert len(expected) == PARTITIONS * 4  # at the first record, then at each 10 s mark
-    for app, idle_ms in ((f"kept-{uuid.uuid4().hex[:6]}", 60_000),
-                         (f"fresh-{uuid.uuid4().hex[:6]}", 0)):  # fmt: skip
-        results = _run(spark, kafka_settings, tmp_path, source, app,
-                       **{"platform.task.cache.idle.ms": idle_ms}).run_until_caught_up()  # fmt: skip
+    for app, idle_ms, driver_tasks in ((f"kept-{uuid.uuid4().hex[:6]}", 60_000, 0),
+                                       (f"fresh-{uuid.uuid4().hex[:6]}", 0, 0),
+                                       (f"driver-{uuid.uuid4().hex[:6]}", 60_000, 1_000)):  # fmt: skip
+        job = _run(spark, kafka_settings, tmp_path, source, app, **{
+            "platform.task.cache.idle.ms": idle_ms,
+            "platform.driver.tasks.max.records": driver_tasks,  # 1,000: tasks in the driver
+        })  # fmt: skip
+        results = job.run_until_caught_up()
+        job.close()  # the driver's kept tasks let go of their stores (_state opens them)
         assert len(results) == 4
         if idle_ms == 0:
             assert sum(r.metrics.get("tasks_reused", 0) for r in results) == 0
+        assert all(r.metrics["tasks_in_driver"] == (3 if driver_tasks else 0) for r in results)
+        if driver_tasks:  # kept for certain: every batch after the first
+            assert sum(r.metrics.get("tasks_reused", 0) for r in results) == 3 * PARTITIONS
         stream, walls = _outputs(spark, tmp_path, app)
         assert stream == expected  # before: the first record of every batch fired it too
         assert walls >= 4 * PARTITIONS  # at least when each task's batch begins
