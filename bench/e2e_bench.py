@@ -17,7 +17,7 @@ Delta writers) for the next. Then ``--repeats`` times each in alternating order 
 the same data. Prints records/s of both
 (median, spread) and the ratio; then our batch latency p50/p99 with 10k-record batches
 (``--latency-records`` records), and the peak RSS of the Python workers during our runs (summed
-over Spark's Python worker processes, sampled every 0.2 s).
+over Spark's Python worker processes, sampled every 0.2 s) and of the driver process.
 
     .venv/bin/python bench/e2e_bench.py [--records 2000000] [--repeats 5] [--latency-records 100000]
 
@@ -394,7 +394,8 @@ def main() -> None:
         f"batch latency, ~10k-record batches ({len(latencies)} batches): "
         f"p50 {statistics.median(latencies):.0f} ms, p99 {p99} ms"
     )
-    print(f"peak RSS of the Python workers during our runs: {memory.peak_mb:.0f} MB")  # fmt: skip
+    print(f"peak RSS during our runs: Python workers {memory.peak_mb:.0f} MB, driver "
+          f"{memory.peak_driver_mb:.0f} MB")  # fmt: skip
 
 
 if __name__ == "__main__":
