@@ -580,7 +580,9 @@ class StreamingJob:
     def close(self) -> None:
         """Release the claim, the Kafka client and the tasks kept open in this process (the
         SparkSession belongs to whoever made it)."""
-        task_cache.close_under(Path(self.state_dir) / self.app)
+        roots = {self.state_dir} | set(self.layout.active_dirs().values() if self.layout else ())
+        for root in roots:
+            task_cache.close_under(Path(root) / self.app)
         self.claim.release()
         self.group_offsets.close()
         if self._watermarks is not None:
