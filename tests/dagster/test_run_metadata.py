@@ -1,4 +1,4 @@
-"""The streaming assets' run metadata carries the batches' offset gaps (no Spark, no Kafka)."""
+"""The streaming assets' run metadata sums the batches' numbers (no Spark, no Kafka)."""
 
 from __future__ import annotations
 
@@ -19,3 +19,14 @@ def test_offset_gaps_and_skipped_offsets_are_summed_into_the_metadata():
     )
     assert (metadata["offset_gaps"], metadata["offsets_skipped"]) == (8, 3)
     assert metadata["batch_ids"].value == [0, 1] and metadata["rows_in"] == 20
+
+
+def test_kept_tasks_and_tasks_run_in_the_driver_are_summed_into_the_metadata():
+    metadata = run_metadata(
+        [result(0, tasks_reused=0, tasks_in_driver=3), result(1, tasks_reused=3, tasks_in_driver=3),
+         result(2, tasks_reused=1, tasks_in_driver=0)],
+        3.0,
+        {("t", 0): 30},
+        {"t/0": 0},
+    )  # fmt: skip
+    assert (metadata["tasks_reused"], metadata["tasks_in_driver"]) == (4, 6)

@@ -284,8 +284,11 @@ def run_metadata(
         "join_misses": metrics.get("join_misses", 0),
         "dlq_records": sum(r.dlq_records for r in results),
         "restored_records": sum(r.restored_records for r in results),
-        # Task batches that found their task kept open in a Python worker since its last one.
+        # Task batches that found their task kept open since its last one (in a Python
+        # worker, or in the driver), and task batches run in the driver (small batches on a
+        # local master: platform.driver.tasks.max.records).
         "tasks_reused": metrics.get("tasks_reused", 0),
+        "tasks_in_driver": metrics.get("tasks_in_driver", 0),
         "replayed_batches": sum(r.replayed for r in results),
         # Offsets that held no committed record (transaction markers, aborted or compacted
         # records), and offsets gone from Kafka before they were read (retention).
