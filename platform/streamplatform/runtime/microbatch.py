@@ -697,7 +697,7 @@ class StreamingJob:
                 changelog_table=f"{self.root}/_changelog",
             )
 
-        def kafka_records() -> Any:  # through Spark's Kafka source (not for small batches)
+        def kafka_records() -> Any:  # Spark's Kafka source: jobs whose tasks do not read Kafka
             return (
                 read_kafka_ranges(self.spark, self.kafka, wanted)
                 .withColumn("task_partition", F.col("partition"))
@@ -723,12 +723,13 @@ class StreamingJob:
                 # (_write_streamed_outputs): a lost file must fail the batch, not shorten it.
                 (topic,) = wanted
                 tasks = [(p, start, end) for p, (start, end) in sorted(wanted[topic].items())]
-                small = sum(planned.values()) <= limit
+                records = sum(planned.values())
+                small = records <= limit
                 reader = copy.copy(runner(0))
                 reader.side_output_dir = None  # every row in OUTPUT_ARROW
                 run = reader.read_and_run(tasks, self.config.kafka_settings("consumer"),
                                           spill_dir=None if small else streamed)  # fmt: skip
-                if small and self._tasks_in_driver(sum(planned.values())):
+                if small and self._tasks_in_driver(records):
                     # Spark's local executors share this host, state dir and environment: the
                     # same task code runs here, and its tasks stay open in this process.
                     ids = pa.record_batch([pa.array(range(len(tasks)), pa.int64())], ["id"])
@@ -741,9 +742,7 @@ class StreamingJob:
                         .toArrow()
                     )
                 if small:
-                    delta_direct.append(f"{self.root}/{sink}", sink_rows(rows, batch_id),
-                                        f"{self.app}-sink-{sink}", batch_id,
-                                        conform=True)  # fmt: skip
+                    self._append_sink(sink_rows(rows, batch_id), batch_id)
                 self._streamed_ms = int((time.monotonic() - started) * 1000)
                 return rows if small else None
             else:
@@ -941,9 +940,7 @@ class StreamingJob:
         progress = progress_of(rows)
         self._check_every_task_reported(batch_id, ranges, progress, directory)
         if spilled_files(directory):  # the sink rows of a big batch whose tasks read Kafka
-            (sink,) = self.topology.sink_topics(self.app)
-            delta_direct.append(f"{self.root}/{sink}", spilled_sink_rows(directory, batch_id),
-                                f"{self.app}-sink-{sink}", batch_id, conform=True)  # fmt: skip
+            self._append_sink(spilled_sink_rows(directory, batch_id), batch_id)
         append_outputs(self.root, self.app, batch_id, rows, progress)
         if "dlq" in progress.kinds:
             transactions = self._transactions(batch_id, _consumed(ranges, progress))
@@ -958,6 +955,14 @@ class StreamingJob:
         progress.metrics["tasks_in_driver"] = self._tasks_in_this_process
         progress.metrics["writes_ms"] = int((time.monotonic() - started) * 1000)
         return progress
+
+    def _append_sink(self, rows: Any, batch_id: int) -> None:
+        """Append a streamed batch's sink rows (a table or a stream of them) with delta-rs,
+        under the transaction id Spark's append of the same sink uses (``_append``): a
+        re-run of the batch through Spark skips it."""
+        (sink,) = self.topology.sink_topics(self.app)
+        delta_direct.append(f"{self.root}/{sink}", rows, f"{self.app}-sink-{sink}", batch_id,
+                            conform=True)  # fmt: skip
 
     def _check_every_task_reported(
         self, batch_id: int, ranges: Ranges, progress: Progress, directory: str
