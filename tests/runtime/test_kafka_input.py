@@ -32,9 +32,8 @@ def _transaction(settings, topic, values, commit=True) -> None:
 
 
 def _read(settings, topic, start, end):
-    batches = list(read_range(settings, topic, 0, start, end))
-    return [(o, v) for b in batches for o, v in zip(b["offset"].to_pylist(),
-                                                       b["value"].to_pylist(), strict=True)]  # fmt: skip
+    return [(record[2], record[5]) for chunk in read_range(settings, topic, 0, start, end)
+            for record in chunk]  # fmt: skip
 
 
 def test_committed_records_only_and_ranges_ending_in_markers_end(kafka_settings):
@@ -48,8 +47,16 @@ def test_committed_records_only_and_ranges_ending_in_markers_end(kafka_settings)
     assert _read(kafka_settings, topic, 1, 7) == [(1, b"a1"), (2, b"a2")]  # ends in 3..6
     assert _read(kafka_settings, topic, 3, 7) == []  # nothing committed in it: still ends
     assert _read(kafka_settings, topic, 8, 9) == []  # the last offset is a marker: EOF ends it
-    (batch,) = read_range(kafka_settings, topic, 0, 7, 8)
-    assert batch["headers"].to_pylist() == ['[{"k": "h", "v": "YjA="}]']  # as Spark's path
+    ((record,),) = read_range(kafka_settings, topic, 0, 7, 8)
+    assert record == (
+        topic,
+        0,
+        7,
+        record[3],
+        b"k",
+        b"b0",
+        [("h", b"b0")],
+    )  # ConsumedRecord's layout
 
 
 def test_a_start_offset_gone_from_the_log_fails(kafka_settings):

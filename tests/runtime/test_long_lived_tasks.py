@@ -6,6 +6,7 @@ worker dies between batches or in the middle of one."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import uuid
 
@@ -41,9 +42,10 @@ def ticks_topic(kafka_settings):
     return name, sent
 
 
-def _expected(source: str, sent) -> list[str]:
+def _expected(source: str, sent, interval_ms: int = 10_000) -> list[str]:
     """The stream-time punctuations' records through the TopologyTestDriver."""
-    with TopologyTestDriver(ticking_topology(source, "out"), {"application.id": "e"}) as driver:
+    topology = ticking_topology(source, "out", interval_ms)
+    with TopologyTestDriver(topology, {"application.id": "e"}) as driver:
         topic = driver.create_input_topic(source, Serdes.string(), Serdes.json())
         for partition, key, timestamp in sent:
             topic.pipe_input(key, {}, timestamp=timestamp, partition=partition)
@@ -126,6 +128,33 @@ def test_kept_and_reopened_tasks_punctuate_as_the_test_driver(
         assert stream == expected  # before: the first record of every batch fired it too
         assert walls >= 4 * PARTITIONS  # at least when each task's batch begins
         assert _state(tmp_path, app) == _counts(sent)
+
+
+def test_tasks_restored_from_the_changelog_keep_their_stream_time_and_schedule(
+    spark, kafka_settings, ticks_topic, tmp_path
+):
+    """The job's state dir is wiped after each batch, so every later batch restores every
+    task from the changelog, as an executor that never ran the task does: the stream-time
+    punctuations are still the test driver's. (When a task's stream time and schedule were
+    only in its local stores, a restored task fired again at its batch's first record.) The
+    interval, 15 s, is not one of a batch's 10 s: a batch's first record is not due."""
+    source, sent = ticks_topic
+    app = f"restored-{uuid.uuid4().hex[:6]}"
+    topology = ticking_topology(source, "ticks", 15_000)
+    job = _run(spark, kafka_settings, tmp_path, source, app, topology,
+               **{"platform.task.cache.idle.ms": 0})  # fmt: skip
+    restored = 0
+    for _ in range(4):
+        (result,) = job.run(max_batches=1)
+        restored += result.metrics.get("tasks_restored", 0)
+        shutil.rmtree(tmp_path / app / "state")
+    job.close()
+    assert restored == 3 * PARTITIONS  # batches 1-3 each restored the three tasks
+    stream, walls = _outputs(spark, tmp_path, app)
+    expected = _expected(source, sent, 15_000)
+    assert len(expected) == PARTITIONS * 4  # at the first record, then at 5, 20 and 35 s
+    assert stream == expected
+    assert walls >= 4 * PARTITIONS
 
 
 def test_a_worker_killed_between_batches_or_during_one_loses_nothing(

@@ -9,6 +9,12 @@ state dir) replays the batches it lacks; a warm standby replays them continuousl
 keys that a key-value store's committed data did not hold are left out (they change nothing
 on replay, and a deduplication store would otherwise log one for nearly every id it expires).
 
+A task's stream time and stream-time punctuation schedule, which it commits with its stores'
+offsets (task.py), travel in the changelog too, as rows of the column family
+``TASK_OFFSETS`` in the task's first store: a task restored on another executor goes on with
+them, as one reopened from its local state does, instead of starting its stream time and
+schedules over.
+
 Executors have no SparkSession: the driver resolves the live files of each task's partition
 from the Delta log (delta-rs, in milliseconds) and the executor reads them with pyarrow.
 """
@@ -16,16 +22,36 @@ from the Delta log (delta-rs, in milliseconds) and the executor reads them with 
 from __future__ import annotations
 
 import re
+import struct
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 from urllib.parse import unquote, urlparse
+
+from streamplatform.records import TopicPartition
 
 CHANGELOG_SCHEMA = (
     "task STRING, store STRING, batch_id LONG, seq LONG, column_family STRING, "
     "key BINARY, value BINARY"
 )
 _TASK_DIRECTORY = re.compile(r"/task=([^/]+)/")
+# The column family of the rows that carry a task's own offsets (stream time, punctuation
+# schedule) instead of store data. No store has a column family of this name.
+TASK_OFFSETS = "__task_offsets__"
+_OFFSET = struct.Struct(">q")
+
+
+def task_offset_rows(offsets: Mapping[Any, int]) -> list[tuple[str, bytes, bytes]]:
+    """``offsets`` (TopicPartition -> offset) as changelog writes of ``TASK_OFFSETS``."""
+    return [
+        (TASK_OFFSETS, f"{tp[0]}\x00{tp[1]}".encode(), _OFFSET.pack(offset))
+        for tp, offset in sorted(offsets.items())
+    ]
+
+
+def _task_offset(key: bytes, value: bytes) -> tuple[TopicPartition, int]:
+    topic, _, partition = key.decode().rpartition("\x00")
+    return TopicPartition(topic, int(partition)), _OFFSET.unpack(value)[0]
 
 
 class ChangelogFile(NamedTuple):
@@ -124,6 +150,7 @@ def replay(
         (f.last_batch for f in files if f.snapshot and f.last_batch <= up_to_batch), default=-1
     )
     by_batch: dict[tuple[str, int], list[tuple[str, bytes, bytes | None]]] = defaultdict(list)
+    offsets: dict[tuple[str, int], dict[TopicPartition, int]] = defaultdict(dict)
     # Stores older than the snapshot: its batch replaces their data, even without a row.
     replaced = {name for name, held in positions.items() if 0 <= held < snapshot}
     for name in replaced:
@@ -131,16 +158,21 @@ def replay(
     for row in read_rows(files, oldest, up_to_batch):
         name = row["store"]
         if name in stores and row["batch_id"] > positions[name]:
-            by_batch[(name, row["batch_id"])].append(
-                (row["column_family"], row["key"], row["value"])
-            )
+            batch = (name, row["batch_id"])
+            if row["column_family"] == TASK_OFFSETS:  # committed with the batch, as offsets
+                topic_partition, offset = _task_offset(row["key"], row["value"])
+                offsets[batch][topic_partition] = offset
+                by_batch.setdefault(batch, [])  # a batch of offsets only is applied too
+            else:
+                by_batch[batch].append((row["column_family"], row["key"], row["value"]))
     for (name, batch_id), writes in sorted(by_batch.items(), key=lambda item: item[0][1]):
         if name in replaced and batch_id < snapshot:
             continue  # superseded by the snapshot
+        applied = offsets.get((name, batch_id), {}) | {batch_marker: batch_id}
         if name in replaced and batch_id == snapshot:
-            stores[name].replace_with_changelog(writes, {batch_marker: batch_id})
+            stores[name].replace_with_changelog(writes, applied)
         else:
-            stores[name].apply_changelog(writes, {batch_marker: batch_id})
+            stores[name].apply_changelog(writes, applied)
         replayed += len(writes)
     for store in stores.values():  # batches that wrote nothing to a store move it on too
         held = store.committed_offset(batch_marker)

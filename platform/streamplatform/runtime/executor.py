@@ -70,6 +70,7 @@ from streamplatform.errors.exceptions import TaskFailedError
 from streamplatform.home import default_state_dir
 from streamplatform.records import ConsumedRecord
 from streamplatform.runtime import kafka_output, task_cache
+from streamplatform.runtime.changelog import task_offset_rows
 from streamplatform.runtime.faults import crash_point
 from streamplatform.runtime.task import Task
 
@@ -77,7 +78,7 @@ if TYPE_CHECKING:
     from streamplatform.runtime.changelog import ChangelogFile
 from streamplatform.state import IsolationLevel
 
-_NO_HEADERS: list = []  # shared by records without headers; never modified
+NO_HEADERS: list = []  # shared by records without headers; never modified
 _new_tuple = tuple.__new__  # builds a NamedTuple without the Python-level __new__
 
 # The commit offsets of every store also record the batch it holds, under this pseudo-partition.
@@ -133,7 +134,7 @@ STREAM_COLUMNS = ("partition", "offset", "timestamp", "key", "value", "headers")
 def decode_headers(encoded: str | None) -> list[tuple[str, bytes | None]]:
     """Headers from their input encoding (see ``INPUT_COLUMNS``)."""
     if encoded is None:
-        return _NO_HEADERS
+        return NO_HEADERS
     return [
         (h["k"], None if h.get("v") is None else base64.b64decode(h["v"]))
         for h in json.loads(encoded)
@@ -291,19 +292,27 @@ class TaskBatchRunner:
 
     def run_partition(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """``mapInArrow`` entry point: a Spark partition is one Kafka partition, its records in
-        offset order. Each Arrow batch is processed as it arrives, its output sent on."""
+        offset order (STREAM_COLUMNS). Each Arrow batch is processed as it arrives, its output
+        sent on."""
+        assert self.stream_topic is not None
+        return self.run_records(_arrow_records(self.stream_topic, self.subtopology, batches))
+
+    def run_records(self, chunks: Iterable[list[ConsumedRecord]]) -> Iterator[pa.RecordBatch]:
+        """One task's batch: ``chunks`` of records of one Kafka partition in offset order
+        (tuples in ConsumedRecord's layout), each processed as it arrives, its output sent on
+        (OUTPUT_ARROW; sink rows only, SINK_ARROW, with ``side_output_dir``)."""
         with _collector_paused():
             run: _TaskRun | None = None
             try:
-                for batch in batches:
-                    if batch.num_rows == 0:
+                for records in chunks:
+                    if not records:
                         continue
                     if run is None:
-                        partition = batch.column(0)[0].as_py()
+                        partition = records[0][1]
                         run = _TaskRun(self, partition, self.planned_records.get(partition))
                     if run.cut:
                         continue  # stopped early: the rest waits for the next batch
-                    output = run.process(run.stream_records(batch))
+                    output = run.process(records)
                     if output is not None:
                         yield output
                 if run is not None:
@@ -332,7 +341,7 @@ class TaskBatchRunner:
     ) -> Any:
         """A ``mapInArrow`` function over ``spark.range(len(ranges))``: row i runs the task of
         ``ranges[i]`` = (partition, start, end) of ``stream_topic``, reading its records
-        itself (kafka_input.py), through ``run_partition`` (every row in OUTPUT_ARROW).
+        itself (kafka_input.py), through ``run_records`` (every row in OUTPUT_ARROW).
 
         With ``spill_dir`` the rows go to ``<spill_dir>/<task id>.arrow`` (Arrow IPC, written
         as they come, renamed into place when the task is done) and nothing is returned to
@@ -349,10 +358,10 @@ class TaskBatchRunner:
                     partition, start, end = ranges[index]
                     records = read_range(consumer_settings, topic, partition, start, end)
                     if spill_dir is None:
-                        yield from self.run_partition(records)
+                        yield from self.run_records(records)
                     else:
                         task = f"{self.subtopology}_{partition}"
-                        _spill(self.run_partition(records), spill_dir, task)
+                        _spill(self.run_records(records), spill_dir, task)
 
         return run
 
@@ -399,6 +408,45 @@ class TaskBatchRunner:
         from streamplatform.runtime.changelog import replay
 
         return replay(files.get(str(task.task_id), []), dict(behind), last, BATCH_MARKER)
+
+
+def _arrow_records(
+    topic: str, subtopology: int, batches: Iterable[pa.RecordBatch]
+) -> Iterator[list[ConsumedRecord]]:
+    """The records of Arrow batches (STREAM_COLUMNS) that must all be of one Kafka partition
+    of ``topic``, in offset order (Spark's Kafka source makes one Spark partition of each):
+    a batch that breaks that fails the task."""
+    source: tuple[str, int] | None = None
+    last_offset = -1
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        partitions, offsets = batch.column(0), batch.column(1)
+        this = (topic, partitions[0].as_py())
+        source = this if source is None else source
+        first, last = offsets[0].as_py(), offsets[len(offsets) - 1].as_py()
+        if (
+            this != source
+            or first <= last_offset
+            or pc.count_distinct(partitions).as_py() != 1
+            or (len(offsets) > 1 and not pc.all(pc.less(offsets[:-1], offsets[1:])).as_py())
+        ):
+            raise RuntimeError(
+                f"Task {subtopology}_{source[1]}: a Spark partition must hold one Kafka "
+                f"partition in offset order; got {this} offsets {first}..{last} after "
+                f"{source}@{last_offset}"
+            )
+        last_offset = last
+        columns = (repeat(topic), repeat(this[1]), offsets.to_pylist(),
+                   batch.column(2).to_pylist(), batch.column(3).to_pylist(),
+                   batch.column(4).to_pylist())  # fmt: skip
+        headers = batch.column(5)
+        if headers.null_count == len(headers):  # nearly always: no record has headers
+            # Plain tuples in ConsumedRecord's layout, built by zip (Task.process_all takes them).
+            yield list(zip(*columns, repeat(NO_HEADERS), strict=False))  # type: ignore[arg-type]
+        else:
+            decoded = [NO_HEADERS if h is None else decode_headers(h) for h in headers.to_pylist()]
+            yield list(zip(*columns, decoded, strict=False))  # type: ignore[arg-type]
 
 
 def _spill(rows: Iterable[pa.RecordBatch], directory: str, task: str) -> None:
@@ -485,39 +533,6 @@ class _TaskRun:
         # for send_dlq_before_failing. DLQ records are few.
         self.dlq: list[pa.RecordBatch] = []
         self._dlq_split = 0  # side-output mode: DLQ records already split off
-        self._last_offset = -1
-        self._source: tuple[str | None, int] | None = None
-
-    def stream_records(self, batch: pa.RecordBatch) -> list[ConsumedRecord]:
-        """The records of one Arrow batch (STREAM_COLUMNS) of a single Kafka partition, in
-        offset order."""
-        partitions, offsets = batch.column(0), batch.column(1)
-        source = (self.runner.stream_topic, partitions[0].as_py())
-        if self._source is None:
-            self._source = source
-        first, last = offsets[0].as_py(), offsets[len(offsets) - 1].as_py()
-        if (
-            source != self._source
-            or first <= self._last_offset
-            or pc.count_distinct(partitions).as_py() != 1
-            or (len(offsets) > 1 and not pc.all(pc.less(offsets[:-1], offsets[1:])).as_py())
-        ):
-            raise RuntimeError(
-                f"Task {self.task_name}: a Spark partition must hold one Kafka partition in "
-                f"offset order; got {source} offsets {first}..{last} after "
-                f"{self._source}@{self._last_offset}"
-            )
-        self._last_offset = last
-        topic, partition = source
-        columns = (repeat(topic), repeat(partition), offsets.to_pylist(),
-                   batch.column(2).to_pylist(), batch.column(3).to_pylist(),
-                   batch.column(4).to_pylist())  # fmt: skip
-        headers = batch.column(5)
-        if headers.null_count == len(headers):  # nearly always: no record has headers
-            # Plain tuples in ConsumedRecord's layout, built by zip (Task.process_all takes them).
-            return list(zip(*columns, repeat(_NO_HEADERS), strict=False))  # type: ignore[arg-type]
-        decoded = [_NO_HEADERS if h is None else decode_headers(h) for h in headers.to_pylist()]
-        return list(zip(*columns, decoded, strict=False))  # type: ignore[arg-type]
 
     def process(self, records: Iterable[ConsumedRecord]) -> pa.RecordBatch | None:
         """Run ``records`` through the task (until a store passes its limits); returns the
@@ -707,8 +722,8 @@ class _TaskRun:
             return None
         n = len(records)
         self.rows[("sink", records[0][0])] += n  # the job's one sink (see SINK_COLUMNS)
-        # Every record comes from this task's one partition (stream_records checks it).
-        _, partition = self._source  # type: ignore[misc]
+        # Every record comes from this task's one partition (the task's input is one).
+        partition = self.task.task_id.partition
         headers = list(map(itemgetter(4), records))
         if any(headers):
             header_array = pa.array([encode_headers(h) for h in headers], pa.string())
@@ -738,10 +753,19 @@ class _TaskRun:
         task.before_commit()
         batches = []
         offsets = task.offsets() | {BATCH_MARKER: self.runner.batch_id}
+        # The task's own offsets that changed, with its first store's writes (the store
+        # Task._restore_schedule reads them from): a restore from the changelog keeps them.
+        first = next(iter(task.stores.values()), None)
+        changed = {
+            tp: offset for tp, offset in task.time_offsets().items()
+            if first is not None and first.committed_offset(tp) != offset
+        }  # fmt: skip
         for name, store in task.stores.items():
             writes = store.staged_writes()
             if writes and getattr(store, "KIND", None) == "key_value":
                 writes = _without_blind_deletes(store, writes)
+            if store is first and changed:
+                writes = writes + task_offset_rows(changed)
             if writes:
                 column_families, keys, values = zip(*writes, strict=True)
                 self.rows[("changelog", None)] += len(writes)

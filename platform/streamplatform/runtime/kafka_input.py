@@ -9,8 +9,9 @@ Kafka Streams thread keeps its consumer. Same isolation as Spark's reader: ``rea
 (aborted records and transaction markers leave gaps), and a start offset that is no longer in
 the log fails the task instead of reading from elsewhere.
 
-The records go to the task as Arrow batches in ``executor.STREAM_COLUMNS``: the same path as
-the records Spark's source hands over.
+The records go to the task as chunks of tuples in ``ConsumedRecord``'s layout, the form the
+task processes; the Arrow batches of Spark's source are turned into the same tuples
+(``executor._arrow_records``).
 """
 
 from __future__ import annotations
@@ -21,11 +22,10 @@ import time
 from collections.abc import Generator, Mapping
 from typing import Any
 
-import pyarrow as pa
+from streamplatform.records import ConsumedRecord
+from streamplatform.runtime.executor import NO_HEADERS
 
-from streamplatform.runtime.executor import STREAM_COLUMNS, encode_headers
-
-ARROW_BATCH = 10_000  # records per Arrow batch handed to the task (Spark's default too)
+CHUNK_RECORDS = 10_000  # records per chunk handed to the task (Spark's Arrow batch size too)
 # A range of at least this many records is read with fetches of up to 16 MiB per partition
 # instead of librdkafka's 1 MiB: about 1.7 instead of 5-7 us per record on the bench's
 # 100-byte records. A small range keeps the small fetches: a 16 MiB fetch for a few thousand
@@ -37,6 +37,12 @@ BULK_FETCH = {"max.partition.fetch.bytes": 16 << 20, "fetch.max.bytes": 64 << 20
 # waited behind the last range's, about 280 ms per range on average. The reader never wants
 # records past its range, so it does not wait for them.
 FETCH_WAIT_MAX_MS = 5
+# A fetch of more than queued.min.messages records (a big fetch holds ~160k of the bench's
+# records) fills the consumer's queue past its threshold, and librdkafka then postpones the
+# partition's next fetch by fetch.queue.backoff.ms: 1 s by default, while the task empties
+# the queue in a fraction of that. Measured over 600k records: 1.4-1.5 s with the default,
+# 0.6-0.7 s with 10 ms. The reader wants the next records as soon as the task can take them.
+FETCH_QUEUE_BACKOFF_MS = 10
 STALL_TIMEOUT_S = 120.0  # no record and no end for this long: the broker is not answering
 
 _lock = threading.Lock()
@@ -49,10 +55,11 @@ class KafkaInputError(RuntimeError):
 
 def read_range(
     settings: Mapping[str, Any], topic: str, partition: int, start: int, end: int
-) -> Generator[pa.RecordBatch, None, None]:
+) -> Generator[list[ConsumedRecord], None, None]:
     """The committed records of ``topic``-``partition`` at offsets ``[start, end)``, in offset
-    order, as STREAM_COLUMNS batches. ``end`` is at most the partition's last stable offset
-    (the plan stops there), so the range is complete once the reader is at or past ``end``."""
+    order, in chunks of up to CHUNK_RECORDS: plain tuples in ConsumedRecord's layout, what
+    ``Task.process_all`` takes. ``end`` is at most the partition's last stable offset (the
+    plan stops there), so the range is complete once the reader is at or past ``end``."""
     from confluent_kafka import KafkaError, TopicPartition
 
     consumer = _consumer(settings, bulk=end - start >= BULK_RECORDS)
@@ -60,10 +67,11 @@ def read_range(
     consumer.assign([TopicPartition(topic, partition, start)])
     try:
         rows: list[Any] = []
+        append = rows.append
         position = start
         stalled_since = time.monotonic()
         while position < end:
-            messages = consumer.consume(min(ARROW_BATCH, end - position), timeout=0.5)
+            messages = consumer.consume(min(CHUNK_RECORDS, end - position), timeout=0.5)
             for message in messages:
                 error = message.error()
                 if error is not None:
@@ -73,20 +81,25 @@ def read_range(
                         position = end
                         break
                     raise KafkaInputError(f"reading {what}: {error}")
-                if message.offset() >= end:
+                offset = message.offset()
+                if offset >= end:
                     position = end
                     break
-                rows.append(message)
-                position = message.offset() + 1
+                # Straight into the task's record layout: no Arrow batch in between, which
+                # the task would only turn back into these tuples.
+                append((topic, partition, offset, message.timestamp()[1], message.key(),
+                        message.value(), message.headers() or NO_HEADERS))  # fmt: skip
+                position = offset + 1
             if messages:
                 stalled_since = time.monotonic()
             elif time.monotonic() - stalled_since > STALL_TIMEOUT_S:
                 raise KafkaInputError(
                     f"reading {what}: nothing read for {STALL_TIMEOUT_S:g} s at offset {position}"
                 )
-            if len(rows) >= ARROW_BATCH or (rows and position >= end):
-                yield _batch(partition, rows)
+            if len(rows) >= CHUNK_RECORDS or (rows and position >= end):
+                yield rows
                 rows = []
+                append = rows.append
     finally:
         consumer.unassign()
 
@@ -102,20 +115,6 @@ def has_records(
         batches.close()
 
 
-def _batch(partition: int, messages: list[Any]) -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.repeat(pa.scalar(partition, pa.int32()), len(messages)),
-            pa.array([m.offset() for m in messages], pa.int64()),
-            pa.array([m.timestamp()[1] for m in messages], pa.int64()),
-            pa.array([m.key() for m in messages], pa.binary()),
-            pa.array([m.value() for m in messages], pa.binary()),
-            pa.array([encode_headers(m.headers()) for m in messages], pa.string()),
-        ],
-        names=list(STREAM_COLUMNS),
-    )
-
-
 def _consumer(settings: Mapping[str, Any], bulk: bool = False) -> Any:
     """The consumer this worker keeps for ``settings`` (created on first use); ``bulk``: the
     one with big fetches (BULK_FETCH), unless the settings choose their own."""
@@ -123,6 +122,7 @@ def _consumer(settings: Mapping[str, Any], bulk: bool = False) -> Any:
 
     fetch = dict(BULK_FETCH) if bulk else {}
     fetch["fetch.wait.max.ms"] = FETCH_WAIT_MAX_MS
+    fetch["fetch.queue.backoff.ms"] = FETCH_QUEUE_BACKOFF_MS
     fetch = {k: v for k, v in fetch.items() if k not in settings}  # the settings choose first
     key = json.dumps([dict(settings), bulk], sort_keys=True, default=str)
     with _lock:

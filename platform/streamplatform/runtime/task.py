@@ -419,6 +419,12 @@ class Task:
         """The consumed offsets to commit with the stores, with the task's stream time and
         stream-time punctuation schedule under pseudo-partitions (``_restore_schedule``)."""
         offsets = {TopicPartition(*tp): offset for tp, offset in self.consumed.items()}
+        return offsets | self.time_offsets()
+
+    def time_offsets(self) -> dict[TopicPartition, int]:
+        """The task's stream time and stream-time punctuation schedule, as the offsets of
+        pseudo-partitions (committed with the stores, and in the changelog)."""
+        offsets = {}
         if self.stream_time >= 0:
             offsets[STREAM_TIME_MARKER] = self.stream_time
         for index, punctuation in enumerate(self.punctuations):
