@@ -160,6 +160,12 @@ def main() -> None:
               f"{reused}/{reused + opened}; peak RSS: Python workers {peaks[name][0]:.0f} MB, "
               f"driver {peaks[name][1]:.0f} MB")  # fmt: skip
         print("    median per step (ms): " + ", ".join(f"{s} {v:.0f}" for s, v in steps.items()))
+        slowest = sorted(results, key=lambda r: r.duration_ms)[-3:][::-1]
+        print("    slowest: " + "; ".join(
+            f"batch {r.batch_id} {r.duration_ms} ms ("
+            + ", ".join(f"{s} {r.metrics.get(s, 0)}" for s in STEPS[:5]) + ")"
+            for r in slowest
+        ))  # fmt: skip
 
 
 if __name__ == "__main__":
