@@ -20,6 +20,7 @@ import json
 import threading
 import time
 from collections.abc import Generator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from streamplatform.records import ConsumedRecord
@@ -46,8 +47,17 @@ FETCH_QUEUE_BACKOFF_MS = 10
 STALL_TIMEOUT_S = 120.0  # no record and no end for this long: the broker is not answering
 
 _lock = threading.Lock()
-_consumers: dict[str, Any] = {}  # the consumer settings (JSON) -> the consumer kept here
-_topics_known: dict[int, set[str]] = {}  # id of a kept consumer -> the topics it knows
+
+
+@dataclass
+class _Kept:
+    """A consumer this worker keeps, and the topics whose metadata it has asked for."""
+
+    consumer: Any
+    topics: set[str] = field(default_factory=set)
+
+
+_consumers: dict[str, _Kept] = {}  # the consumer settings (JSON) -> the consumer kept here
 
 
 class KafkaInputError(RuntimeError):
@@ -63,9 +73,10 @@ def read_range(
     plan stops there), so the range is complete once the reader is at or past ``end``."""
     from confluent_kafka import KafkaError, TopicPartition
 
-    consumer = _consumer(settings, bulk=end - start >= BULK_RECORDS)
+    kept = _consumer(settings, bulk=end - start >= BULK_RECORDS)
+    consumer = kept.consumer
     what = f"{topic}-{partition} [{start}, {end})"
-    _learn_topic(consumer, topic, what)
+    _learn_topic(kept, topic, what)
     consumer.assign([TopicPartition(topic, partition, start)])
     try:
         rows: list[Any] = []
@@ -117,26 +128,23 @@ def has_records(
         batches.close()
 
 
-def _learn_topic(consumer: Any, topic: str, what: str) -> None:
+def _learn_topic(kept: _Kept, topic: str, what: str) -> None:
     """Ask for ``topic``'s metadata before a kept consumer's first read of it. Assigned a
     partition of a topic it does not know, the consumer waits for its next metadata refresh
     before it fetches: 0.9 s measured on the local broker, for every topic a kept consumer
     (a reused Python worker, the driver) reads for the first time. Asked for, 10 ms."""
     from confluent_kafka import KafkaException
 
-    with _lock:
-        known = _topics_known.setdefault(id(consumer), set())
-        if topic in known:
-            return
+    if topic in kept.topics:
+        return
     try:
-        consumer.list_topics(topic, timeout=STALL_TIMEOUT_S)
+        kept.consumer.list_topics(topic, timeout=STALL_TIMEOUT_S)
     except KafkaException as error:
         raise KafkaInputError(f"reading {what}: no metadata for {topic}: {error}") from error
-    with _lock:
-        known.add(topic)
+    kept.topics.add(topic)  # a set's add is atomic: two threads at worst both ask
 
 
-def _consumer(settings: Mapping[str, Any], bulk: bool = False) -> Any:
+def _consumer(settings: Mapping[str, Any], bulk: bool = False) -> _Kept:
     """The consumer this worker keeps for ``settings`` (created on first use); ``bulk``: the
     one with big fetches (BULK_FETCH), unless the settings choose their own."""
     from streamplatform.kafka.clients import consumer
@@ -149,10 +157,10 @@ def _consumer(settings: Mapping[str, Any], bulk: bool = False) -> Any:
     with _lock:
         kept = _consumers.get(key)
         if kept is None:
-            kept = _consumers[key] = consumer(
+            kept = _consumers[key] = _Kept(consumer(
                 settings, "streamplatform-task-reader",
                 **{"isolation.level": "read_committed", "enable.partition.eof": True,
                    "auto.offset.reset": "error", "enable.auto.offset.store": False},
                 **fetch,
-            )  # fmt: skip
+            ))  # fmt: skip
         return kept
