@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streamplatform.serdes import Serde, Serdes, SerializationError
+from streamplatform.serdes import Serde, Serdes, SerializationError, deserialize_all
 
 json_values = st.recursive(
     st.none()
@@ -73,3 +73,44 @@ def test_json_keeps_integers_beyond_64_bits_exact(number):
 def test_json_refuses_what_json_cannot_hold_instead_of_writing_null(value):
     with pytest.raises(SerializationError, match="not JSON-serializable"):
         Serdes.json().serialize(value)
+
+
+# deserialize_all: what a task uses to decode a slice of source records at once ------------------
+
+raw_values = st.one_of(
+    st.none(),
+    st.builds(lambda value: Serdes.json().serialize(value), json_values),
+    st.binary(max_size=12),  # mostly not JSON, sometimes not UTF-8
+    st.integers(min_value=2**64, max_value=2**80).map(lambda n: str(n).encode()),
+)
+
+
+def _one_by_one(serde: Serde, datas: list) -> list | None:
+    try:
+        return [serde.deserialize(data) for data in datas]
+    except SerializationError:
+        return None
+
+
+@given(st.lists(raw_values, max_size=8))
+def test_deserialize_all_equals_record_by_record_or_declines(datas):
+    """The bulk decode never differs from the per-record one: it gives the same values, or
+    None (the caller decodes record by record) when any value fails or needs the standard
+    library's JSON (integers beyond 64 bits)."""
+    for serde in (Serdes.string(), Serdes.json()):
+        bulk = deserialize_all(serde, datas)
+        if bulk is not None:
+            assert bulk == _one_by_one(serde, datas)
+            assert [type(v) for v in bulk] == [type(v) for v in _one_by_one(serde, datas)]
+
+
+def test_deserialize_all_declines_what_only_the_record_path_does_right():
+    json = Serdes.json()
+    assert deserialize_all(json, [b'{"a":1}', None]) == [{"a": 1}, None]
+    assert deserialize_all(json, [b'{"a":1}', b"not json"]) is None  # the handler sees it
+    assert deserialize_all(json, [b"1", b"123456789012345678901234"]) is None  # exact ints
+    assert deserialize_all(json, [bytearray(b"1")]) is None  # not bytes: record by record
+    assert deserialize_all(Serdes.string(), [b"ok", b"\xff"]) is None  # not UTF-8
+    assert deserialize_all(Serdes.string(), [b"ok", None]) == ["ok", None]
+    for serde in (Serdes.long(), Serdes.bytes()):  # no bulk form
+        assert deserialize_all(serde, [b"\x00" * 8]) is None

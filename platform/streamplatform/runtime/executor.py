@@ -56,7 +56,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import islice, repeat
+from itertools import repeat
 from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -83,6 +83,9 @@ _new_tuple = tuple.__new__  # builds a NamedTuple without the Python-level __new
 
 # The commit offsets of every store also record the batch it holds, under this pseudo-partition.
 BATCH_MARKER = ("__streamplatform.batch__", 0)
+# A task's sink and DLQ rows leave in Arrow batches of at least this many rows (the last one
+# smaller): the task reads in small chunks (kafka_input.CHUNK_RECORDS), its output need not.
+OUTPUT_BATCH_ROWS = 10_000
 
 
 OUTPUT_SCHEMA = (
@@ -536,7 +539,8 @@ class _TaskRun:
 
     def process(self, records: Iterable[ConsumedRecord]) -> pa.RecordBatch | None:
         """Run ``records`` through the task (until a store passes its limits); returns the
-        sink and DLQ rows they produced."""
+        sink and DLQ rows produced so far once there are OUTPUT_BATCH_ROWS of them (the rest
+        leave with ``end_punctuation``)."""
         task, half = self.task, self.half
         if not self.punctuated:
             # Kafka Streams fires wall-clock punctuations when its thread polls; here when a
@@ -544,13 +548,18 @@ class _TaskRun:
             self.punctuated = True
             task.punctuate_wall_clock(task.wall_clock())
         limited = task.has_uncommitted_limits() and not self.runner.reads_internal
-        records = iter(records)
+        # A list stays a list (the task decodes a list's keys and values in bulk).
+        records = records if type(records) is list else list(records)
         if half is not None and task.records_in <= half:
-            self.cut = task.process_all(islice(records, half - task.records_in), limited)
+            split = half - task.records_in
+            first, records = records[:split], records[split:]
+            self.cut = task.process_all(first, limited)
             if task.records_in == half and not self.cut:
                 crash_point("during_tasks", self.runner.batch_id)
         if not self.cut:
             self.cut = task.process_all(records, limited)  # True: the rest waits a batch
+        if len(task.output) < OUTPUT_BATCH_ROWS:
+            return None  # taken with a later chunk, or at the end (end_punctuation)
         started = time.monotonic()
         output = self._sink_rows()
         self.sink_ms += time.monotonic() - started

@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import timedelta
+from functools import partial
+from itertools import chain, repeat
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +42,7 @@ from streamplatform.errors.handlers import (
 from streamplatform.errors.response import Action
 from streamplatform.records import ConsumedRecord, ProducerRecord, Record, TopicPartition
 from streamplatform.runtime.partitioner import partition_for
+from streamplatform.serdes import deserialize_all
 from streamplatform.state import IsolationLevel
 from streamplatform.state.stores import duration_ms
 
@@ -53,6 +57,22 @@ PUNCTUATION_MARKER_TOPIC = "__streamplatform.punctuation__"  # partition: the sc
 # The source of an output record produced outside any source record (a punctuation).
 NO_SOURCE = (None, -1, -1, None, None, None, None)
 _new_tuple = tuple.__new__  # builds a NamedTuple without its Python-level __new__
+_UNDECODED = object()  # Task._decoded: a record whose key and value process_all decodes
+# Records decoded at once by Task._decoded. Small: a slice's decoded values are still in the
+# CPU's cache when the loop reaches them. Decoding a 10k-record chunk at once cost more than it
+# saved (measured per record, same task: 128 → −0.4 µs, 1,024 → −0.2 µs, 10,000 → +0.5 µs).
+DECODE_SLICE = 128
+
+
+def _decode_slice(source: Any, records: list, start: int) -> Iterator[tuple[Any, Any, Any]]:
+    """Records ``[start, start + DECODE_SLICE)`` of ``records`` for ``Task._decoded``."""
+    part = records[start : start + DECODE_SLICE]
+    keys = deserialize_all(source.key_serde, list(map(itemgetter(4), part)))
+    if keys is not None:
+        values = deserialize_all(source.value_serde, list(map(itemgetter(5), part)))
+        if values is not None:
+            return zip(part, keys, values, strict=True)
+    return zip(part, repeat(_UNDECODED), repeat(_UNDECODED))
 
 
 def add_metrics(totals: dict[str, int], numbers: Mapping[str, int]) -> None:
@@ -254,7 +274,7 @@ class Task:
         unread); otherwise returns False once every record is processed. The limits are asked
         every few records when they are far above what a record writes (see
         ``_limit_check_interval``), as Kafka Streams asks once per loop over polled records."""
-        routes: dict[str, tuple[Any, Callable, Callable, list[Callable[[Record], None]]]] = {}
+        routes: dict[str, tuple[Any, Callable, Callable, list[tuple[Callable, str | None]]]] = {}
         consumed, new_record = self.consumed, _new_tuple
         checks = self._limit_checks if stop_early else ()
         every = countdown = self._check_every
@@ -264,7 +284,7 @@ class Task:
         last: ConsumedRecord | None = None
         processed = 0
         try:
-            for record in records:
+            for record, key, value in self._decoded(records):
                 topic = record[0]
                 route = routes.get(topic)
                 if route is None:
@@ -273,7 +293,7 @@ class Task:
                         raise ValueError(f"Task {self.task_id} does not read topic {topic!r}")
                     route = routes[topic] = (
                         source, source.key_serde.deserialize, source.value_serde.deserialize,
-                        [self._deliver[child] for child in source.children],
+                        [self._entry(child) for child in source.children],
                     )  # fmt: skip
                 if last is not None and (record[1] != last[1] or topic != last[0]):
                     consumed[(last[0], last[1])] = last[2] + 1
@@ -282,8 +302,9 @@ class Task:
                 self.current = record
                 processed += 1
                 try:
-                    key = key_of(record[4])
-                    value = value_of(record[5])
+                    if key is _UNDECODED:
+                        key = key_of(record[4])
+                        value = value_of(record[5])
                 except Exception as exception:
                     raw = record if type(record) is ConsumedRecord else ConsumedRecord(*record)
                     self._handle(DESERIALIZATION, source.name, raw, exception)
@@ -292,8 +313,16 @@ class Task:
                     if timestamp > self.stream_time:
                         self.stream_time = timestamp
                     typed = new_record(Record, (key, value, timestamp, record[6]))
-                    for deliver in children:
-                        deliver(typed)
+                    for deliver, node in children:
+                        # What _deliverer's wrapper does, without its call per record.
+                        try:
+                            deliver(typed)
+                        except StreamsError:
+                            raise
+                        except Exception as exception:
+                            if node is None:  # a sink: it handled what it could itself
+                                raise
+                            self._handle(PROCESSING, node, typed, exception)
                     if self.punctuations:
                         self._punctuate(PunctuationType.STREAM_TIME, self.stream_time)
                 if checks:
@@ -310,9 +339,35 @@ class Task:
             self.current = None
         return False
 
+    def _decoded(self, records: Iterable[ConsumedRecord]) -> Iterator[tuple[Any, Any, Any]]:
+        """``(record, key, value)`` for each of ``records``. A list of records of one source
+        topic whose serdes decode in bulk (``deserialize_all``) comes with its keys and values
+        decoded, a slice at a time, as the loop reaches it; anything else (or a slice with a
+        value that fails) with ``_UNDECODED`` for both, and ``process_all`` decodes each record
+        itself (and hands a failure to the handler at its record)."""
+        if type(records) is list and len(records) > 1:
+            topics = list(map(itemgetter(0), records))
+            source = self._sources.get(topics[0])
+            if source is not None and topics.count(topics[0]) == len(topics):
+                return chain.from_iterable(
+                    map(
+                        partial(_decode_slice, source, records),
+                        range(0, len(records), DECODE_SLICE),
+                    )
+                )
+        return zip(records, repeat(_UNDECODED), repeat(_UNDECODED))
+
     def dispatch(self, name: str, record: Record) -> None:
         """Hand ``record`` to node ``name``; its errors go to the matching handler."""
         self._deliver[name](record)
+
+    def _entry(self, name: str) -> tuple[Callable[[Record], None], str | None]:
+        """How ``process_all`` delivers a source's record to its child ``name``: a processor's
+        ``process`` with its node name (process_all handles its errors, as ``_deliverer``'s
+        wrapper would), or a sink's delivery function with None."""
+        if name in self.processors:
+            return self.processors[name].process, name
+        return self._deliver[name], None
 
     def _deliverer(self, name: str) -> Callable[[Record], None]:
         node = self.topology.nodes[name]

@@ -1,0 +1,99 @@
+"""A task decodes a list of source records a slice at a time (``Task._decoded``), and a single
+record, or a record whose slice failed to decode in bulk, by itself. Both must give the same
+outputs, DLQ records, state and counters; the cases that decline the bulk path (a value that is
+no JSON, an integer beyond 64 bits, a key that is no UTF-8) must reach the handler at their
+record, in order."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streamplatform import StreamsBuilder
+from streamplatform.config import StreamsConfig
+from streamplatform.records import ConsumedRecord
+from streamplatform.runtime.task import DECODE_SLICE, Task
+from streamplatform.serdes import Serdes
+from streamplatform.state import IsolationLevel
+
+MINUTE = 60_000
+
+
+def _topology():
+    builder = StreamsBuilder()
+    stream = builder.stream("in", Serdes.string(), Serdes.json())
+    stream.deduplicate_by_key_value(lambda key, value: value["id"], MINUTE).to("out")
+    return builder.build()
+
+
+def _task(state_dir) -> Task:
+    topology = _topology()
+    config = StreamsConfig({
+        "application.id": "bulk", "processing.guarantee": "exactly_once_v2",
+        "errors.dead.letter.queue.topic.name": "dlq",
+        "default.deserialization.exception.handler": "log_and_continue",
+        "processing.exception.handler": "log_and_continue",
+    })  # fmt: skip
+    return Task(topology, topology.subtopologies[0], 0, config, state_dir, lambda topic: 1,
+                isolation_level=IsolationLevel.READ_COMMITTED)  # fmt: skip
+
+
+# A value: a record with a (mostly repeated) id, JSON that is no object, no JSON at all, an
+# integer beyond 64 bits, or a tombstone. A key: a string, None, or bytes that are no UTF-8.
+values = st.one_of(
+    st.integers(0, 5).map(lambda n: json.dumps({"id": f"tx-{n}", "n": n}).encode()),
+    st.just(b"[1, 2]"),
+    st.just(b"{not json"),
+    st.integers(0, 5).map(lambda n: json.dumps({"id": f"tx-{n}", "n": 2**70}).encode()),
+    st.none(),
+)
+keys = st.one_of(st.sampled_from([b"a", b"b"]), st.none(), st.just(b"\xff"))
+
+
+def _outcome(task: Task) -> tuple:
+    """Everything the two paths must agree on: outputs (DLQ records included, in order),
+    counters, the offsets and stream time committed, and the store after the commit."""
+    output = [tuple(record) for record in task.take_output()]
+    committed = task.commit()
+    (store,) = task.stores.values()
+    return output, task.metrics(), committed, task.stream_time, list(store.prefix(b""))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(keys, values, st.integers(0, 3 * MINUTE)), max_size=3 * DECODE_SLICE))
+def test_a_list_and_one_record_at_a_time_give_the_same_result(tmp_path_factory, rows):
+    records = [
+        ConsumedRecord("in", 0, offset, timestamp, key, value, [])
+        for offset, (key, value, timestamp) in enumerate(rows)
+    ]
+    in_bulk = _task(tmp_path_factory.mktemp("bulk"))
+    one_by_one = _task(tmp_path_factory.mktemp("single"))
+    try:
+        in_bulk.process_all(list(records))
+        for record in records:
+            one_by_one.process(record)
+        assert _outcome(in_bulk) == _outcome(one_by_one)
+    finally:
+        in_bulk.close()
+        one_by_one.close()
+
+
+def test_a_record_that_fails_to_decode_reaches_the_handler_in_order(tmp_path):
+    """A malformed record in the middle of a slice: the records before and after it are
+    processed, and its DLQ record comes between their outputs."""
+    good = [json.dumps({"id": f"tx-{n}"}).encode() for n in range(6)]
+    values_in = good[:3] + [b"{broken"] + good[3:]
+    records = [
+        ConsumedRecord("in", 0, offset, 1_000 + offset, b"k", value, [])
+        for offset, value in enumerate(values_in)
+    ]
+    task = _task(tmp_path)
+    try:
+        task.process_all(records)
+        topics = [record.topic for record in task.take_output()]
+        assert topics == ["out", "out", "out", "dlq", "out", "out", "out"]
+        assert task.metrics()["records_in"] == 7
+    finally:
+        task.close()
