@@ -61,6 +61,7 @@ from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -690,7 +691,7 @@ class _TaskRun:
         dlq = task.dlq_topic
         for topic, count in topic_counts.items():
             self.rows[("dlq" if topic == dlq else "sink", topic)] += count
-        topic_array = pa.array(topics, pa.string())
+        topic_array = _column(topics, pa.string())
         if dlq is None or dlq not in topic_counts:
             kind: Any = pa.repeat(pa.scalar("sink"), n)
         elif len(topic_counts) == 1:
@@ -816,6 +817,17 @@ def header_structs(headers: Sequence[list[tuple[str, bytes | None]]]) -> pa.Arra
     )
 
 
+_OFTEN_REPEATED = frozenset({"topic", "partition", "source_topic", "source_partition"})
+
+
+def _column(values: Sequence[Any], arrow_type: pa.DataType) -> pa.Array:
+    """``values`` as an Arrow array; a single value repeated (a task's output nearly always
+    has one topic, one source partition, no partition chosen) without a conversion per row."""
+    if values and values.count(values[0]) == len(values):
+        return pa.repeat(pa.scalar(values[0], arrow_type), len(values))
+    return pa.array(values, type=arrow_type)
+
+
 def _batch(rows: int, **columns: Any) -> pa.RecordBatch:
     """An output batch of ``rows`` rows; a column given as a sequence or an Arrow array is
     taken as is, a scalar is repeated, a missing column is null. ``seq`` numbers the rows
@@ -826,9 +838,13 @@ def _batch(rows: int, **columns: Any) -> pa.RecordBatch:
         if isinstance(value, pa.Array):
             arrays.append(value)
         elif isinstance(value, list | tuple):
-            arrays.append(pa.array(value, type=field.type))
+            if field.name in _OFTEN_REPEATED:
+                arrays.append(_column(value, field.type))
+            else:
+                arrays.append(pa.array(value, type=field.type))
         elif field.name == "seq":
-            arrays.append(pa.array(range(rows), type=pa.int64()))
+            # From numpy: pa.array(range(rows)) converts row by row (2.8 ms per 10k rows).
+            arrays.append(pa.array(np.arange(rows, dtype=np.int64)))
         elif value is None:
             arrays.append(pa.nulls(rows, field.type))
         else:
