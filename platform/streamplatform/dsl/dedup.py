@@ -41,7 +41,7 @@ import heapq
 import itertools
 import json
 import struct
-from bisect import bisect_left
+from collections import deque
 from collections.abc import Callable
 from operator import itemgetter
 from typing import Any
@@ -57,7 +57,6 @@ _ID_PREFIX = b"i"
 NO_OFFSET = -1
 _PURGE_SLACK_FRACTION = 64  # entries held past expiry: at most 1/64 of an interval's worth
 _NEVER_PURGED = -(2**63)
-_TIMESTAMP = itemgetter(0)  # of an expiry index item
 
 
 def should_forward(
@@ -179,13 +178,10 @@ class DeduplicationProcessor(Processor):
         self.dropped = 0
         self.late = 0  # forwarded but too old to open a window
         # The expiry index: entries stored in timestamp order, as (timestamp, key, entry)
-        # items (a list, oldest first: a purge finds its run by bisection and takes it as one
-        # slice; the items before `_in_order_start` are gone, cut off once they are half the
-        # list), and the others as (timestamp, n, key, entry) items (a heap; n orders equal
-        # timestamps, as keys of different types cannot be compared). An item is current
-        # while its entry object is the one in `_entries`.
-        self._in_order: list[tuple[int, MemoryKey, Entry]] = []
-        self._in_order_start = 0
+        # items (a queue, oldest first), and the others as (timestamp, n, key, entry) items (a
+        # heap; n orders equal timestamps, as keys of different types cannot be compared). An
+        # item is current while its entry object is the one in `_entries`.
+        self._in_order: deque[tuple[int, MemoryKey, Entry]] = deque()
         self._expiry: list[tuple[int, int, MemoryKey, Entry]] = []
         self._pushed = itertools.count()
         # Purging waits until the horizon has moved on by a sliver of the interval since the
@@ -211,10 +207,10 @@ class DeduplicationProcessor(Processor):
         self._entries: dict[MemoryKey, Entry] = {
             key_from_store(key): _unpack(value) for key, value in self.store.prefix(_ID_PREFIX)
         }
-        self._in_order = sorted(
-            ((entry[0], key, entry) for key, entry in self._entries.items()), key=_TIMESTAMP
-        )
-        self._in_order_start = 0
+        self._in_order = deque(
+            sorted(((entry[0], key, entry) for key, entry in self._entries.items()),
+                   key=itemgetter(0))
+        )  # fmt: skip
         self._expiry = []
         # Writes waiting for before_commit() (None: a delete), and the keys the store's view
         # holds (committed, or handed over since): an expired id not among them was never
@@ -311,43 +307,38 @@ class DeduplicationProcessor(Processor):
             return
         pending, in_store = self._pending, self._in_store
         expired = self._expire(horizon)
-        if in_store.isdisjoint(expired):  # as usual: none of them was handed over yet
-            pop = pending.pop
-            for id_key in expired:
-                pop(id_key, None)  # never handed over: nothing to delete
-        else:
-            for id_key in expired:
-                if id_key in in_store:
-                    pending[id_key] = None
-                else:
-                    pending.pop(id_key, None)
+        nbytes = 0
+        for id_key in expired:
+            if id_key in in_store:
+                pending[id_key] = None
+            else:
+                pending.pop(id_key, None)  # never handed over: nothing to delete
+            nbytes += (
+                len(id_key[0]) + len(id_key[1]) + 12
+                if type(id_key) is tuple
+                else _held_size(id_key)
+            )  # fmt: skip
         self._pending_entries += len(expired)
-        self._pending_bytes += sum([
-            len(id_key[0]) + len(id_key[1]) + 12 if type(id_key) is tuple else _held_size(id_key)
-            for id_key in expired
-        ])  # fmt: skip
+        self._pending_bytes += nbytes
 
     def _expire(self, horizon: int) -> list[MemoryKey]:
         """Take the entries older than ``horizon`` out of the index and the dict, and return
-        their keys; an index item whose entry was replaced since (the id stored again) only
-        leaves the index."""
-        in_order, start, entries = self._in_order, self._in_order_start, self._entries
-        cut = bisect_left(in_order, horizon, start, key=_TIMESTAMP)
-        run = in_order[start:cut]
-        if cut * 2 > len(in_order):
-            del in_order[:cut]
-            cut = 0
-        self._in_order_start = cut
-        get = entries.get
-        # An entry object is in one item only, so a key is taken once.
-        expired = [id_key for _, id_key, entry in run if get(id_key) is entry]
-        expiry, pop = self._expiry, heapq.heappop
+        their keys (a list: a run of thousands is cheaper to append than to yield); an index
+        item whose entry was replaced since (the id stored again) only leaves the index."""
+        in_order, expiry, entries = self._in_order, self._expiry, self._entries
+        expired: list[MemoryKey] = []
+        append, popleft, get = expired.append, in_order.popleft, entries.get
+        while in_order and in_order[0][0] < horizon:
+            _, id_key, entry = popleft()
+            if get(id_key) is entry:
+                del entries[id_key]
+                append(id_key)
+        pop = heapq.heappop
         while expiry and expiry[0][0] < horizon:
             _, _, id_key, entry = pop(expiry)
             if get(id_key) is entry:
-                expired.append(id_key)
-        for id_key in expired:
-            del entries[id_key]
+                del entries[id_key]
+                append(id_key)
         return expired
 
     def uncommitted_limit_exceeded(self) -> bool:

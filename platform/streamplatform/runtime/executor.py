@@ -56,7 +56,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import islice, repeat
 from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -549,11 +549,14 @@ class _TaskRun:
             self.punctuated = True
             task.punctuate_wall_clock(task.wall_clock())
         limited = task.has_uncommitted_limits() and not self.runner.reads_internal
-        # A list stays a list (the task decodes a list's keys and values in bulk).
-        records = records if type(records) is list else list(records)
+        first: Iterable[ConsumedRecord]
         if half is not None and task.records_in <= half:
             split = half - task.records_in
-            first, records = records[:split], records[split:]
+            if type(records) is list:  # stays a list: the task decodes a list in bulk
+                first, records = records[:split], records[split:]
+            else:  # streamed (a whole task's table, TaskBatchRunner.run)
+                records = iter(records)
+                first = islice(records, split)
             self.cut = task.process_all(first, limited)
             if task.records_in == half and not self.cut:
                 crash_point("during_tasks", self.runner.batch_id)
