@@ -27,7 +27,7 @@ tools:
 	@command -v java >/dev/null || { echo "streamplatform needs Java 17+ ('java' not found)."; exit 1; }
 	@command -v mvn >/dev/null || { echo "streamplatform needs Maven ('mvn' not found)."; exit 1; }
 
-$(VENV)/.installed: pyproject.toml | tools
+$(VENV)/.installed: pyproject.toml setup.py platform/streamplatform/dsl/_dedup_core.c | tools
 	@echo "==> Python virtualenv in $(VENV) with streamplatform (editable) and dev tools"
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -m pip install --quiet --upgrade pip

@@ -23,6 +23,11 @@ when the interval is short next to a batch) never reaches the store. The waiting
 towards the store's uncommitted limits (``uncommitted_limit_exceeded``). Under
 READ_UNCOMMITTED every write goes to the store at once, as readers expect to see it.
 
+The per-record part (the rule, the index, the held writes) is ``_DedupCore``, the reference;
+``_dedup_core.Core`` does the same in C for held writes with the runtime's task, when the
+package was built with a C compiler (``tests/dsl/test_dedup_core.py`` holds the two to the
+same results). The processor calls neither per record: the task calls the core's ``process``.
+
 In memory an id is held by the cheapest exact key (``memory_key``): a str id as the str, a
 pair of strs (deduplicate_by_key_value's (key, id) over string keys and ids) as the tuple,
 anything else as its store key; its entry as a ``(timestamp, offset)`` tuple. Store keys and
@@ -57,6 +62,13 @@ _ID_PREFIX = b"i"
 NO_OFFSET = -1
 _PURGE_SLACK_FRACTION = 64  # entries held past expiry: at most 1/64 of an interval's worth
 _NEVER_PURGED = -(2**63)
+
+try:  # the C per-record path, built with the package where a C compiler is available
+    from streamplatform.dsl import _dedup_core as _native
+except ImportError:  # pragma: no cover - depends on the build
+    _native = None  # type: ignore[assignment]
+# Tests set this to False to run the pure-Python core where the C one would run.
+NATIVE_CORE = True
 
 
 def should_forward(
@@ -155,78 +167,57 @@ def _held_size(key: MemoryKey) -> int:
     return len(key)
 
 
-class DeduplicationProcessor(Processor):
-    """Forwards the first of duplicates; see :func:`should_forward` and the module docstring.
+class _DedupCore:
+    """The in-memory half of a DeduplicationProcessor: KIP-655's rule per record, the expiry
+    index and the writes waiting for the commit. This is the reference implementation;
+    ``_dedup_core.Core`` (C, built with the package when a compiler is there) does the same
+    for the buffered case with the runtime's task, where nearly all records go, and
+    ``tests/dsl/test_dedup_core.py`` holds the two to the same results.
 
-    ``id_of(key, value)`` returns the record's id or None (None: forwarded, no trace kept).
-    With ``per_key`` (deduplicate_by_key_value) the id is ``(key, id_of(key, value))``, None
-    when either is None.
+    ``put`` is None when writes wait in ``pending`` for the commit (READ_COMMITTED), else
+    the store's put, called at once. ``task`` is the runtime's task (its stream time and
+    current record read directly), or None to go through ``context``.
     """
+
+    __slots__ = (
+        "interval", "purge_slack", "purge_after", "id_of", "per_key", "forward", "task",
+        "context", "put", "entries", "pending", "in_store", "in_order", "expiry", "_pushed",
+        "forwarded", "dropped", "late", "pending_entries", "pending_bytes",
+    )  # fmt: skip
 
     def __init__(
         self,
-        store_name: str,
-        interval_ms: int,
+        *,
+        interval: int,
+        purge_slack: int,
+        purge_after: int,
         id_of: Callable[[Any, Any], Any],
-        per_key: bool = False,
+        per_key: bool,
+        forward: Callable[[Record], None],
+        task: Any,
+        context: ProcessorContext,
+        put: Callable[[bytes, bytes | None], None] | None,
+        entries: dict[MemoryKey, Entry],
+        in_order: deque[tuple[int, MemoryKey, Entry]],
+        in_store: set[MemoryKey],
     ) -> None:
-        self.store_name = store_name
-        self.interval = interval_ms
-        self.id_of = id_of
-        self.per_key = per_key
-        self.forwarded = 0
-        self.dropped = 0
-        self.late = 0  # forwarded but too old to open a window
+        self.interval, self.purge_slack, self.purge_after = interval, purge_slack, purge_after
+        self.id_of, self.per_key, self.forward = id_of, per_key, forward
+        self.task, self.context, self.put = task, context, put
         # The expiry index: entries stored in timestamp order, as (timestamp, key, entry)
         # items (a queue, oldest first), and the others as (timestamp, n, key, entry) items (a
         # heap; n orders equal timestamps, as keys of different types cannot be compared). An
-        # item is current while its entry object is the one in `_entries`.
-        self._in_order: deque[tuple[int, MemoryKey, Entry]] = deque()
-        self._expiry: list[tuple[int, int, MemoryKey, Entry]] = []
+        # item is current while its entry object is the one in `entries`.
+        self.entries, self.in_order, self.in_store = entries, in_order, in_store
+        self.expiry: list[tuple[int, int, MemoryKey, Entry]] = []
         self._pushed = itertools.count()
-        # Purging waits until the horizon has moved on by a sliver of the interval since the
-        # last purge: an entry just past the horizon can no longer cause a drop (the rule reads
-        # its timestamp), so it may stay a little longer, and one purge then takes out a run
-        # of entries instead of one call per record taking out one or two. before_commit()
-        # purges to the exact horizon, so what is committed does not depend on when purges ran.
-        self._purge_slack = interval_ms // _PURGE_SLACK_FRACTION
-        self._purge_after = _NEVER_PURGED
-        self._task: Any = None
-        self._forward: Callable[[Record], None] = lambda record: None
-
-    def init(self, context: ProcessorContext) -> None:
-        super().init(context)
-        self._state_store = context.get_state_store(self.store_name)
-        self.store = self._state_store.transaction
-        saved = self.store.get(_META_KEY)
-        if saved is not None:
-            restore = getattr(context, "restore_stream_time", None)
-            if restore is not None:
-                restore(_ENTRY.unpack(saved)[0])
-        self._saved_stream_time: int | None = None
-        self._entries: dict[MemoryKey, Entry] = {
-            key_from_store(key): _unpack(value) for key, value in self.store.prefix(_ID_PREFIX)
-        }
-        self._in_order = deque(
-            sorted(((entry[0], key, entry) for key, entry in self._entries.items()),
-                   key=itemgetter(0))
-        )  # fmt: skip
-        self._expiry = []
-        # Writes waiting for before_commit() (None: a delete), and the keys the store's view
-        # holds (committed, or handed over since): an expired id not among them was never
-        # handed over, and its put is dropped instead of followed by a delete.
-        self._buffered = self.store.isolation_level is IsolationLevel.READ_COMMITTED
-        self._pending: dict[MemoryKey, Entry | None] = {}
-        self._in_store: set[MemoryKey] = set(self._entries) if self._buffered else set()
-        self._pending_entries = self._pending_bytes = 0  # every write counted, as a store does
-        # The runtime's own context lets the per-record path read the task's stream time and
-        # current record directly, and call a single child without the forward loop; any
-        # other ProcessorContext goes through the protocol.
-        self._task = getattr(context, "runtime_task", None)
-        children = getattr(context, "runtime_children", None)
-        self._forward = (
-            children[0] if children is not None and len(children) == 1 else context.forward
-        )
+        # Writes waiting for the commit (None: a delete), and the keys the store's view holds
+        # (committed, or handed over since): an expired id not among them was never handed
+        # over, and its put is dropped instead of followed by a delete.
+        self.pending: dict[MemoryKey, Entry | None] = {}
+        self.pending_entries = self.pending_bytes = 0  # every write counted, as a store does
+        self.forwarded = self.dropped = 0
+        self.late = 0  # forwarded but too old to open a window
 
     def process(self, record: Record) -> None:
         # should_forward(), inlined: this runs once per record. The id's in-memory key is
@@ -246,9 +237,9 @@ class DeduplicationProcessor(Processor):
                 id_key = identity if type(identity) is str else memory_key(identity)
         if identity is None:
             self.forwarded += 1
-            self._forward(record)
+            self.forward(record)
             return
-        task = self._task
+        task = self.task
         if task is not None:
             stream_time = task.stream_time
             current = task.current
@@ -258,7 +249,7 @@ class DeduplicationProcessor(Processor):
             stream_time = context.stream_time
             offset = context.offset
         interval = self.interval
-        entries = self._entries
+        entries = self.entries
         stored = entries.get(id_key)
         timestamp = record[2]
         if stored is not None:
@@ -271,41 +262,41 @@ class DeduplicationProcessor(Processor):
                 self.dropped += 1
                 return
         horizon = stream_time - interval
-        in_order = self._in_order
+        in_order = self.in_order
         if timestamp >= horizon:
             entry = entries[id_key] = (timestamp, NO_OFFSET if offset is None else offset)
-            if self._buffered:
-                self._pending[id_key] = entry
-                self._pending_entries += 1
+            if self.put is None:
+                self.pending[id_key] = entry
+                self.pending_entries += 1
                 # _held_size(id_key) + 16, inlined for the (str key, str id) pair.
-                self._pending_bytes += (
+                self.pending_bytes += (
                     len(id_key[0]) + len(id_key[1]) + 28
                     if type(id_key) is tuple
                     else _held_size(id_key) + 16
                 )
             else:
-                self.store.put(store_key(id_key), _pack(*entry))
+                self.put(store_key(id_key), _pack(*entry))
             if not in_order or timestamp >= in_order[-1][0]:
                 in_order.append((timestamp, id_key, entry))
             else:
-                heapq.heappush(self._expiry, (timestamp, next(self._pushed), id_key, entry))
+                heapq.heappush(self.expiry, (timestamp, next(self._pushed), id_key, entry))
         else:
             self.late += 1
         self.forwarded += 1
-        self._forward(record)
-        if horizon > self._purge_after:
-            self._purge(horizon)
+        self.forward(record)
+        if horizon > self.purge_after:
+            self.purge(horizon)
 
-    def _purge(self, horizon: int) -> None:
+    def purge(self, horizon: int) -> None:
         """Delete the entries older than ``horizon``; the next purge waits until the horizon
-        has passed this one by 1/64 of the interval (``_purge_after``)."""
-        self._purge_after = horizon + self._purge_slack
-        if not self._buffered:
-            put = self.store.put
+        has passed this one by the slack (``purge_after``)."""
+        self.purge_after = horizon + self.purge_slack
+        if self.put is not None:
+            put = self.put
             for id_key in self._expire(horizon):
                 put(store_key(id_key), None)  # a delete
             return
-        pending, in_store = self._pending, self._in_store
+        pending, in_store = self.pending, self.in_store
         expired = self._expire(horizon)
         nbytes = 0
         for id_key in expired:
@@ -318,14 +309,14 @@ class DeduplicationProcessor(Processor):
                 if type(id_key) is tuple
                 else _held_size(id_key)
             )  # fmt: skip
-        self._pending_entries += len(expired)
-        self._pending_bytes += nbytes
+        self.pending_entries += len(expired)
+        self.pending_bytes += nbytes
 
     def _expire(self, horizon: int) -> list[MemoryKey]:
         """Take the entries older than ``horizon`` out of the index and the dict, and return
         their keys (a list: a run of thousands is cheaper to append than to yield); an index
         item whose entry was replaced since (the id stored again) only leaves the index."""
-        in_order, expiry, entries = self._in_order, self._expiry, self._entries
+        in_order, expiry, entries = self.in_order, self.expiry, self.entries
         expired: list[MemoryKey] = []
         append, popleft, get = expired.append, in_order.popleft, entries.get
         while in_order and in_order[0][0] < horizon:
@@ -341,16 +332,96 @@ class DeduplicationProcessor(Processor):
                 append(id_key)
         return expired
 
+
+class DeduplicationProcessor(Processor):
+    """Forwards the first of duplicates; see :func:`should_forward` and the module docstring.
+
+    ``id_of(key, value)`` returns the record's id or None (None: forwarded, no trace kept).
+    With ``per_key`` (deduplicate_by_key_value) the id is ``(key, id_of(key, value))``, None
+    when either is None.
+    """
+
+    def __init__(
+        self,
+        store_name: str,
+        interval_ms: int,
+        id_of: Callable[[Any, Any], Any],
+        per_key: bool = False,
+    ) -> None:
+        self.store_name = store_name
+        self.interval = interval_ms
+        self.id_of = id_of
+        self.per_key = per_key
+        self._core: _DedupCore | _native.Core | None = None
+
+    def init(self, context: ProcessorContext) -> None:
+        super().init(context)
+        self._state_store = context.get_state_store(self.store_name)
+        self.store = self._state_store.transaction
+        saved = self.store.get(_META_KEY)
+        if saved is not None:
+            restore = getattr(context, "restore_stream_time", None)
+            if restore is not None:
+                restore(_ENTRY.unpack(saved)[0])
+        self._saved_stream_time: int | None = None
+        entries: dict[MemoryKey, Entry] = {
+            key_from_store(key): _unpack(value) for key, value in self.store.prefix(_ID_PREFIX)
+        }
+        in_order: deque[tuple[int, MemoryKey, Entry]] = deque(
+            sorted(((entry[0], key, entry) for key, entry in entries.items()), key=itemgetter(0))
+        )
+        # Under READ_COMMITTED the writes wait in the core until before_commit().
+        buffered = self.store.isolation_level is IsolationLevel.READ_COMMITTED
+        # The runtime's own context lets the per-record path read the task's stream time and
+        # current record directly, and call a single child without the forward loop; any
+        # other ProcessorContext goes through the protocol.
+        task = getattr(context, "runtime_task", None)
+        children = getattr(context, "runtime_children", None)
+        forward = children[0] if children is not None and len(children) == 1 else context.forward
+        # Purging waits until the horizon has moved on by a sliver of the interval since the
+        # last purge: an entry just past the horizon can no longer cause a drop (the rule reads
+        # its timestamp), so it may stay a little longer, and one purge then takes out a run
+        # of entries instead of one call per record taking out one or two. before_commit()
+        # purges to the exact horizon, so what is committed does not depend on when purges ran.
+        purge_slack = self.interval // _PURGE_SLACK_FRACTION
+        in_store: set[MemoryKey] = set(entries) if buffered else set()
+        if buffered and task is not None and _native is not None and NATIVE_CORE:
+            self._core = _native.Core(
+                interval=self.interval, purge_slack=purge_slack, purge_after=_NEVER_PURGED,
+                id_of=self.id_of, per_key=self.per_key, forward=forward, task=task,
+                memory_key=memory_key, entries=entries, in_order=in_order, in_store=in_store,
+            )  # fmt: skip
+        else:
+            self._core = _DedupCore(
+                interval=self.interval, purge_slack=purge_slack, purge_after=_NEVER_PURGED,
+                id_of=self.id_of, per_key=self.per_key, forward=forward, task=task,
+                context=context, put=None if buffered else self.store.put, entries=entries,
+                in_order=in_order, in_store=in_store,
+            )  # fmt: skip
+        # The task calls the core's process directly: no Python frame of this class per
+        # record.
+        self.process = self._core.process  # type: ignore[method-assign]
+
+    def process(self, record: Record) -> None:
+        self._initialised().process(record)
+
+    def _initialised(self) -> _DedupCore | _native.Core:
+        if self._core is None:
+            raise RuntimeError(f"{type(self).__name__} used before init()")
+        return self._core
+
     def uncommitted_limit_exceeded(self) -> bool:
         """The store's uncommitted limits, counting the writes still waiting here (the task
         asks this instead of the store)."""
+        core = self._initialised()
         return self._state_store.uncommitted_limit_exceeded(
-            self._pending_entries, self._pending_bytes
+            core.pending_entries, core.pending_bytes
         )
 
     def _hand_over(self) -> None:
         """Give the waiting writes to the store's transaction."""
-        pending, in_store, put = self._pending, self._in_store, self.store.put
+        core = self._initialised()
+        pending, in_store, put = core.pending, core.in_store, self.store.put
         for id_key, entry in pending.items():
             if entry is None:
                 put(store_key(id_key), None)
@@ -359,18 +430,22 @@ class DeduplicationProcessor(Processor):
                 put(store_key(id_key), _pack(*entry))
                 in_store.add(id_key)
         pending.clear()
-        self._pending_entries = self._pending_bytes = 0
+        core.pending_entries = core.pending_bytes = 0
 
     def before_commit(self) -> None:
         """Hand the waiting writes to the store and save the task's stream time with the
         entries it explains (the task calls this before committing or preparing)."""
+        core = self._initialised()
         stream_time = self.context.stream_time
-        self._purge(stream_time - self.interval)
-        if self._pending or self._pending_entries:
+        core.purge(stream_time - self.interval)
+        if core.pending or core.pending_entries:
             self._hand_over()
         if stream_time != self._saved_stream_time:
             self.store.put(_META_KEY, _ENTRY.pack(stream_time, 0))
             self._saved_stream_time = stream_time
 
     def metrics(self) -> dict[str, int]:
-        return {"forwarded": self.forwarded, "dropped": self.dropped, "late": self.late}
+        core = self._core
+        if core is None:
+            return {"forwarded": 0, "dropped": 0, "late": 0}
+        return {"forwarded": core.forwarded, "dropped": core.dropped, "late": core.late}
