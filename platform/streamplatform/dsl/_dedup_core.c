@@ -430,12 +430,14 @@ Core_traverse(Core *self, visitproc visit, void *arg)
     return 0;
 }
 
+/* `task` goes first: it is what the methods check, and any of the clears below may run
+ * Python code (a deallocation) that reaches this object. */
 static int
 Core_clear(Core *self)
 {
+    Py_CLEAR(self->task);
     Py_CLEAR(self->id_of);
     Py_CLEAR(self->forward);
-    Py_CLEAR(self->task);
     Py_CLEAR(self->memory_key);
     Py_CLEAR(self->entries);
     Py_CLEAR(self->pending);

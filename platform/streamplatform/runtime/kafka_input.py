@@ -16,6 +16,8 @@ task processes; the Arrow batches of Spark's source are turned into the same tup
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import json
 import threading
 import time
@@ -146,6 +148,20 @@ def _learn_topic(kept: _Kept, topic: str, what: str) -> None:
     except KafkaException as error:
         raise KafkaInputError(f"reading {what}: no metadata for {topic}: {error}") from error
     kept.topics.add(topic)  # a set's add is atomic: two threads at worst both ask
+
+
+def _close_consumers() -> None:
+    """Close the kept consumers (at exit: librdkafka's threads stop while the interpreter
+    still works, not during its final teardown)."""
+    with _lock:
+        kept = list(_consumers.values())
+        _consumers.clear()
+    for entry in kept:
+        with contextlib.suppress(Exception):  # at exit: nothing left to report it to
+            entry.consumer.close()
+
+
+atexit.register(_close_consumers)
 
 
 def _consumer(settings: Mapping[str, Any], bulk: bool = False) -> _Kept:

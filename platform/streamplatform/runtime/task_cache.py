@@ -25,6 +25,7 @@ durably prepared).
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import threading
@@ -116,6 +117,11 @@ def close_under(root: Path) -> None:
         kept = [_kept.pop(directory) for directory in leaving]
     for entry in kept:
         _close(entry.task, "its job closed")
+
+
+# Kept tasks are closed while the interpreter still works at exit: their stores then close in
+# order, not in whatever order the final garbage collection tears their objects down.
+atexit.register(close_all)
 
 
 def _start_watcher() -> None:
