@@ -68,7 +68,8 @@ CONFIGURATIONS = {
                "platform.driver.tasks.max.records": 0},
     "kept tasks": {"platform.task.cache.idle.ms": 60_000, "platform.sink.driver.max.records": 0,
                    "platform.driver.tasks.max.records": 0},
-    "spark job": {"platform.driver.tasks.max.records": 0},
+    "spark job": {"platform.driver.tasks.max.records": 0,
+                  "platform.driver.tasks.beside.spark": 0},
     "defaults": {},
 }  # fmt: skip
 

@@ -31,3 +31,14 @@ def spark() -> Iterator[object]:
 def topic_name(request: pytest.FixtureRequest) -> str:
     """A topic name of its own for each test, so tests sharing the broker never collide."""
     return f"{request.node.name[:40]}-{uuid.uuid4().hex[:8]}".replace("[", "-").replace("]", "")
+
+
+@pytest.fixture(autouse=True)
+def _close_kept_task_readers() -> Iterator[None]:
+    """After each test, close the Kafka consumers this process kept for task reads (a job
+    closes its own; a test that never closes its job leaves them): closed while the test's
+    broker still runs, they do not retry a stopped broker until the run's exit."""
+    yield
+    from streamplatform.runtime import kafka_input
+
+    kafka_input.close_consumers()

@@ -172,6 +172,13 @@ SETTINGS: tuple[Setting, ...] = (
             "one after another, instead of in a Spark job: no job to schedule (~150-250 ms on "
             "2 cores), and the tasks stay open in the driver between batches. Bigger batches, "
             "cluster and Spark Connect masters use Spark. 0: always Spark.", "int >= 0"),
+    Setting("platform.driver.tasks.beside.spark", _int(0), 1, "With a local master "
+            "(local, local[N], local[*]), a batch of such a job that Spark runs, with more "
+            "tasks than the master has slots, runs at most this many of its tasks in the "
+            "driver process at the same time: the tasks of Spark's last, partial wave (tasks "
+            "mod N), which would otherwise run alone while a core idles. Three tasks on "
+            "local[2]: two in Spark, one in the driver, all three at once. 0: every task of "
+            "such a batch in Spark.", "int >= 0"),
     Setting("platform.task.cache.idle.ms", _int(0), 60_000, "How long a Spark Python worker "
             "keeps a task open after its batch (stores, deduplication ids, stream time, "
             "punctuation schedules), for the task's next batch. 0: every batch opens its "

@@ -198,3 +198,11 @@ class Serdes:
     @staticmethod
     def json() -> Serde:
         return Serdes._json
+
+
+# The serdes whose encoding of a decoded value gives the bytes it was decoded from: a sink
+# with the same serdes as its source writes an unchanged record's bytes as read (Task). For
+# JSON that holds up to formatting (whitespace, escapes, number spelling): the text is kept.
+# By class, not instance: they are stateless, and a topology pickled to Spark's workers
+# arrives with copies of the shared instances.
+AS_READ_SERDES: frozenset[type] = frozenset({_StringSerde, _BytesSerde, _LongSerde, _JsonSerde})

@@ -63,6 +63,7 @@ def _run(spark, kafka_settings, tmp_path, source, app, topology=None, **settings
         "platform.max.records.per.batch": 10,  # four batches per partition
         # Tasks kept in Spark's Python workers are the subject: never in the driver.
         "platform.driver.tasks.max.records": 0,
+        "platform.driver.tasks.beside.spark": 0,
     } | settings
     return StreamingJob(topology or ticking_topology(source, "ticks"), config, spark=spark,
                         delta_sinks=["ticks"])  # fmt: skip

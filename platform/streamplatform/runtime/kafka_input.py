@@ -57,13 +57,16 @@ _lock = threading.Lock()
 
 @dataclass
 class _Kept:
-    """A consumer this worker keeps, and the topics whose metadata it has asked for."""
+    """A consumer this process keeps, the topics whose metadata it has asked for, and whether
+    a read is using it (a consumer reads one range at a time: two threads reading at once,
+    such as the driver's tasks and another job's, each take their own)."""
 
     consumer: Any
     topics: set[str] = field(default_factory=set)
+    in_use: bool = False
 
 
-_consumers: dict[str, _Kept] = {}  # the consumer settings (JSON) -> the consumer kept here
+_consumers: dict[str, list[_Kept]] = {}  # the consumer settings (JSON) -> the consumers kept
 
 
 class KafkaInputError(RuntimeError):
@@ -79,10 +82,14 @@ def read_range(
     plan stops there), so the range is complete once the reader is at or past ``end``."""
     from confluent_kafka import KafkaError, TopicPartition
 
-    kept = _consumer(settings, bulk=end - start >= BULK_RECORDS)
+    kept = _take_consumer(settings, bulk=end - start >= BULK_RECORDS)
     consumer = kept.consumer
     what = f"{topic}-{partition} [{start}, {end})"
-    _learn_topic(kept, topic, what)
+    try:
+        _learn_topic(kept, topic, what)
+    except BaseException:
+        kept.in_use = False
+        raise
     consumer.assign([TopicPartition(topic, partition, start)])
     try:
         rows: list[Any] = []
@@ -120,7 +127,10 @@ def read_range(
                 rows = []
                 append = rows.append
     finally:
-        consumer.unassign()
+        try:
+            consumer.unassign()
+        finally:
+            kept.in_use = False  # a bool's store is atomic: no lock needed to give it back
 
 
 def has_records(
@@ -150,37 +160,62 @@ def _learn_topic(kept: _Kept, topic: str, what: str) -> None:
     kept.topics.add(topic)  # a set's add is atomic: two threads at worst both ask
 
 
-def _close_consumers() -> None:
-    """Close the kept consumers (at exit: librdkafka's threads stop while the interpreter
-    still works, not during its final teardown)."""
+def kept_consumers(settings: Mapping[str, Any]) -> int:
+    """How many consumers this process keeps for ``settings`` (for tests and diagnostics)."""
     with _lock:
-        kept = list(_consumers.values())
-        _consumers.clear()
-    for entry in kept:
-        with contextlib.suppress(Exception):  # at exit: nothing left to report it to
+        return sum(len(_consumers.get(_key(settings, bulk), ())) for bulk in (False, True))
+
+
+def close_consumers(settings: Mapping[str, Any] | None = None) -> None:
+    """Close the consumers kept here for ``settings`` (every one when None) that no read is
+    using: a job's, when it closes, while its broker is still there to say goodbye to. A
+    consumer left open after its broker stopped retries the connection for as long as the
+    process lives, and says so in the log."""
+    with _lock:
+        keys = (
+            list(_consumers) if settings is None
+            else [_key(settings, bulk) for bulk in (False, True)]
+        )  # fmt: skip
+        closing = []
+        for key in keys:
+            kept = _consumers.pop(key, [])
+            closing += [entry for entry in kept if not entry.in_use]
+            if busy := [entry for entry in kept if entry.in_use]:
+                _consumers[key] = busy
+    for entry in closing:
+        with contextlib.suppress(Exception):  # a broker already gone: nothing to tell it
             entry.consumer.close()
 
 
-atexit.register(_close_consumers)
+# Whatever no job closed is closed at exit, while the interpreter still works: librdkafka's
+# threads then stop in order, not during the interpreter's final teardown.
+atexit.register(close_consumers)
 
 
-def _consumer(settings: Mapping[str, Any], bulk: bool = False) -> _Kept:
-    """The consumer this worker keeps for ``settings`` (created on first use); ``bulk``: the
-    one with big fetches (BULK_FETCH), unless the settings choose their own."""
+def _key(settings: Mapping[str, Any], bulk: bool) -> str:
+    return json.dumps([dict(settings), bulk], sort_keys=True, default=str)
+
+
+def _take_consumer(settings: Mapping[str, Any], bulk: bool = False) -> _Kept:
+    """A consumer kept here for ``settings`` that no read is using, marked in use (created
+    when there is none); ``bulk``: one with big fetches (BULK_FETCH), unless the settings
+    choose their own. The reader gives it back by clearing ``in_use``."""
     from streamplatform.kafka.clients import consumer
 
     fetch = dict(BULK_FETCH) if bulk else {}
     fetch["fetch.wait.max.ms"] = FETCH_WAIT_MAX_MS
     fetch["fetch.queue.backoff.ms"] = FETCH_QUEUE_BACKOFF_MS
     fetch = {k: v for k, v in fetch.items() if k not in settings}  # the settings choose first
-    key = json.dumps([dict(settings), bulk], sort_keys=True, default=str)
     with _lock:
-        kept = _consumers.get(key)
-        if kept is None:
-            kept = _consumers[key] = _Kept(consumer(
+        kept = _consumers.setdefault(_key(settings, bulk), [])
+        free = next((entry for entry in kept if not entry.in_use), None)
+        if free is None:
+            free = _Kept(consumer(
                 settings, "streamplatform-task-reader",
                 **{"isolation.level": "read_committed", "enable.partition.eof": True,
                    "auto.offset.reset": "error", "enable.auto.offset.store": False},
                 **fetch,
             ))  # fmt: skip
-        return kept
+            kept.append(free)
+        free.in_use = True
+        return free

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 import re
 import shutil
 import signal
@@ -174,7 +175,7 @@ class StreamingJob:
         self.partitions |= self._internal_partitions(self.partitions)
         self._stage_outputs: list[Any] = []  # cached per sub-topology, released after a batch
         self._streamed_ms = 0  # the last streamed batch's tasks and sink write
-        self._local_master: bool | None = None  # known once a batch asked (_tasks_in_driver)
+        self._local_slots: int | None = None  # known once a batch asked (_local_master_slots)
         self._tasks_in_this_process = 0  # of the last streamed batch (_tasks_in_driver)
         self._spark = spark
         self._last: Any = _UNREAD  # the newest committed batch, once read
@@ -578,11 +579,12 @@ class StreamingJob:
         return moved
 
     def close(self) -> None:
-        """Release the claim, the Kafka client and the tasks kept open in this process (the
+        """Release the claim, the Kafka clients and the tasks kept open in this process (the
         SparkSession belongs to whoever made it)."""
         roots = {self.state_dir} | set(self.layout.active_dirs().values() if self.layout else ())
         for root in roots:
             task_cache.close_under(Path(root) / self.app)
+        kafka_input.close_consumers(self.config.kafka_settings("consumer"))
         self.claim.release()
         self.group_offsets.close()
         if self._watermarks is not None:
@@ -615,13 +617,69 @@ class StreamingJob:
         host). Not on a cluster or through Spark Connect (no SparkContext here)."""
         if records > self.config["platform.driver.tasks.max.records"]:
             return False
-        if self._local_master is None:
+        return self._local_master_slots() > 0
+
+    def _tasks_beside_spark(self, tasks: int) -> int:
+        """How many of a batch's ``tasks`` that Spark runs this process runs itself, at the
+        same time: on a local master with fewer slots than tasks, the tasks of Spark's last,
+        partial wave (tasks mod slots), which would run alone while a core idles; at most
+        ``platform.driver.tasks.beside.spark``. Three tasks on local[2]: one here, two in
+        Spark, the three at once instead of two waves (bench/RESULTS.md)."""
+        slots = self._local_master_slots()
+        if slots == 0 or tasks <= slots:
+            return 0
+        return min(tasks % slots, self.config["platform.driver.tasks.beside.spark"])
+
+    def _local_master_slots(self) -> int:
+        """The task slots of a local master (local: 1, local[N]: N, local[*]: the cores); 0 for
+        any other master (a cluster, Spark Connect: no SparkContext here). ``local[N,F]``
+        counts as other: its tasks are retried by Spark, which the driver's are not."""
+        if self._local_slots is None:
             try:
                 master = self.spark.sparkContext.master
             except Exception:  # Spark Connect: the executors are the server's
                 master = ""
-            self._local_master = re.fullmatch(r"local(\[(\d+|\*)\])?", master) is not None
-        return self._local_master
+            local = re.fullmatch(r"local(\[(\d+|\*)\])?", master)
+            if local is None:
+                self._local_slots = 0
+            elif local.group(2) in (None, "*"):
+                self._local_slots = 1 if local.group(2) is None else os.cpu_count() or 1
+            else:
+                self._local_slots = int(local.group(2))
+        return self._local_slots
+
+    def _run_tasks(self, run: Callable[[Any], Any], tasks: int, here: int) -> pa.Table:
+        """Run ``read_and_run``'s tasks 0 .. ``tasks`` - 1: the last ``here`` of them in this
+        process, in a thread, while a Spark job runs the others (``_tasks_beside_spark``).
+        Returns their rows. Waits for both sides whatever happens, so that no task of this
+        attempt still writes its side file once the batch has failed; then raises the first
+        failure (the batch is not committed, and its next run re-runs it whole)."""
+        in_spark = tasks - here
+        lane: list[pa.Table] = []
+        failures: list[BaseException] = []
+
+        def run_here() -> None:
+            try:
+                ids = pa.record_batch([pa.array(range(in_spark, tasks), pa.int64())], ["id"])
+                lane.append(pa.Table.from_batches(list(run([ids])), OUTPUT_ARROW))
+            except BaseException as failure:  # raised in the caller's thread below
+                failures.append(failure)
+
+        thread = threading.Thread(target=run_here, name=f"{self.app}-driver-tasks")
+        if here:
+            thread.start()
+        try:
+            rows = (
+                self.spark.range(in_spark, numPartitions=in_spark)
+                .mapInArrow(run, OUTPUT_SCHEMA)
+                .toArrow()
+            )
+        finally:
+            if here:
+                thread.join()
+        if failures:
+            raise failures[0]
+        return pa.concat_tables([rows.cast(OUTPUT_ARROW), *lane]) if lane else rows
 
     def _staging_root(self) -> Path | None:
         """Where runs keep their side files, one directory per run (claim.run); None when
@@ -736,11 +794,9 @@ class StreamingJob:
                     rows = pa.Table.from_batches(list(run([ids])), OUTPUT_ARROW)
                     self._tasks_in_this_process = len(tasks)
                 else:
-                    rows = (
-                        self.spark.range(len(tasks), numPartitions=len(tasks))
-                        .mapInArrow(run, OUTPUT_SCHEMA)
-                        .toArrow()
-                    )
+                    here = self._tasks_beside_spark(len(tasks))
+                    rows = self._run_tasks(run, len(tasks), here)
+                    self._tasks_in_this_process = here
                 if small:
                     self._append_sink(sink_rows(rows, batch_id), batch_id)
                 self._streamed_ms = int((time.monotonic() - started) * 1000)

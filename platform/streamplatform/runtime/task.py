@@ -25,7 +25,7 @@ from typing import Any
 
 from streamplatform.config import StreamsConfig
 from streamplatform.dsl.dedup import DeduplicationProcessor, canonical_bytes
-from streamplatform.dsl.graph import ProcessorNode, SinkNode, topic_name
+from streamplatform.dsl.graph import ProcessorNode, SinkNode, SourceNode, topic_name
 from streamplatform.dsl.join import StreamTableJoin
 from streamplatform.dsl.processor import Processor, PunctuationType
 from streamplatform.dsl.topology import SubTopology, TaskId, Topology
@@ -42,7 +42,7 @@ from streamplatform.errors.handlers import (
 from streamplatform.errors.response import Action
 from streamplatform.records import ConsumedRecord, ProducerRecord, Record, TopicPartition
 from streamplatform.runtime.partitioner import partition_for
-from streamplatform.serdes import deserialize_all
+from streamplatform.serdes import AS_READ_SERDES, deserialize_all
 from streamplatform.state import IsolationLevel
 from streamplatform.state.stores import duration_ms
 
@@ -413,14 +413,25 @@ class Task:
         serialize_key, serialize_value = sink.key_serde.serialize, sink.value_serde.serialize
         append, add_source = self.output.append, self.output_sources.append
         internal, new_record = sink.internal, _new_tuple
+        as_read = self._written_as_read(sink)
 
         def write(record: Record) -> None:
-            try:
-                key = serialize_key(record[0])
-                value = serialize_value(record[1])
-            except Exception as exception:
-                self._handle(PRODUCTION, sink.name, record, exception, topic=topic)
-                return
+            current = self.current
+            if (
+                current is not None and current[0] in as_read
+                and record[1] is not None and record[0] is not None
+            ):  # fmt: skip
+                # The source record itself, unchanged: its bytes are what serializing its
+                # key and value would give back (see _written_as_read). A null stays null
+                # (JSON's b"null" decodes to None, which serializes to no bytes at all).
+                key, value = current[4], current[5]
+            else:
+                try:
+                    key = serialize_key(record[0])
+                    value = serialize_value(record[1])
+                except Exception as exception:
+                    self._handle(PRODUCTION, sink.name, record, exception, topic=topic)
+                    return
             partition = None
             if internal:
                 by = key if sink.partition_by is None else _partition_bytes(sink, record)
@@ -430,6 +441,35 @@ class Task:
             add_source(current or NO_SOURCE)
 
         return write
+
+    def _written_as_read(self, sink: SinkNode) -> frozenset[str]:
+        """The source topics whose records reach ``sink`` unchanged, so that the sink writes
+        the bytes it read instead of serializing the key and value it decoded from them:
+        every path into the sink comes from a source with the sink's kind of built-in serdes
+        (``AS_READ_SERDES``: decoding and encoding give the bytes back, up to JSON's
+        formatting) through deduplications only, which forward the record they are given or
+        nothing. Any other processor on a path (a map, a filter, a user's processor) may
+        change the record, and its records are serialized as usual."""
+        key_serde, value_serde = type(sink.key_serde), type(sink.value_serde)
+        if key_serde not in AS_READ_SERDES or value_serde not in AS_READ_SERDES:
+            return frozenset()
+        topics: set[str] = set()
+        pending, seen = list(sink.parents), set()
+        while pending:
+            name = pending.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            node = self.topology.nodes[name]
+            if isinstance(node, SourceNode):
+                if (type(node.key_serde), type(node.value_serde)) != (key_serde, value_serde):
+                    return frozenset()
+                topics.add(topic_name(node.topic, node.internal, self.application_id))
+            elif type(self.processors.get(name)) is DeduplicationProcessor:
+                pending.extend(node.parents)  # type: ignore[union-attr]
+            else:
+                return frozenset()
+        return frozenset(topics)
 
     def _handle(
         self,
