@@ -4,6 +4,8 @@ the log fails."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import uuid
 
 import pytest
@@ -12,7 +14,12 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient
 
 from streamplatform.kafka import TopicSpec, create_topics
-from streamplatform.runtime.kafka_input import KafkaInputError, read_range
+from streamplatform.runtime.kafka_input import (
+    KafkaInputError,
+    close_consumers,
+    kept_consumers,
+    read_range,
+)
 
 pytestmark = pytest.mark.broker
 
@@ -69,3 +76,46 @@ def test_a_start_offset_gone_from_the_log_fails(kafka_settings):
     with pytest.raises(KafkaInputError, match=rf"{topic}-0 \[0, 4\)"):
         _read(kafka_settings, topic, 0, 4)
     assert _read(kafka_settings, topic, 2, 5) == [(2, b"a2"), (3, b"a3")]
+
+
+def test_reads_at_once_take_their_own_consumers_and_closing_spares_one_in_use(kafka_settings):
+    """A kept consumer reads one range at a time: a second read while the first is in flight
+    (the driver's tasks beside another job's) gets a consumer of its own."""
+    topic = f"input-{uuid.uuid4().hex[:6]}"
+    create_topics(kafka_settings, [TopicSpec(topic, 1)])
+    _transaction(kafka_settings, topic, [b"a", b"b", b"c"])
+    settings = {"bootstrap.servers": kafka_settings["bootstrap.servers"], "client.id": topic}
+    first = read_range(settings, topic, 0, 0, 4)
+    assert [record[5] for record in next(first)] == [b"a", b"b", b"c"]  # in flight
+    assert _read(settings, topic, 1, 4) == [(1, b"b"), (2, b"c")]
+    assert kept_consumers(settings) == 2
+    close_consumers(settings)  # what a job's close does: the one in flight stays
+    assert kept_consumers(settings) == 1
+    first.close()
+    close_consumers(settings)
+    assert kept_consumers(settings) == 0
+
+
+KEEP_A_READER_AND_EXIT = """
+import logging, sys
+logging.basicConfig(level=logging.DEBUG, stream=sys.stdout, format="%(name)s: %(message)s")
+from streamplatform.runtime.kafka_input import has_records, kept_consumers
+settings = {{"bootstrap.servers": {servers!r}}}
+has_records(settings, {topic!r}, 0, 0, 1)
+assert kept_consumers(settings) == 1
+print("kept, exiting", flush=True)
+"""
+
+
+def test_a_consumer_kept_when_the_process_exits_is_closed_while_the_interpreter_works(
+    kafka_settings,
+):
+    topic = f"input-{uuid.uuid4().hex[:6]}"
+    create_topics(kafka_settings, [TopicSpec(topic, 1)])
+    script = KEEP_A_READER_AND_EXIT.format(servers=kafka_settings["bootstrap.servers"],
+                                           topic=topic)  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    exiting = done.stdout.index("kept, exiting")
+    assert "Closing 1 kept Kafka consumer(s)" in done.stdout[exiting:], done.stdout

@@ -7,7 +7,10 @@ import json
 import multiprocessing
 import random
 import shutil
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -239,3 +242,35 @@ def test_a_kept_task_and_one_opened_every_batch_give_the_same_outputs_and_state(
     assert outputs["kept"] == outputs["opened"]
     assert stores["kept"] == stores["opened"]
     assert sum(len(batch) - 1 for batch in outputs["kept"]) > 100
+
+
+KEEP_AND_EXIT = """
+import logging, sys
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+logging.basicConfig(level=logging.DEBUG, stream=sys.stdout, format="%(name)s: %(message)s")
+from runtime.support import ticking_topology
+from streamplatform.config import StreamsConfig
+from streamplatform.runtime import task_cache
+from streamplatform.runtime.task import Task
+from streamplatform.state import IsolationLevel
+
+topology = ticking_topology("in", "out")
+config = StreamsConfig({{"application.id": "cache", "processing.guarantee": "exactly_once_v2"}})
+task = Task(topology, topology.subtopologies[0], 0, config, Path({state!r}), lambda topic: 1,
+            isolation_level=IsolationLevel.READ_COMMITTED)
+task_cache.keep(task, "f", batch=0, idle_ms=600_000)
+print("kept, exiting", flush=True)
+"""
+
+
+def test_a_task_kept_when_the_process_exits_is_closed_while_the_interpreter_works(tmp_path):
+    """A driver or worker that ends with tasks kept closes them at exit (atexit), their stores
+    in order, not whenever the interpreter's final teardown reaches their objects."""
+    tests = str(Path(__file__).parents[1])
+    script = KEEP_AND_EXIT.format(tests=tests, state=str(tmp_path))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    kept_at = done.stdout.index("kept, exiting")
+    assert "Closing kept task 0_0: closing all" in done.stdout[kept_at:], done.stdout

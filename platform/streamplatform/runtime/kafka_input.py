@@ -19,6 +19,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import json
+import logging
 import threading
 import time
 from collections.abc import Generator, Mapping
@@ -52,6 +53,7 @@ FETCH_WAIT_MAX_MS = 5
 FETCH_QUEUE_BACKOFF_MS = 10
 STALL_TIMEOUT_S = 120.0  # no record and no end for this long: the broker is not answering
 
+log = logging.getLogger(__name__)
 _lock = threading.Lock()
 
 
@@ -182,6 +184,8 @@ def close_consumers(settings: Mapping[str, Any] | None = None) -> None:
             closing += [entry for entry in kept if not entry.in_use]
             if busy := [entry for entry in kept if entry.in_use]:
                 _consumers[key] = busy
+    if closing:
+        log.debug("Closing %d kept Kafka consumer(s) of task reads", len(closing))
     for entry in closing:
         with contextlib.suppress(Exception):  # a broker already gone: nothing to tell it
             entry.consumer.close()
