@@ -39,6 +39,7 @@ def test_dedup_job_equals_the_test_driver_and_dlq_gets_each_poison_once(
                        job_config(kafka_settings, tmp_path, app, source), spark=spark,
                        delta_sinks=["deduplicated"])  # fmt: skip
     results = job.run_until_caught_up()
+    job.close()
 
     assert len(results) == 3
     assert [r.batch_id for r in results] == list(range(len(results)))
@@ -115,6 +116,7 @@ def test_a_job_killed_at_any_step_resumes_to_the_clean_output(
     job = StreamingJob(dedup_topology(source, "deduplicated"), config, spark=spark,
                        delta_sinks=["deduplicated"])  # fmt: skip
     results = job.run_until_caught_up()
+    job.close()
     assert results[0].batch_id == batch + (step == "after_commit")
     assert results[0].replayed == (step != "after_commit")
 

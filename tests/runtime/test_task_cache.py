@@ -38,6 +38,9 @@ def _stores_open(task: Task) -> bool:
 
 @pytest.fixture(autouse=True)
 def _nothing_kept():
+    # Before too: a Spark test that never closed its job may have left a driver task kept in
+    # this process, and these tests count what is kept.
+    task_cache.close_all()
     yield
     task_cache.close_all()
 
