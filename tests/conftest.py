@@ -42,29 +42,3 @@ def _close_kept_task_readers() -> Iterator[None]:
     from streamplatform.runtime import kafka_input
 
     kafka_input.close_consumers()
-
-
-# The pytest process ends here, once pytest has reported, without the interpreter's final
-# teardown: in 2 of 4 CI runs that teardown crashed (SIGSEGV) after every test had passed and
-# the summary was printed, which made `make test` fail on a green run. The cause is not found
-# (the process holds Spark's gateway, RocksDB stores, librdkafka clients and a C extension
-# when it exits). STREAMPLATFORM_TEST_TEARDOWN=1 keeps the normal teardown, to look for it.
-_KEEP_TEARDOWN = "STREAMPLATFORM_TEST_TEARDOWN"
-
-
-_EXIT_STATUS = pytest.StashKey[int]()
-
-
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    session.config.stash[_EXIT_STATUS] = int(exitstatus)
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_unconfigure(config: pytest.Config) -> None:
-    if os.environ.get(_KEEP_TEARDOWN) == "1" or _EXIT_STATUS not in config.stash:
-        return
-    import sys
-
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(config.stash[_EXIT_STATUS])

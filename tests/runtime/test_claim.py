@@ -106,6 +106,40 @@ def test_a_crashed_holder_on_this_host_is_taken_over_at_once(tmp_path):
     holder.release()
 
 
+EXIT_WITHOUT_RELEASE = """
+import atexit, threading
+def heartbeats_left():  # registered first, so it runs after the library's exit handlers
+    left = [t.name for t in threading.enumerate() if t.name == "app-claim" and t.is_alive()]
+    print("heartbeats left at teardown:", left, flush=True)
+atexit.register(heartbeats_left)
+import time, pyarrow as pa
+from streamplatform.runtime.claim import JobClaim
+JobClaim({path!r}, "app", pa.schema([("batch_id", pa.int64())]), lease_ms=30).acquire()
+time.sleep(0.3)  # a 30 ms lease: the heartbeat commits every 10 ms, the exit comes during one
+print("exiting without release", flush=True)
+"""
+
+
+@pytest.mark.parametrize("run", range(3))
+def test_a_process_that_exits_holding_a_claim_stops_its_heartbeat_first(tmp_path, run):
+    """A driver that ends without close() (a script, a failed run) stops its claim's heartbeat
+    at exit, while the interpreter still works. Left running, the heartbeat thread was ended
+    by the interpreter's teardown in the middle of a delta-rs commit, and the process crashed
+    with SIGSEGV after its work was done (the test suite's own exit, in 2 of 4 runs). The
+    first assertion catches the crash when the exit meets a commit; the second, which does
+    not depend on timing, that no heartbeat is left when the teardown begins."""
+    script = EXIT_WITHOUT_RELEASE.format(path=str(tmp_path / "c"))
+    child = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                           timeout=60)  # fmt: skip
+    assert child.returncode == 0, child.stdout + child.stderr
+    assert "exiting without release" in child.stdout
+    assert "heartbeats left at teardown: []" in child.stdout, child.stdout
+    # Not released (that is close()'s commit), but its process is gone: taken over at once.
+    holder = claim(tmp_path / "c", lease_ms=60_000)
+    assert holder.acquire() == 2
+    holder.release()
+
+
 def test_two_drivers_claiming_at_once_get_one_claim(tmp_path):
     DeltaTable.create(str(tmp_path / "c"), ROW)
     outcomes: list[str] = []

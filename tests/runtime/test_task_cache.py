@@ -248,6 +248,11 @@ def test_a_kept_task_and_one_opened_every_batch_give_the_same_outputs_and_state(
 
 
 KEEP_AND_EXIT = """
+import atexit, threading
+def watcher_left():  # registered first, so it runs after the library's exit handlers
+    left = [t.name for t in threading.enumerate() if t.name == "streamplatform-task-cache"]
+    print("watchers left at teardown:", left, flush=True)
+atexit.register(watcher_left)
 import logging, sys
 from pathlib import Path
 sys.path.insert(0, {tests!r})
@@ -277,3 +282,6 @@ def test_a_task_kept_when_the_process_exits_is_closed_while_the_interpreter_work
     assert done.returncode == 0, done.stdout + done.stderr
     kept_at = done.stdout.index("kept, exiting")
     assert "Closing kept task 0_0: closing all" in done.stdout[kept_at:], done.stdout
+    # The watcher thread (which closes idle tasks, in RocksDB with the GIL released) is stopped
+    # before the teardown, which would end it in the middle of native code.
+    assert "watchers left at teardown: []" in done.stdout[kept_at:], done.stdout

@@ -24,6 +24,7 @@ lease must exceed the clock skew between hosts (the default 30 s does for NTP-sy
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
@@ -31,6 +32,7 @@ import socket
 import threading
 import time
 import uuid
+import weakref
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -70,6 +72,7 @@ class Holder:
 
 
 _LIVE_RUNS: set[str] = set()  # claims held by this process, by run id
+_BEATING: weakref.WeakSet[JobClaim] = weakref.WeakSet()  # claims whose heartbeat runs here
 
 
 def _process_started(pid: int) -> str:
@@ -202,9 +205,7 @@ class JobClaim:
         """End the claim (a last commit says so); a fenced or unheld claim just stops."""
         from deltalake.exceptions import CommitFailedError
 
-        self._stop.set()
-        if self._heartbeat is not None:
-            self._heartbeat.join()
+        self._stop_heartbeat()
         _LIVE_RUNS.discard(self.run)
         with self._lock:
             if self.epoch is not None and self._fenced is None:
@@ -287,6 +288,13 @@ class JobClaim:
         self._last_commit = time.monotonic()
         self._heartbeat = threading.Thread(target=self._beat, name=f"{self.job}-claim", daemon=True)
         self._heartbeat.start()
+        _BEATING.add(self)
+
+    def _stop_heartbeat(self, timeout_s: float | None = None) -> None:
+        self._stop.set()
+        if self._heartbeat is not None:
+            self._heartbeat.join(timeout_s)
+        _BEATING.discard(self)
 
     def _beat(self) -> None:
         """Renew the claim when the holder has not committed for a third of the lease."""
@@ -311,3 +319,20 @@ class JobClaim:
                     continue
                 self._version += 1
                 self._last_commit = time.monotonic()
+
+
+def _stop_heartbeats_at_exit() -> None:
+    """Stop the heartbeats of the claims this process never released, and wait for them,
+    while the interpreter still works. A heartbeat left running is a daemon thread that may be
+    inside a delta-rs commit (Rust, the GIL released) when the interpreter tears down; CPython
+    then ends it with pthread_exit as it asks for the GIL back, and the forced unwind through
+    the Rust frames crashed the process (SIGSEGV) after its work was done. The claim is not
+    released here (that is ``StreamingJob.close()``'s commit): it ends as a crashed holder's
+    does, at once for a driver on this host (the pid is gone), else after the lease."""
+    for claim in list(_BEATING):
+        claim._stop_heartbeat(timeout_s=claim.lease_ms / 1000)
+        if claim._heartbeat is not None and claim._heartbeat.is_alive():
+            log.warning("%s: the claim's heartbeat did not stop at exit", claim.job)
+
+
+atexit.register(_stop_heartbeats_at_exit)

@@ -63,6 +63,7 @@ class _Kept:
 _lock = threading.Lock()
 _kept: dict[Path, _Kept] = {}  # task directory -> the task kept open there
 _watcher: threading.Thread | None = None
+_stopping = threading.Event()  # set at exit: the watcher ends, and no new one starts
 
 
 def take(directory: Path, fingerprint: str, is_current: Callable[[int], bool]) -> Task | None:
@@ -119,21 +120,32 @@ def close_under(root: Path) -> None:
         _close(entry.task, "its job closed")
 
 
-# Kept tasks are closed while the interpreter still works at exit: their stores then close in
-# order, not in whatever order the final garbage collection tears their objects down.
-atexit.register(close_all)
+def _close_all_at_exit() -> None:
+    """At exit, while the interpreter still works: stop the watcher and wait for it, then
+    close what is kept. The stores then close in order, not in whatever order the final
+    garbage collection tears their objects down; and no watcher is left inside a store's
+    close (RocksDB, the GIL released) when the interpreter tears down, which would end it
+    with pthread_exit in the middle of native code (the crash claim.py describes)."""
+    _stopping.set()
+    if _watcher is not None:
+        _watcher.join()
+    close_all()
+
+
+atexit.register(_close_all_at_exit)
 
 
 def _start_watcher() -> None:
     global _watcher
+    if _stopping.is_set():  # at exit: a task kept now is closed by the exit handler's close_all
+        return
     if _watcher is None or not _watcher.is_alive():
         _watcher = threading.Thread(target=_watch, name="streamplatform-task-cache", daemon=True)
         _watcher.start()
 
 
 def _watch() -> None:
-    while True:
-        time.sleep(WATCH_INTERVAL_S)
+    while not _stopping.wait(WATCH_INTERVAL_S):
         now = time.monotonic()
         with _lock:
             leaving = [
