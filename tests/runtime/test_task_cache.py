@@ -282,6 +282,6 @@ def test_a_task_kept_when_the_process_exits_is_closed_while_the_interpreter_work
     assert done.returncode == 0, done.stdout + done.stderr
     kept_at = done.stdout.index("kept, exiting")
     assert "Closing kept task 0_0: closing all" in done.stdout[kept_at:], done.stdout
-    # The watcher thread (which closes idle tasks, in RocksDB with the GIL released) is stopped
-    # before the teardown, which would end it in the middle of native code.
+    # The watcher thread (which closes idle tasks: native RocksDB code) is stopped before the
+    # teardown, which could end it in the middle of that code.
     assert "watchers left at teardown: []" in done.stdout[kept_at:], done.stdout

@@ -124,8 +124,8 @@ def _close_all_at_exit() -> None:
     """At exit, while the interpreter still works: stop the watcher and wait for it, then
     close what is kept. The stores then close in order, not in whatever order the final
     garbage collection tears their objects down; and no watcher is left inside a store's
-    close (RocksDB, the GIL released) when the interpreter tears down, which would end it
-    with pthread_exit in the middle of native code (the crash claim.py describes)."""
+    close (native code, which may release the GIL) when the interpreter tears down, which
+    would end it with pthread_exit in the middle of that code (the crash claim.py describes)."""
     _stopping.set()
     if _watcher is not None:
         _watcher.join()
