@@ -12,16 +12,26 @@ from streamplatform.config import ConfigError, StreamsConfig, reference_markdown
 def test_defaults_and_types():
     config = StreamsConfig({"application.id": "app", "commit.interval.ms": "250"})
     assert config["commit.interval.ms"] == 250
-    assert config["processing.guarantee"] == "at_least_once"
+    assert config["processing.guarantee"] == "exactly_once_v2"  # the platform's default
     assert config["default.deserialization.exception.handler"] == "log_and_fail"
+    assert config["processing.exception.handler"] == "log_and_fail"
+    with_dlq = StreamsConfig({"application.id": "app", "errors.dead.letter.queue.topic.name": "d"})
+    assert with_dlq["default.deserialization.exception.handler"] == "log_and_continue"
+    assert with_dlq["processing.exception.handler"] == "log_and_continue"
+    assert with_dlq["default.production.exception.handler"] == "log_and_fail"
+    chosen = StreamsConfig({"application.id": "app", "errors.dead.letter.queue.topic.name": "d",
+                            "processing.exception.handler": "log_and_fail"})  # fmt: skip
+    assert chosen["processing.exception.handler"] == "log_and_fail"
     assert config["errors.dead.letter.queue.topic.name"] is None
     assert config["statestore.uncommitted.max.records"] is None
     assert config["rack.aware.assignment.tags"] == ()
 
 
 def test_commit_interval_default_follows_the_guarantee():
-    assert StreamsConfig({"application.id": "a"})["commit.interval.ms"] == 30_000
-    eos = StreamsConfig({"application.id": "a", "processing.guarantee": "exactly_once_v2"})
+    alos = StreamsConfig({"application.id": "a", "processing.guarantee": "at_least_once"})
+    assert alos["commit.interval.ms"] == 30_000
+    assert not alos.exactly_once
+    eos = StreamsConfig({"application.id": "a"})
     assert eos["commit.interval.ms"] == 100
     assert eos.exactly_once
 

@@ -18,6 +18,14 @@ from dataclasses import dataclass
 from typing import Any
 
 BUILTIN_HANDLERS = ("log_and_fail", "log_and_continue")
+# With a DLQ topic set, a bad record's place is the DLQ and the task goes on: these handlers
+# then default to log_and_continue (Kafka Streams keeps log_and_fail, which writes the DLQ
+# record and stops the task). The production handler keeps log_and_fail: a record that
+# cannot be written is a fault of the job or the cluster, not of the input.
+DLQ_DEFAULTED_HANDLERS = (
+    "default.deserialization.exception.handler",
+    "processing.exception.handler",
+)
 GUARANTEES = ("at_least_once", "exactly_once_v2")
 MAX_CLIENT_TAGS = 5
 MAX_TAG_KEY_LENGTH = 20
@@ -122,12 +130,13 @@ SETTINGS: tuple[Setting, ...] = (
             "string", required=True),
     Setting("bootstrap.servers", _optional_string, None, "Kafka brokers, host:port,... Needed "
             "to run on Kafka; the TopologyTestDriver does without.", "string"),
-    Setting("processing.guarantee", _choice(*GUARANTEES), "at_least_once",
-            "exactly_once_v2: READ_COMMITTED stores, idempotent Delta sinks, and each task's "
-            "Kafka outputs (sinks, DLQ) in one Kafka transaction (transactional.id "
-            "<application.id>-<task>) with its offsets for the consumer group application.id. "
-            "at_least_once: READ_UNCOMMITTED stores; Kafka outputs may repeat after a crash "
-            "(each carries the __streamplatform.source header).",
+    Setting("processing.guarantee", _choice(*GUARANTEES), "exactly_once_v2",
+            "exactly_once_v2 (the default here; Kafka Streams defaults to at_least_once): "
+            "idempotent Delta sinks, and each task's Kafka outputs (sinks, DLQ) in one Kafka "
+            "transaction (transactional.id <application.id>-<task>) with its offsets for the "
+            "consumer group application.id. at_least_once: Kafka outputs may repeat after a "
+            "crash (each carries the __streamplatform.source header). Under both, a batch's "
+            "state writes take effect only when the batch commits.",
             " | ".join(GUARANTEES)),
     Setting("state.dir", _string, None, "Root of the local state stores; a task's stores live "
             "in <state.dir>/<application.id>/<task id>/. Default: .data/state.", "path"),
@@ -138,10 +147,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("rack.aware.assignment.tags", _string_list, (), "Client tag keys to spread standbys "
             "over, in precedence order (KIP-708).", "list",
             aliases=("standby.task.assignment.awareness",)),
-    Setting("default.deserialization.exception.handler", _handler, "log_and_fail",
-            "What to do with a record that cannot be deserialized.", "handler"),
-    Setting("processing.exception.handler", _handler, "log_and_fail",
-            "What to do when a processor raises (KIP-1033).", "handler"),
+    Setting("default.deserialization.exception.handler", _handler, None,
+            "What to do with a record that cannot be deserialized. Default: log_and_continue "
+            "when errors.dead.letter.queue.topic.name is set, else log_and_fail.", "handler"),
+    Setting("processing.exception.handler", _handler, None,
+            "What to do when a processor raises (KIP-1033). Default: log_and_continue when "
+            "errors.dead.letter.queue.topic.name is set, else log_and_fail.", "handler"),
     Setting("default.production.exception.handler", _handler, "log_and_fail",
             "What to do when an output record cannot be serialized or written.", "handler"),
     Setting("errors.dead.letter.queue.topic.name", _optional_string, None, "When set, the "
@@ -250,6 +261,10 @@ class StreamsConfig(Mapping[str, Any]):
             errors.append(f"client.tag.*: at most {MAX_CLIENT_TAGS} tags, got {len(tags)}")
         if errors:
             raise ConfigError("Invalid streamplatform settings:\n  " + "\n  ".join(errors))
+        for name in DLQ_DEFAULTED_HANDLERS:
+            if values[name] is None:
+                dlq = values["errors.dead.letter.queue.topic.name"]
+                values[name] = "log_and_continue" if dlq else "log_and_fail"
         if values["commit.interval.ms"] is None:
             eos = values["processing.guarantee"] == "exactly_once_v2"
             values["commit.interval.ms"] = 100 if eos else 30_000
@@ -325,6 +340,26 @@ def reference_markdown() -> str:
         "Handlers: `log_and_fail`, `log_and_continue`, or an import path `package.module.Class`.",
         "Kafka client settings pass through: `client.id`, `security.protocol`, `sasl.*`, "
         "`ssl.*`, and `producer.*` / `consumer.*` / `admin.*` for one client only.",
+        "",
+        "## Defaults that differ from Kafka Streams, and why",
+        "",
+        "A setting means the same from the Python API (`StreamingJob`, `TopologyTestDriver`), "
+        "the CLI (`streamplatform run --set KEY=VALUE`) and Dagster (the job declaration's "
+        "`settings`): the defaults below are applied by `StreamsConfig` itself, whichever way "
+        "the job starts.",
+        "",
+        "- `processing.guarantee` defaults to `exactly_once_v2` (Kafka Streams: "
+        "`at_least_once`). Exactly once is why teams run their jobs here; `at_least_once` is a "
+        "choice to make explicitly. Every progress line, `BatchResult.guarantee`, Dagster "
+        "materialization and commit-log row names the guarantee a batch ran under.",
+        "- With `errors.dead.letter.queue.topic.name` set, "
+        "`default.deserialization.exception.handler` and `processing.exception.handler` default "
+        "to `log_and_continue` (Kafka Streams: `log_and_fail`, which writes the DLQ record and "
+        "then stops the task). Setting a DLQ topic says where bad records go so that the job "
+        "goes on; set `log_and_fail` explicitly to stop at the first one (its DLQ record is "
+        "still written). Without a DLQ topic both stay `log_and_fail`, so no record is dropped "
+        "silently. `default.production.exception.handler` stays `log_and_fail`: an output that "
+        "cannot be written is a fault of the job or the cluster, not of one input record.",
         "",
     ]
     return "\n".join(lines)

@@ -1,14 +1,20 @@
 """TopologyTestDriver: run a Topology in-process, no Kafka, no Spark — the same task code.
 
 Input records get per-partition offsets counting from 0; each piped record is processed at
-once and its task committed, as in Kafka Streams' driver. Records written to topics the
+once and, by default, its task committed, as in Kafka Streams' driver. On Spark a task commits
+once per micro-batch, after many records: ``commit_every=N`` commits after every N piped
+records, and ``commit_every=None`` only at ``advance_wall_clock_time`` and ``commit()``, so
+a processor whose results depend on commit boundaries shows it in a test. Records written to
+topics the
 topology also reads (repartition topics, or a user's own loop) are processed right away.
 Every topic has one partition unless a record is piped with ``partition=``; repartition topics
 have ``repartition_partitions`` (default 1). Stores are real RocksDB stores in a temporary
 directory that ``close()`` removes (``state.dir`` in the config keeps them instead).
 
 When a task fails (a ``log_and_fail`` handler, an error with no handler) ``pipe_input`` raises
-it; output written before stays readable and the task restarts from its last commit.
+it; output written before stays readable and the task restarts from its last commit: the state
+written since is gone (as on Spark, where the batch is then replayed; the driver does not pipe
+those records again).
 
     >>> from streamplatform import StreamsBuilder, TopologyTestDriver
     >>> from streamplatform.serdes import Serdes
@@ -136,12 +142,19 @@ class TopologyTestDriver:
         config: Mapping[str, Any] | StreamsConfig,
         initial_wall_clock_time_ms: int = 0,
         repartition_partitions: int = 1,
+        commit_every: int | None = 1,
     ) -> None:
+        if commit_every is not None and (
+            isinstance(commit_every, bool) or not isinstance(commit_every, int) or commit_every < 1
+        ):
+            raise ValueError(f"commit_every must be None or an int >= 1, got {commit_every!r}")
         self.topology = topology
         self.config = config if isinstance(config, StreamsConfig) else StreamsConfig(config)
         self.application_id: str = self.config["application.id"]
         self.wall_clock_ms = initial_wall_clock_time_ms
         self.repartition_partitions = repartition_partitions
+        self.commit_every = commit_every
+        self._piped_since_commit = 0
         self._temporary = self.config["state.dir"] is None
         self.state_dir = Path(self.config["state.dir"] or tempfile.mkdtemp(prefix="sp-ttd-"))
         self._tasks: dict[tuple[int, int], Task] = {}
@@ -162,16 +175,26 @@ class TopologyTestDriver:
         return TestOutputTopic(self, name, key_serde, value_serde)
 
     def advance_wall_clock_time(self, advance: timedelta | int) -> None:
-        """Move the wall clock and fire the wall-clock punctuations that became due."""
+        """Move the wall clock, fire the wall-clock punctuations that became due, and commit
+        every task (a micro-batch ends on Spark when its wall-clock punctuations have run)."""
         self.wall_clock_ms += duration_ms(advance, "advance")
         for task in list(self._tasks.values()):
             self._run(task, lambda t: t.punctuate_wall_clock(self.wall_clock_ms))
+        self.commit()
+
+    def commit(self) -> None:
+        """Commit every task's stores with its offsets, as the end of a micro-batch does."""
+        for task in list(self._tasks.values()):
+            self._run(task, Task.commit)
+        self._piped_since_commit = 0
 
     def get_state_store(self, name: str, partition: int = 0) -> Any:
-        """A task's store, for assertions (bytes keys and values)."""
+        """A task's store as its processors see it (``KeyValueStore`` / ``VersionedStore``:
+        typed by the serdes it was declared with, uncommitted writes included), for
+        assertions. Kafka Streams' ``getKeyValueStore`` / ``getVersionedKeyValueStore``."""
         for (_, task_partition), task in self._tasks.items():
             if task_partition == partition and name in task.stores:
-                return task.stores[name]
+                return task.store_facade(name)
         raise KeyError(f"No open task on partition {partition} has a store named {name!r}")
 
     def metrics(self) -> dict[str, int]:
@@ -228,12 +251,15 @@ class TopologyTestDriver:
                     pending.append(
                         (out.topic, target, out.key, out.value, out.timestamp, out.headers)
                     )
+        self._piped_since_commit += 1
+        if self.commit_every is not None and self._piped_since_commit >= self.commit_every:
+            self.commit()
 
     def _run(self, task: Task, step: Any) -> list[ProducerRecord]:
-        """Run one step, commit, route output; on failure keep the output and restart the task."""
+        """Run one step and route its output; on failure keep the output and restart the task
+        (what it wrote since its last commit is gone)."""
         try:
             step(task)
-            task.commit()
         except StreamsError:
             self._route(task.take_output())
             self._restart(task)

@@ -7,7 +7,7 @@ from streamplatform.runtime.microbatch import BatchResult
 
 
 def result(batch_id: int, **metrics: int) -> BatchResult:
-    return BatchResult(batch_id, 10, 9, 0, 1, 0, 0, 100, False, metrics)
+    return BatchResult(batch_id, 10, 9, 0, 1, 0, 0, 100, False, "exactly_once_v2", metrics)
 
 
 def test_offset_gaps_and_skipped_offsets_are_summed_into_the_metadata():

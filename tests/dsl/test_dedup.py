@@ -229,7 +229,7 @@ def test_store_holds_at_most_one_interval_of_ids():
         for second in range(0, 200):
             source.pipe_input(f"k{second}", "v", timestamp=second * S)
         store = driver.get_state_store("KSTREAM-DEDUPLICATE-0000000001-store")
-        ids = [key for key, _ in store.prefix(b"i")]
+        ids = [key for key, _ in store.prefix_scan(b"i")]
     # Stream time 199 s: ids older than 189 s are gone (purged at least once per interval).
     assert 11 <= len(ids) <= 21
 

@@ -24,6 +24,7 @@ from streamplatform.dsl import dedup
 from streamplatform.records import ConsumedRecord
 from streamplatform.runtime.task import Task
 from streamplatform.serdes import Serdes
+from streamplatform.state import IsolationLevel
 
 MINUTE = 60_000
 needs_c_core = pytest.mark.skipif(
@@ -127,6 +128,12 @@ def test_buffered_tasks_run_the_c_core_and_others_the_python_core(tmp_path):
     topology = _topology(MINUTE)
     config = StreamsConfig({"application.id": "alos", "processing.guarantee": "at_least_once"})
     task = Task(topology, topology.subtopologies[0], 0, config, tmp_path / "alos", lambda t: 1)
+    try:  # under either guarantee a task's writes wait for its commit
+        assert type(_core(task)) is dedup._native.Core
+    finally:
+        task.close()
+    task = Task(topology, topology.subtopologies[0], 0, config, tmp_path / "through", lambda t: 1,
+                isolation_level=IsolationLevel.READ_UNCOMMITTED)  # fmt: skip
     try:
         assert type(_core(task)) is dedup._DedupCore  # writes go through at once
     finally:

@@ -77,7 +77,7 @@ def test_processing_error_with_log_and_continue_goes_to_the_dlq_and_processing_g
 
 
 def test_deserialization_error_with_log_and_fail_writes_the_dlq_then_fails():
-    with _driver({}) as driver:  # log_and_fail is the default
+    with _driver({"default.deserialization.exception.handler": "log_and_fail"}) as driver:
         source = driver.create_input_topic("in", Serdes.string(), Serdes.json())
         source.pipe_input("a", {"amount": 4}, timestamp=10)
         with pytest.raises(
@@ -112,6 +112,26 @@ def test_deserialization_error_with_log_and_continue_skips_the_record():
             0,
             0,
         )
+
+
+@pytest.mark.parametrize("dlq", [None, DLQ])
+def test_the_handlers_default_to_continue_with_a_dlq_topic_and_to_fail_without(dlq):
+    """One rule, in StreamsConfig: the Python API, the CLI and Dagster all meet it."""
+    config = {"application.id": "defaults"} | ({"errors.dead.letter.queue.topic.name": dlq}
+                                               if dlq else {})  # fmt: skip
+    with TopologyTestDriver(_amounts_topology(), config) as driver:
+        source = driver.create_input_topic("in", Serdes.string(), Serdes.json())
+        if dlq is None:
+            with pytest.raises(TaskFailedError, match="processing.exception.handler"):
+                source.pipe_input("b", {"amount": 0}, timestamp=1)
+            with pytest.raises(TaskFailedError, match="deserialization.exception.handler"):
+                source.pipe_raw(b"c", b"{not json", timestamp=2)
+        else:
+            source.pipe_input("b", {"amount": 0}, timestamp=1)
+            source.pipe_raw(b"c", b"{not json", timestamp=2)
+            source.pipe_input("d", {"amount": 4}, timestamp=3)
+            assert _out(driver) == [25]
+            assert [record.key for record in _dlq(driver)] == [b"b", b"c"]
 
 
 def test_no_dlq_topic_means_no_dlq_records():

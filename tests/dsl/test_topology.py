@@ -54,7 +54,7 @@ class Counter(Processor):
 
     def init(self, context):
         super().init(context)
-        self.store = context.get_state_store("counts").transaction
+        self.store = context.get_state_store("counts")
 
     def process(self, record):
         key = record.key.encode()

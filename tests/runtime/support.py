@@ -216,7 +216,7 @@ def ticking_topology(
     class Ticker(Processor):  # defined here: Spark's workers get it by value
         def init(self, context):
             super().init(context)
-            self.store = context.get_state_store("counts").transaction  # reads its own writes
+            self.store = context.get_state_store("counts")  # reads its own writes
             context.schedule(stream_interval_ms, PunctuationType.STREAM_TIME, self.on_stream)
             context.schedule(1, PunctuationType.WALL_CLOCK_TIME, self.on_wall)
 

@@ -51,7 +51,7 @@ from collections.abc import Callable
 from operator import itemgetter
 from typing import Any
 
-from streamplatform.dsl.processor import Processor, ProcessorContext
+from streamplatform.dsl.processor import Processor, ProcessorContext, engine_store
 from streamplatform.records import Record
 from streamplatform.state import IsolationLevel
 
@@ -356,7 +356,7 @@ class DeduplicationProcessor(Processor):
 
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
-        self._state_store = context.get_state_store(self.store_name)
+        self._state_store = engine_store(context, self.store_name)
         self.store = self._state_store.transaction
         saved = self.store.get(_META_KEY)
         if saved is not None:

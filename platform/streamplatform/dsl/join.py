@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from streamplatform.dsl.processor import Processor, ProcessorContext
+from streamplatform.dsl.processor import Processor, ProcessorContext, engine_store
 from streamplatform.records import Record
 from streamplatform.serdes import Serde
 from streamplatform.state import VersionedKeyValueStore
@@ -28,7 +28,7 @@ class TableSource(Processor):
 
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
-        self.store = context.get_state_store(self.store_name)
+        self.store = engine_store(context, self.store_name)
         self.versioned = isinstance(self.store, VersionedKeyValueStore)
 
     def process(self, record: Record) -> None:
@@ -67,7 +67,7 @@ class StreamTableJoin(Processor):
 
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
-        self.store = context.get_state_store(self.store_name)
+        self.store = engine_store(context, self.store_name)
         self.versioned = isinstance(self.store, VersionedKeyValueStore)
 
     def metrics(self) -> dict[str, int]:

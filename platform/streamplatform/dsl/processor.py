@@ -39,10 +39,21 @@ class ProcessorContext(Protocol):
     def headers(self) -> Headers: ...
 
     def forward(self, record: Record) -> None: ...
-    def get_state_store(self, name: str) -> Any: ...
+    def get_state_store(self, name: str) -> Any:
+        """The store ``name`` declared with the processor, as a ``KeyValueStore`` or
+        ``VersionedStore`` (streamplatform.state): typed by the serdes it was declared with,
+        reading the processor's own uncommitted writes."""
+        ...
+
     def schedule(
         self, interval: timedelta | int, kind: PunctuationType, punctuator: Callable[[int], None]
     ) -> None: ...
+
+
+def engine_store(context: ProcessorContext, name: str) -> Any:
+    """The engine's own store behind ``name`` (bytes, the writing transaction): for the
+    built-in processors only. A user's processor gets ``context.get_state_store(name)``."""
+    return context.engine_store(name)  # type: ignore[attr-defined]
 
 
 class Processor:

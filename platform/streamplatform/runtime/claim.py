@@ -192,7 +192,11 @@ class JobClaim:
             properties = self._properties("held")
             properties.app_transactions = [Transaction(app_id, version)]
             try:
-                write_deltalake(table, rows, mode="append", commit_properties=properties)
+                # schema_mode="merge": a commit log written before a column was added (the
+                # guarantee) gains it; its older rows read it as null.
+                write_deltalake(
+                    table, rows, mode="append", schema_mode="merge", commit_properties=properties
+                )
             except CommitFailedError as error:
                 if self._table().transaction_version(self.txn_app_id) == self.epoch:
                     raise  # not a rival's claim: nothing to fence

@@ -8,8 +8,8 @@ tasks read their ranges themselves, kafka_input.py):
 1. take the task kept open in this Python worker since its last batch, when it is proven
    current (task_cache.py), or open the task's stores under
    ``state.dir/<application.id>/<task id>/``;
-2. exactly_once_v2: settle the previous batch's prepared writes — apply them when that batch
-   is in the commit log, discard them when it is not;
+2. settle the previous batch's prepared writes — apply them when that batch is in the commit
+   log, discard them when it is not (under both guarantees);
 3. restore from the Delta changelog when the local state is behind the commit log (a new
    executor, a wiped state dir), inside this attempt: when the driver did not send the
    changelog's files, the task reads them from the Delta log itself. It reports how many
@@ -17,8 +17,8 @@ tasks read their ranges themselves, kafka_input.py):
 4. process the records, per partition in offset order, across partitions by timestamp (as
    Kafka Streams picks records); stop early when a store passes its uncommitted limits; fire
    the wall-clock punctuations due when the batch begins and when it ends;
-5. persist the store writes: *prepare* them as batch N (exactly_once_v2), or commit them
-   (at_least_once); either way they also leave as changelog rows;
+5. persist the store writes: *prepare* them as batch N, under both guarantees, so that a
+   batch that never commits leaves no state behind; they also leave as changelog rows;
 6. return the output rows: sink, DLQ, changelog and version rows, and one progress row that
    also counts the rows of each kind, so the driver needs no pass over the output for that.
    With a side-output directory (a job whose one sink is a Delta table) only the sink rows are
@@ -33,9 +33,10 @@ partition. The cyclic garbage collector is paused while a task runs: a task allo
 millions of short-lived, acyclic objects, and the collector's passes over them cost a
 quarter of its time.
 
-The store writes of a batch always go through a transaction (READ_COMMITTED) here, in both
-modes: it is what lets them leave as the batch's changelog. Under at_least_once they are
-committed by the task at the end of its batch, before the driver's commit point.
+The store writes of a batch always go through a transaction (READ_COMMITTED) here, under both
+guarantees: it is what lets them leave as the batch's changelog, and what makes the state after
+a failed attempt the state of the last commit. The guarantees differ only in the Kafka outputs
+(transactional or acknowledged sends), never in the state.
 
 A task that fails (a handler answered fail) loses its whole output with its Spark task, so it
 produces its DLQ records to the DLQ topic itself before it fails, as Kafka Streams would have
@@ -583,7 +584,7 @@ class _TaskRun:
         processed = time.monotonic()
         batches = self._version_rows()
         output = time.monotonic()
-        batches += self._persist(self.config.exactly_once)
+        batches += self._persist()
         persisted = time.monotonic()
         metrics = task.metrics()
         if self.runner.internal_topics:  # the job's numbers count its own topics only
@@ -760,8 +761,9 @@ class _TaskRun:
         return [_batch(len(versions), kind="version", store=stores, key=keys, value=values,
                        timestamp=timestamps, task=self.task_name)]  # fmt: skip
 
-    def _persist(self, exactly_once: bool) -> list[pa.RecordBatch]:
-        """Prepare (exactly once) or commit the stores' writes; they also leave as changelog."""
+    def _persist(self) -> list[pa.RecordBatch]:
+        """Prepare the stores' writes as this batch (applied when the driver commits it, under
+        either guarantee); they also leave as changelog."""
         task = self.task
         task.before_commit()
         batches = []
@@ -786,10 +788,7 @@ class _TaskRun:
                     len(writes), kind="changelog", task=self.task_name, store=name,
                     column_family=column_families, key=keys, value=values,
                 ))  # fmt: skip
-            if exactly_once:
-                store.prepare(self.runner.batch_id, offsets)
-            else:
-                store.commit(offsets)
+            store.prepare(self.runner.batch_id, offsets)
         return batches
 
 

@@ -38,7 +38,7 @@ COMMITS_SCHEMA = pa.schema([
     ("batch_id", pa.int64()), ("committed_at", pa.timestamp("us", tz="UTC")),
     ("consumed", pa.string()), ("records_in", pa.int64()), ("records_out", pa.int64()),
     ("dlq_records", pa.int64()), ("duplicates_dropped", pa.int64()),
-    ("duration_ms", pa.int64()), ("metrics", pa.string()),
+    ("duration_ms", pa.int64()), ("metrics", pa.string()), ("guarantee", pa.string()),
 ])  # fmt: skip
 
 Ranges = dict[tuple[str, int], tuple[int, int]]  # (topic, partition) -> [start, end)
@@ -49,6 +49,7 @@ class CommittedBatch:
     batch_id: int
     consumed: dict[tuple[str, int], int]  # next offset to read per source partition
     metrics: dict[str, Any]
+    guarantee: str | None = None  # processing.guarantee; None in rows older than the column
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,10 @@ class CommitLog:
         batch_id: int,
         consumed: Mapping[tuple[str, int], int],
         metrics: Mapping[str, Any],
+        guarantee: str,
     ) -> None:
+        """Commit ``batch_id``: its consumed offsets, numbers and the processing.guarantee
+        it ran under."""
         row = {
             "batch_id": batch_id,
             "committed_at": datetime.now(UTC),
@@ -107,6 +111,7 @@ class CommitLog:
             "duplicates_dropped": int(metrics.get("dedup_dropped", 0)),
             "duration_ms": int(metrics.get("duration_ms", 0)),
             "metrics": json.dumps(dict(metrics), default=str),
+            "guarantee": guarantee,
         }
         table = pa.Table.from_pylist([row], COMMITS_SCHEMA)
         if self.claim is not None:
@@ -127,4 +132,6 @@ class CommitLog:
             )
         row = rows[0]
         consumed = {(t, int(p)): int(o) for t, p, o in json.loads(row["consumed"])}
-        return CommittedBatch(int(row["batch_id"]), consumed, json.loads(row["metrics"]))
+        return CommittedBatch(
+            int(row["batch_id"]), consumed, json.loads(row["metrics"]), row.get("guarantee")
+        )

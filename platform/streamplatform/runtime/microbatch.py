@@ -26,7 +26,7 @@ that lost its claim cannot commit. Then one micro-batch N (docs/guarantees.md):
    still run (see ``_write_outputs``);
 5. append N to the commit log, as the claim holder's next commit: the commit point. The
    consumed offsets are the planned ends, except where a task stopped early: there, where it
-   stopped on each partition it was given. Under exactly_once_v2 the stores applied nothing
+   stopped on each partition it was given. Under either guarantee the stores applied nothing
    yet; the tasks settle their prepared writes against the commit log at batch N+1.
 
 After a crash anywhere, re-running plans the same N and produces the same Delta output once.
@@ -125,6 +125,7 @@ class BatchResult:
     lag: int
     duration_ms: int
     replayed: bool  # re-ran a batch that was planned but never committed
+    guarantee: str  # processing.guarantee the batch ran under: exactly_once_v2 | at_least_once
     metrics: dict[str, int] = field(default_factory=dict)
     # (task, "<executor host>:<state dir>", changelog rows replayed) of each task that
     # restored its state in this batch, where Spark ran it.
@@ -370,9 +371,10 @@ class StreamingJob:
                 logged = offset_log.planned(batch_id)  # planned meanwhile: that plan holds
                 log.warning("%s batch %d was planned by another driver meanwhile; running "
                             "its plan", self.app, batch_id)  # fmt: skip
+        if logged is not None and not self._check_replayable(batch_id, logged):
+            return self._run_batch()  # its plan is gone: planned anew under this job
         replayed = logged is not None
         if logged is not None:
-            self._check_replayable(batch_id, logged)
             ranges = logged.ranges
         crash_point("after_plan", batch_id)
         planned = time.monotonic()
@@ -397,14 +399,16 @@ class StreamingJob:
             metrics["plan_ms"] = int((planned - started) * 1000)
             metrics["run_and_write_ms"] = int((written - planned) * 1000)
             metrics["duration_ms"] = int((written - started) * 1000)
-            commit_log.append(batch_id, consumed, metrics)
+            commit_log.append(batch_id, consumed, metrics, self.config["processing.guarantee"])
             if resolved or self._changelog_writes is None:
                 self._changelog_writes = ChangelogWrites(batch_id, {})
             for task in progress.changelog_writers:
                 self._changelog_writes.last_write[task] = batch_id
             for task in progress.tasks_run:
                 self._changelog_writes.last_run[task] = batch_id
-            self._last = CommittedBatch(batch_id, consumed, metrics)
+            self._last = CommittedBatch(
+                batch_id, consumed, metrics, self.config["processing.guarantee"]
+            )
             self._committed_here = batch_id
             crash_point("after_commit", batch_id)
             self.group_offsets.commit(consumed)
@@ -431,31 +435,70 @@ class StreamingJob:
             lag=lag,
             duration_ms=metrics["duration_ms"],
             replayed=replayed,
+            guarantee=self.config["processing.guarantee"],
             metrics=metrics,
             restores=tuple(sorted(progress.restores)),
         )
         log.info(
-            "%s batch %d%s: %d in, %d out, %d duplicates dropped, %d to DLQ, lag %d, %d ms",
+            "%s batch %d%s: %d in, %d out, %d duplicates dropped, %d to DLQ, lag %d, %d ms, %s",
             self.app, batch_id, " (replayed)" if replayed else "", result.records_in,
             result.records_out, result.duplicates_dropped, result.dlq_records, lag,
-            result.duration_ms,
+            result.duration_ms, result.guarantee,
         )  # fmt: skip
         return result
 
-    def _check_replayable(self, batch_id: int, logged: PlannedBatch) -> None:
+    def _check_replayable(self, batch_id: int, logged: PlannedBatch) -> bool:
         """A batch planned but not committed is replayed only by the job that planned it:
-        its first attempt may have written outputs that a changed job would not."""
+        its first attempt may have written outputs that a changed job would not. True: replay
+        it. False: it was planned under another job but provably wrote no output, so its plan
+        is dropped and the batch is planned anew under this job. Raises ReplayRefused when its
+        first attempt wrote, or may have written, outputs."""
         if logged.fingerprint in (None, self.fingerprint):
-            return
+            return True
+        written = self._outputs_of_uncommitted_batch(batch_id, logged)
+        if not written:
+            delta_direct.discard(self.offset_log.path, self.offset_log.txn_app_id, batch_id)
+            self._last = _UNREAD
+            log.warning("%s: batch %d was planned under another topology, code or settings "
+                        "and wrote no output; it is planned anew under this job", self.app,
+                        batch_id)  # fmt: skip
+            return False
         raise ReplayRefused(
-            f"{self.app}: batch {batch_id} was planned, and may have written some of its "
-            f"outputs, under another topology, code or settings (fingerprint "
-            f"{logged.fingerprint[:12]}, now {self.fingerprint[:12]}). Replaying it under "
-            "this job would mix two versions of one batch. Run it with the code and settings "
-            "it was planned with, or drop what its first attempt wrote and plan it anew under "
-            "this job: StreamingJob.discard_uncommitted_batch() (CLI: streamplatform "
-            "discard-batch). See docs/guarantees.md."
+            f"{self.app}: batch {batch_id} was planned under another topology, code or settings "
+            f"(fingerprint {logged.fingerprint[:12]}, now {self.fingerprint[:12]}), and its "
+            f"first attempt {written}. Replaying it under this job would mix two versions of "
+            "one batch. Run it with the code and settings it was planned with, or drop what "
+            "its first attempt wrote and plan it anew under this job: "
+            "StreamingJob.discard_uncommitted_batch() (CLI: streamplatform discard-batch). "
+            "See docs/guarantees.md."
         )
+
+    def _outputs_of_uncommitted_batch(self, batch_id: int, logged: PlannedBatch) -> str:
+        """What the attempts of uncommitted ``batch_id`` wrote, in words; "" for nothing.
+
+        Delta tables record each batch's append by its transaction id. Under exactly_once_v2 a
+        task that committed its Kafka transaction moved the consumer group past the plan's
+        start. Under at_least_once, Kafka sends leave no such trace: a job with Kafka outputs
+        (sinks or a DLQ topic) may have written some."""
+        for path, txn_name in self._batch_tables():
+            recorded = delta_direct.transaction_version(path, f"{self.app}-{txn_name}")
+            if recorded is not None and recorded >= batch_id:
+                return f"wrote to the Delta table {path}"
+        kafka_outputs = [
+            t for t in self.topology.sink_topics(self.app)
+            if t not in self.delta_sinks and t not in self.internal_topics
+        ] + ([self.config["errors.dead.letter.queue.topic.name"]]
+             if self.config["errors.dead.letter.queue.topic.name"] else [])  # fmt: skip
+        if not kafka_outputs:
+            return ""
+        if not self.config.exactly_once:
+            return (f"may have sent records to the Kafka topics {sorted(kafka_outputs)} "
+                    "(at_least_once sends leave no trace to check)")  # fmt: skip
+        group = self.group_offsets.committed(sorted(logged.ranges))
+        moved = sorted(tp for tp, (start, _) in logged.ranges.items() if group.get(tp, -1) > start)
+        if moved:
+            return f"committed Kafka outputs of the partitions {moved}"
+        return ""
 
     def discard_uncommitted_batch(self) -> int | None:
         """Forget the batch that was planned but never committed: delete what its attempts

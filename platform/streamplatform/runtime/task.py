@@ -44,6 +44,7 @@ from streamplatform.records import ConsumedRecord, ProducerRecord, Record, Topic
 from streamplatform.runtime.partitioner import partition_for
 from streamplatform.serdes import AS_READ_SERDES, deserialize_all
 from streamplatform.state import IsolationLevel
+from streamplatform.state.facades import facade_for
 from streamplatform.state.stores import duration_ms
 
 log = logging.getLogger(__name__)
@@ -131,9 +132,23 @@ class NodeContext:
             child(record)
 
     def get_state_store(self, name: str) -> Any:
-        if name not in self._node.stores:
-            raise ValueError(f"{self._node.name} did not declare store {name!r}")
+        """The store as Kafka Streams gives it to a processor (state/facades.py): typed by
+        its serdes, reading the task's own uncommitted writes, without the commit protocol."""
+        self._check_declared(name)
+        return self._task.store_facade(name)
+
+    def engine_store(self, name: str) -> Any:
+        """The engine's store itself, for the built-in processors (dedup, joins, tables),
+        which work on bytes and through the store's writing transaction."""
+        self._check_declared(name)
         return self._task.stores[name]
+
+    def _check_declared(self, name: str) -> None:
+        if name not in self._node.stores:
+            raise ValueError(
+                f"{self._node.name} did not declare store {name!r}: name it where the "
+                f"processor is added (process(supplier, {name!r}))"
+            )
 
     def schedule(
         self, interval: timedelta | int, kind: PunctuationType, punctuator: Callable[[int], None]
@@ -206,13 +221,13 @@ class Task:
             for setting in (DESERIALIZATION, PROCESSING, PRODUCTION)
         }
         self.directory = state_dir / self.application_id / str(self.task_id)
-        default_isolation = (
-            IsolationLevel.READ_COMMITTED
-            if config.exactly_once
-            else IsolationLevel.READ_UNCOMMITTED
-        )
-        isolation = isolation_level or default_isolation
+        # Under either guarantee a task's writes stay in its stores' transactions until the
+        # task commits them (with its offsets): a failed attempt leaves no state behind, and
+        # a processor reads its own writes either way (KIP-892's isolation level is what
+        # other readers see).
+        isolation = isolation_level or IsolationLevel.READ_COMMITTED
         self.stores: dict[str, Any] = {}
+        self._facades: dict[str, Any] = {}
         try:
             for name in subtopology.stores:
                 self.stores[name] = topology.stores[name].open(
@@ -356,6 +371,14 @@ class Task:
                     )
                 )
         return zip(records, repeat(_UNDECODED), repeat(_UNDECODED))
+
+    def store_facade(self, name: str) -> Any:
+        """The processor-facing interface of store ``name`` (one per store and task)."""
+        facade = self._facades.get(name)
+        if facade is None:
+            facade = self._facades[name] = facade_for(self.topology.stores[name],
+                                                      self.stores[name])  # fmt: skip
+        return facade
 
     def dispatch(self, name: str, record: Record) -> None:
         """Hand ``record`` to node ``name``; its errors go to the matching handler."""
@@ -647,6 +670,7 @@ class Task:
         for store in self.stores.values():
             store.close()
         self.stores = {}
+        self._facades = {}
 
 
 def _limit_check_interval(config: StreamsConfig) -> int:

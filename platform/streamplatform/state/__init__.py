@@ -1,6 +1,10 @@
 """State stores on RocksDB: transactional (KIP-892) and versioned (KIP-889).
 
-Public names are re-exported here; the modules behind them are internal.
+Public names are re-exported here; the modules behind them are internal. A processor meets
+its stores as ``KeyValueStore`` and ``VersionedStore`` (typed, reading its own writes; see
+docs/processor-api.md); the engine classes below them (``TransactionalKeyValueStore``,
+``VersionedKeyValueStore``, bytes in and out, with the transaction protocol) are for using a
+store on its own.
 
 >>> import tempfile
 >>> from streamplatform.state import VersionedKeyValueStore
@@ -13,6 +17,7 @@ VersionedRecord(value=b'1.08', timestamp=1000, valid_to=5000)
 """
 
 from streamplatform.state.errors import StateStoreError, StoreLockedError
+from streamplatform.state.facades import KeyValueStore, VersionedStore
 from streamplatform.state.rocks import StoreOptions
 from streamplatform.state.stores import KeyValueStoreSpec, Stores, StoreSpec, VersionedStoreSpec
 from streamplatform.state.transaction import IsolationLevel, KeyValueTransaction
@@ -28,6 +33,7 @@ __all__ = [
     "PUT_RETURN_CODE_NOT_PUT",
     "VALID_TO_UNDEFINED",
     "IsolationLevel",
+    "KeyValueStore",
     "KeyValueStoreSpec",
     "KeyValueTransaction",
     "StateStoreError",
@@ -38,5 +44,6 @@ __all__ = [
     "TransactionalKeyValueStore",
     "VersionedKeyValueStore",
     "VersionedRecord",
+    "VersionedStore",
     "VersionedStoreSpec",
 ]

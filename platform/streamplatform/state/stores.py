@@ -18,6 +18,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import ClassVar
 
+from streamplatform.serdes import Serde
 from streamplatform.state.rocks import StoreOptions
 from streamplatform.state.transaction import IsolationLevel
 from streamplatform.state.transactional import TransactionalKeyValueStore
@@ -51,6 +52,10 @@ class KeyValueStoreSpec:
 
     kind: ClassVar[str] = "key_value"
     name: str
+    key_serde: Serde | None = None
+    """How a processor's keys become the store's bytes (``Stores.key_value_store_builder``);
+    None: the processor uses bytes."""
+    value_serde: Serde | None = None
 
     def open(
         self,
@@ -80,6 +85,9 @@ class VersionedStoreSpec:
     history_retention_ms: int
     segment_interval_ms: int | None = None
     """None: KIP-889's default for the retention (see history.default_segment_interval)."""
+    key_serde: Serde | None = None
+    """A processor's key and value serdes (``Stores.versioned_key_value_store_builder``)."""
+    value_serde: Serde | None = None
 
     def open(
         self,
@@ -132,6 +140,45 @@ class Stores:
                     f"segment_interval must be positive (at least 1 ms), got {segment_interval!r}"
                 )
         return VersionedStoreSpec(_check_name(name), retention, interval)
+
+    @staticmethod
+    def key_value_store_builder(
+        supplier: KeyValueStoreSpec, key_serde: Serde | None, value_serde: Serde | None
+    ) -> KeyValueStoreSpec:
+        """The store ``supplier`` describes, typed for processors: ``get_state_store`` then
+        takes and returns keys and values through ``key_serde`` / ``value_serde`` (None:
+        bytes), as Kafka Streams' ``Stores.keyValueStoreBuilder``."""
+        if not isinstance(supplier, KeyValueStoreSpec):
+            raise TypeError(
+                "key_value_store_builder needs Stores.persistent_key_value_store(...), got "
+                f"{type(supplier).__name__}"
+            )
+        return dataclasses.replace(
+            supplier, key_serde=_check_serde(key_serde, "key_serde"),
+            value_serde=_check_serde(value_serde, "value_serde"),
+        )  # fmt: skip
+
+    @staticmethod
+    def versioned_key_value_store_builder(
+        supplier: VersionedStoreSpec, key_serde: Serde | None, value_serde: Serde | None
+    ) -> VersionedStoreSpec:
+        """The versioned store ``supplier`` describes, typed for processors (Kafka Streams'
+        ``Stores.versionedKeyValueStoreBuilder``)."""
+        if not isinstance(supplier, VersionedStoreSpec):
+            raise TypeError(
+                "versioned_key_value_store_builder needs "
+                f"Stores.persistent_versioned_key_value_store(...), got {type(supplier).__name__}"
+            )
+        return dataclasses.replace(
+            supplier, key_serde=_check_serde(key_serde, "key_serde"),
+            value_serde=_check_serde(value_serde, "value_serde"),
+        )  # fmt: skip
+
+
+def _check_serde(serde: Serde | None, argument: str) -> Serde | None:
+    if serde is not None and not (hasattr(serde, "serialize") and hasattr(serde, "deserialize")):
+        raise TypeError(f"{argument} must be a Serde (Serdes.string(), ...), got {serde!r}")
+    return serde
 
 
 StoreSpec = KeyValueStoreSpec | VersionedStoreSpec

@@ -87,6 +87,13 @@ class TransactionalKeyValueStore(StoreBase):
         self._check_open()
         return scan(self._db, [], start, end)
 
+    def approximate_num_entries(self) -> int:
+        """RocksDB's estimate of the committed keys, plus the writing transaction's staged
+        writes (a staged delete counts as one too: an estimate)."""
+        self._check_open()
+        stored = self._db.columns[DATA].property_int_value("rocksdb.estimate-num-keys") or 0
+        return int(stored) + self.approximate_num_uncommitted_entries()
+
     def prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Committed (key, value) pairs whose key starts with `prefix`, in key order."""
         check_bytes("prefix", prefix)
