@@ -3,10 +3,15 @@
 streamplatform broker start [--fresh] | stop | status
 streamplatform topics create NAME [--partitions N] | list   (against --bootstrap-servers
                                                              or the local broker)
+streamplatform topics produce TOPIC [--value V ...] [--header NAME=VALUE ...] [--partition P]
+                              (key<TAB>value lines from stdin)
+streamplatform topics consume|tail TOPIC [--from-end] [--max-messages N] [--follow] [--json]
 streamplatform placement plan --instances FILE [--standbys N] [--awareness zone,cluster]
                               [--tasks N] [--strict]
 streamplatform run --topology pkg.module:name --set KEY=VALUE ... [--delta-sink TOPIC]
                    [--trigger-interval-ms MS] [--until-caught-up]
+                   exit 0 stopped, 1 batch failed, 2 bad settings, 3 claimed elsewhere,
+                   4 replay refused (a person must decide), 130 interrupted (batch replayed)
 streamplatform discard-batch --topology pkg.module:name --set KEY=VALUE ... [--delta-sink TOPIC]
 streamplatform maintain --application-id ID [--delta-root URI] [--min-changelog-files N]
                         [--retention-hours H]
@@ -17,7 +22,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from streamplatform.kafka import local_broker
@@ -61,6 +72,8 @@ def _broker(args: argparse.Namespace) -> int:
 def _topics(args: argparse.Namespace) -> int:
     from streamplatform.kafka import TopicSpec, create_topics, describe_topics
 
+    if args.action in ("produce", "consume", "tail"):
+        return _produce(args) if args.action == "produce" else _consume(args)
     settings = {"bootstrap.servers": _bootstrap(args)}
     if args.action == "create":
         created = create_topics(settings, [TopicSpec(args.name, args.partitions)])
@@ -68,6 +81,62 @@ def _topics(args: argparse.Namespace) -> int:
         return 0
     for name, partitions in sorted(describe_topics(settings).items()):
         print(f"{name}\t{partitions}")
+    return 0
+
+
+def _consume(args: argparse.Namespace) -> int:
+    """``topics consume``: each record of a topic, as text or JSON lines, on stdout; how many
+    records were read, and why the read ended, on stderr."""
+    from streamplatform.kafka import topic_tools
+
+    def show(record: topic_tools.ConsumedRecord) -> None:
+        if args.json:
+            print(json.dumps(record.as_json(), ensure_ascii=False), flush=True)
+        else:
+            print(record.as_text(args.key_serde, args.value_serde), flush=True)
+
+    try:
+        summary = topic_tools.consume(
+            {"bootstrap.servers": _bootstrap(args)}, args.name,
+            key_serde=args.key_serde, value_serde=args.value_serde,
+            from_beginning=not args.from_end, partitions=args.partition,
+            max_messages=args.max_messages, timeout_ms=args.timeout_ms, follow=args.follow,
+            isolation_level=args.isolation_level, on_record=show,
+        )  # fmt: skip
+    except topic_tools.TopicToolError as error:
+        print(f"streamplatform topics {args.action}: {error}", file=sys.stderr)
+        return 1
+    ended = {
+        "end": "read to the end of every partition",
+        "max-messages": f"--max-messages {args.max_messages} reached",
+        "timeout": f"nothing new for {args.timeout_ms or 10_000} ms (--timeout-ms)",
+    }.get(summary.stopped_by, f"stopped by {summary.stopped_by}")
+    plural = "" if summary.records == 1 else "s"
+    print(f"{summary.records} record{plural} read from {args.name} ({args.isolation_level}; "
+          f"{ended}).", file=sys.stderr, flush=True)  # fmt: skip
+    return 0
+
+
+def _produce(args: argparse.Namespace) -> int:
+    """``topics produce``: one record per ``--value`` or per line of stdin."""
+    from streamplatform.kafka import topic_tools
+
+    separator = None if args.no_key else args.key_separator.replace("\\t", "\t")
+    lines = args.value if args.value else sys.stdin
+    try:
+        produced = topic_tools.produce(
+            {"bootstrap.servers": _bootstrap(args)}, args.name, lines,
+            key_serde=args.key_serde, value_serde=args.value_serde, key_separator=separator,
+            headers=args.header, partition=args.partition,
+            null_value=args.null_value,
+        )  # fmt: skip
+    except topic_tools.TopicToolError as error:
+        print(f"streamplatform topics produce: {error}", file=sys.stderr)
+        return 1
+    for record in produced if args.json else ():
+        print(json.dumps({"partition": record.partition, "offset": record.offset}))
+    plural = "" if len(produced) == 1 else "s"
+    print(f"{len(produced)} record{plural} written to {args.name}.", file=sys.stderr)
     return 0
 
 
@@ -92,11 +161,25 @@ def _placement(args: argparse.Namespace) -> int:
     return 0
 
 
+def topology_importable_from_cwd() -> None:
+    """Let ``--topology`` name a module of the current directory, as ``python -m`` does: the
+    current directory goes first on ``sys.path`` (a console script's own first entry is its
+    bin directory), and first on ``PYTHONPATH``, which the Python workers of a local Spark
+    master inherit (they import the topology's module to unpickle its functions)."""
+    cwd = os.getcwd()
+    if sys.path[:1] != [cwd]:
+        sys.path.insert(0, cwd)
+    entries = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    if entries[:1] != [cwd]:
+        os.environ["PYTHONPATH"] = os.pathsep.join([cwd, *entries])
+
+
 def _job(args: argparse.Namespace) -> Any:
     """The StreamingJob of ``--topology``, ``--set`` and ``--delta-sink``."""
     from streamplatform.config import load_object
     from streamplatform.runtime.microbatch import StreamingJob
 
+    topology_importable_from_cwd()
     topology = load_object(args.topology)
     if callable(topology):
         topology = topology()
@@ -109,50 +192,187 @@ EXIT_STOPPED = 0  # stopped on request (SIGTERM/SIGINT), or caught up with --unt
 EXIT_BATCH_FAILED = 1  # a batch failed, nothing of it committed: restart, it is replayed
 EXIT_BAD_SETTINGS = 2  # a wrong setting or topology: fix the command, restarting will not help
 EXIT_CLAIMED = 3  # another driver holds the job (or took it over): do not start a second one
+EXIT_REPLAY_REFUSED = 4  # a person must decide: the uncommitted batch was planned under other
+#                          code or settings (ReplayRefused); restarting will not help
+EXIT_INTERRUPTED = 130  # a signal interrupted the batch in flight (a second SIGTERM/SIGINT):
+#                         nothing of it is committed; safe to restart, the batch is replayed
+
+EXIT_CODES_HELP = (
+    "exit codes: 0 stopped on request (or caught up); 1 a batch failed, nothing of it "
+    "committed (restart: it is replayed); 2 a wrong setting or topology (fix the command); "
+    "3 another driver holds the job (do not start a second one); 4 a person must decide: the "
+    "uncommitted batch was planned under other code or settings (ReplayRefused; run the old "
+    "code, or discard-batch); 130 interrupted by a signal in the middle of a batch (a second "
+    "SIGTERM/SIGINT): nothing of it is committed, safe to restart, the batch is replayed"
+)
+
+
+@dataclass
+class _RunState:
+    """Where `streamplatform run` is, for the one line an interrupt gets."""
+
+    job: Any = None
+    phase: str = "starting"  # starting | running | closing
+    last_batch: int | None = None  # the last batch that committed in this run
 
 
 def _run(args: argparse.Namespace) -> int:
     """A job in continuous mode (StreamingJob.run_forever), one progress line per batch."""
+    state = _RunState()
+    try:
+        with _sigterm_interrupts():
+            return _run_job(args, state)
+    except KeyboardInterrupt as interrupt:
+        return _interrupted(interrupt, state)
+
+
+def _run_job(args: argparse.Namespace, state: _RunState) -> int:
     from streamplatform.config import ConfigError
     from streamplatform.runtime.claim import JobClaimedError, JobFencedError
-
-    def progress(batch: Any) -> None:
-        print(f"batch {batch.batch_id}: {batch.records_in} in, {batch.records_out} out, "
-              f"{batch.duplicates_dropped} duplicates dropped, {batch.dlq_records} to the DLQ, "
-              f"lag {batch.lag}, {batch.duration_ms} ms" + (" (replayed)" if batch.replayed
-                                                           else ""), flush=True)  # fmt: skip
+    from streamplatform.runtime.microbatch import ReplayRefused
 
     try:
-        job = _job(args)
+        job = state.job = _job(args)
     except (ConfigError, ImportError, AttributeError, ValueError) as error:
         print(f"streamplatform run: {error}", file=sys.stderr)
         return EXIT_BAD_SETTINGS
+    configured = job.config["processing.guarantee"]
+    print(f"streamplatform run: {job.config['application.id']}, "
+          f"processing.guarantee={configured}", flush=True)  # fmt: skip
+
+    def progress(batch: Any) -> None:
+        state.last_batch = batch.batch_id
+        guarantee = getattr(batch, "guarantee", None) or configured
+        print(f"batch {batch.batch_id} ({guarantee}): {batch.records_in} in, "
+              f"{batch.records_out} out, {batch.duplicates_dropped} duplicates dropped, "
+              f"{batch.dlq_records} to the DLQ, lag {batch.lag}, {batch.duration_ms} ms"
+              + (" (replayed)" if batch.replayed else ""), flush=True)  # fmt: skip
+
+    state.phase = "running"
     try:
         if args.until_caught_up:
-            for batch in job.run_until_caught_up():
+            while (batch := job.run_batch()) is not None:
                 progress(batch)
         else:
             job.run_forever(args.trigger_interval_ms, args.idle_interval_ms, on_batch=progress)
+        code = EXIT_STOPPED
+    except KeyboardInterrupt as interrupt:
+        return _interrupted(interrupt, state)  # its line first, then the job is closed
     except (JobClaimedError, JobFencedError) as error:
         print(f"streamplatform run: {error}", file=sys.stderr)
-        return EXIT_CLAIMED
+        code = EXIT_CLAIMED
+    except ReplayRefused as error:
+        print(f"streamplatform run: a person must decide (exit {EXIT_REPLAY_REFUSED}; "
+              f"restarting will not help): {error}", file=sys.stderr)  # fmt: skip
+        code = EXIT_REPLAY_REFUSED
     except ConfigError as error:
         print(f"streamplatform run: {error}", file=sys.stderr)
-        return EXIT_BAD_SETTINGS
+        code = EXIT_BAD_SETTINGS
     except Exception:
         logging.getLogger("streamplatform.cli").exception(
             "streamplatform run: a batch failed; nothing of it is committed, and the next run "
             "replays it"
         )
-        return EXIT_BATCH_FAILED
+        code = EXIT_BATCH_FAILED
+    except BaseException:
+        _close_quietly(job)
+        raise
+    state.phase = "closing"
+    job.close()  # a KeyboardInterrupt here ends in _run's _interrupted, also in one line
+    return code
+
+
+@contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt, as SIGINT does, where nothing else handles it (while
+    the job starts, closes, or runs --until-caught-up): the process then ends through
+    _interrupted with one line, not killed mid-write. run_forever's own handlers come first
+    while it runs (the first signal finishes the batch in flight)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous is not signal.SIG_DFL:
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt("SIGTERM")
+
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
     finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupted(interrupt: BaseException, state: _RunState) -> int:
+    """The one line of an interrupted `streamplatform run`; EXIT_INTERRUPTED."""
+    with _ignoring_signals():  # a third signal does not turn this into a traceback
+        reason = str(interrupt.args[0]) if interrupt.args else ""
+        name = reason.split()[0] if reason.startswith("SIG") else "SIGINT"
+        again = " again:" in reason  # run_forever's: "SIGTERM again: the batch ... interrupted"
+        by = f"a second {name}" if again else name
+        if state.phase == "running":
+            batch = _batch_in_flight(state)
+            during = "the batch in flight" if batch is None else f"batch {batch}"
+            line = (f"interrupted by {by} during {during}; nothing of it is committed, the "
+                    "next run replays it")  # fmt: skip
+        elif state.phase == "closing":
+            done = "" if state.last_batch is None else f" (batch {state.last_batch} committed)"
+            line = f"interrupted by {by} while closing the job{done}; safe to restart"
+        else:
+            line = f"interrupted by {by} while starting, before any batch ran; safe to restart"
+        print(f"streamplatform run: {line} (exit {EXIT_INTERRUPTED})", file=sys.stderr,
+              flush=True)  # fmt: skip
+        if state.job is not None and state.phase == "running":
+            _close_quietly(state.job)
+    return EXIT_INTERRUPTED
+
+
+def _batch_in_flight(state: _RunState) -> int | None:
+    """The id of the batch an interrupt hit: the one after the last committed (in this run,
+    else in the commit log); None when that cannot be told."""
+    if state.last_batch is not None:
+        return state.last_batch + 1
+    try:
+        last = state.job.commit_log.last()
+    except Exception:  # noqa: BLE001 - only for the message: a fake job, an unreachable root
+        return None
+    return 0 if last is None else int(last.batch_id) + 1
+
+
+def _close_quietly(job: Any) -> None:
+    """job.close() after an interrupt, where its own finally did not run; what it raises is
+    logged in one line (the claim expires with its lease anyway)."""
+    try:
         job.close()
-    return EXIT_STOPPED
+    except Exception as error:  # noqa: BLE001 - after an interrupt, one line is worth more
+        logging.getLogger("streamplatform.cli").warning("closing the job: %s", error)
+
+
+@contextmanager
+def _ignoring_signals() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _discard_batch(args: argparse.Namespace) -> int:
     """StreamingJob.discard_uncommitted_batch() for a job given by import path and settings."""
-    job = _job(args)
+    from streamplatform.config import ConfigError
+
+    try:
+        job = _job(args)
+    except (ConfigError, ImportError, AttributeError, ValueError) as error:
+        print(f"streamplatform discard-batch: {error}", file=sys.stderr)
+        return EXIT_BAD_SETTINGS
     try:
         batch = job.discard_uncommitted_batch()
     finally:
@@ -185,12 +405,12 @@ def build_parser() -> argparse.ArgumentParser:
     broker.add_argument("--fresh", action="store_true", help="wipe the broker's data first")
     broker.set_defaults(run=_broker)
 
-    topics = commands.add_parser("topics", help="create or list topics")
-    topics.add_argument("action", choices=["create", "list"])
-    topics.add_argument("name", nargs="?")
-    topics.add_argument("--partitions", type=int, default=1)
-    topics.add_argument("--bootstrap-servers")
+    topics = commands.add_parser(
+        "topics", help="create, list, produce to or read topics (a DLQ, an output topic)"
+    )
+    topics.add_argument("--bootstrap-servers", help="default: the local broker")
     topics.set_defaults(run=_topics)
+    _topic_commands(topics)
 
     from streamplatform.placement import planfile
 
@@ -213,7 +433,13 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser(
         "run",
         help="run a job in continuous mode until SIGTERM/SIGINT (the batch in flight "
-        "finishes); exit 0 stopped, 1 a batch failed, 2 wrong settings, 3 claimed elsewhere",
+        "finishes); exit 0 stopped, 1 a batch failed, 2 wrong settings, 3 claimed elsewhere, "
+        "4 a person must decide (ReplayRefused), 130 interrupted mid-batch (replayed)",
+        description="Run a job in continuous mode until SIGTERM/SIGINT: the batch in flight "
+        "finishes and commits, then the job stops (a second signal interrupts the batch). "
+        "One line at start names the job and its processing.guarantee, then one progress "
+        "line per batch.",
+        epilog=EXIT_CODES_HELP,
     )
     _job_arguments(run)
     run.add_argument(
@@ -258,6 +484,87 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _topic_commands(topics: argparse.ArgumentParser) -> None:
+    actions = topics.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    def action(name: str, help: str, **kwargs: Any) -> argparse.ArgumentParser:
+        command = actions.add_parser(name, help=help, description=help, **kwargs)
+        command.add_argument(
+            "--bootstrap-servers", default=argparse.SUPPRESS, help="default: the local broker"
+        )
+        return command
+
+    create = action("create", "create a topic (nothing happens if it exists)")
+    create.add_argument("name", metavar="NAME")
+    create.add_argument("--partitions", type=int, default=1)
+    action("list", "the topics and their partition counts")
+
+    serdes = ["string", "json", "bytes", "long"]
+    produce = action(
+        "produce",
+        "write one record per line of stdin (or per --value): key<TAB>value, or a value alone "
+        "when the line has no separator; bytes serde: hex digits",
+    )
+    produce.add_argument("name", metavar="TOPIC")
+    produce.add_argument(
+        "--value", action="append", metavar="LINE",
+        help="a record, key<TAB>value or value, instead of stdin (repeatable)",
+    )  # fmt: skip
+    produce.add_argument(
+        "--key-separator", default="\t", metavar="SEP", help="between key and value (default TAB)"
+    )
+    produce.add_argument("--no-key", action="store_true", help="the whole line is the value")
+    produce.add_argument(
+        "--header", action="append", default=[], metavar="NAME=VALUE",
+        help="a header on every record (repeatable; UTF-8)",
+    )  # fmt: skip
+    produce.add_argument(
+        "--partition", type=int, metavar="P", help="all to partition P (default: by key)"
+    )
+    produce.add_argument(
+        "--null-value", metavar="TEXT", help="a value equal to TEXT is sent as null (a tombstone)"
+    )
+    produce.add_argument("--key-serde", choices=serdes, default="string")
+    produce.add_argument("--value-serde", choices=serdes, default="string")
+    produce.add_argument(
+        "--json", action="store_true", help="print each record's partition and offset as JSON"
+    )
+
+    consume = action(
+        "consume",
+        "print a topic's records: partition, offset, timestamp, key, value, headers (as text "
+        "when UTF-8, else hex). Ends at the end of every partition unless --follow; the count "
+        "goes to stderr. Joins no consumer group, commits nothing.",
+        aliases=["tail"],
+    )
+    consume.add_argument("name", metavar="TOPIC")
+    start = consume.add_mutually_exclusive_group()
+    start.add_argument(
+        "--from-beginning", action="store_true", help="from the first record (the default)"
+    )
+    start.add_argument("--from-end", action="store_true", help="only records written from now")
+    consume.add_argument(
+        "--partition", type=int, action="append", metavar="P", help="only P (repeatable)"
+    )
+    consume.add_argument("--max-messages", type=int, metavar="N", help="stop after N records")
+    consume.add_argument(
+        "--timeout-ms", type=int, metavar="MS",
+        help="stop after MS without a record (default 10000; with --follow: never)",
+    )  # fmt: skip
+    consume.add_argument(
+        "--follow", action="store_true",
+        help="keep waiting for new records until Ctrl-C or SIGTERM (exit 0)",
+    )  # fmt: skip
+    consume.add_argument(
+        "--isolation-level", choices=["read_committed", "read_uncommitted"],
+        default="read_committed",
+        help="read_committed (default) hides open and aborted transactions' records",
+    )  # fmt: skip
+    consume.add_argument("--key-serde", choices=serdes, default="string")
+    consume.add_argument("--value-serde", choices=serdes, default="string")
+    consume.add_argument("--json", action="store_true", help="one JSON object per record")
+
+
 def _job_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--topology", required=True, metavar="IMPORT.PATH",
@@ -279,9 +586,13 @@ def _job_arguments(command: argparse.ArgumentParser) -> None:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
-    if args.command == "topics" and args.action == "create" and not args.name:
-        build_parser().error("topics create needs a topic NAME")
-    return int(args.run(args))
+    try:
+        return int(args.run(args))
+    except KeyboardInterrupt as interrupt:
+        if args.command == "run":  # escaped _run's own handling: the same line and code
+            return _interrupted(interrupt, _RunState(phase="starting"))
+        print(f"streamplatform {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":
