@@ -1,0 +1,333 @@
+"""`streamplatform` without a broker or Spark: the exit codes of `run` and their one line,
+the start-up and progress lines, --topology from the current directory, the topics parser, and
+how `topics consume` shows what it reads."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from streamplatform import cli
+from streamplatform.config import ConfigError
+from streamplatform.kafka import topic_tools
+from streamplatform.runtime.claim import JobClaimedError
+from streamplatform.runtime.microbatch import ReplayRefused
+
+RUN = ["run", "--topology", "unused:x", "--set", "application.id=orders"]
+
+
+@dataclass
+class Batch:
+    batch_id: int
+    records_in: int = 5
+    records_out: int = 4
+    duplicates_dropped: int = 1
+    dlq_records: int = 0
+    lag: int = 0
+    duration_ms: int = 12
+    replayed: bool = False
+
+
+class FakeJob:
+    """Runs ``batches`` batches, then raises ``fail`` (if any); ``close`` raises
+    ``close_fails`` (if any)."""
+
+    def __init__(self, batches=0, fail=None, close_fails=None, guarantee="exactly_once_v2"):
+        self.config = {"application.id": "orders", "processing.guarantee": guarantee}
+        self.batches, self.fail, self.close_fails = batches, fail, close_fails
+        self.closed = 0
+        self.next_id = 0
+
+    def run_forever(self, trigger_interval_ms, idle_interval_ms, on_batch):
+        for batch_id in range(self.batches):
+            on_batch(Batch(batch_id))
+        if self.fail is not None:
+            raise self.fail
+        return self.batches
+
+    def run_batch(self):
+        if self.next_id < self.batches:
+            self.next_id += 1
+            return Batch(self.next_id - 1)
+        if self.fail is not None:
+            raise self.fail
+        return None
+
+    def close(self):
+        self.closed += 1
+        if self.close_fails is not None:
+            raise self.close_fails
+
+
+def _run(monkeypatch, capsys, job, *options):
+    monkeypatch.setattr(cli, "_job", lambda args: job)
+    code = cli.main([*RUN, *options])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _one_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def test_replay_refused_is_exit_4_a_person_must_decide_in_one_line(monkeypatch, capsys):
+    refused = ReplayRefused("orders: batch 7 was planned under another topology, code or settings")
+    job = FakeJob(batches=2, fail=refused)
+    code, out, err = _run(monkeypatch, capsys, job)
+    assert code == cli.EXIT_REPLAY_REFUSED == 4
+    line = _one_line(err)
+    assert line.startswith("streamplatform run: a person must decide (exit 4")
+    assert "batch 7 was planned under another topology" in line
+    assert job.closed == 1
+
+
+def test_a_second_sigterm_in_a_batch_is_exit_130_with_one_line_naming_the_batch(
+    monkeypatch, capsys
+):
+    # What run_forever's signal handler raises on the second SIGTERM.
+    interrupt = KeyboardInterrupt("SIGTERM again: the batch in flight is interrupted")
+    job = FakeJob(batches=3, fail=interrupt)
+    code, out, err = _run(monkeypatch, capsys, job)
+    assert code == cli.EXIT_INTERRUPTED == 130
+    assert _one_line(err) == (
+        "streamplatform run: interrupted by a second SIGTERM during batch 3; nothing of it is "
+        "committed, the next run replays it (exit 130)"
+    )
+    assert job.closed == 1  # closed after the line, once
+
+
+def test_ctrl_c_before_any_batch_committed_names_the_batch_in_flight_when_it_can(
+    monkeypatch, capsys
+):
+    job = FakeJob(fail=KeyboardInterrupt())  # a plain Ctrl-C; no commit log to ask
+    code, _, err = _run(monkeypatch, capsys, job, "--until-caught-up")
+    assert code == 130
+    assert _one_line(err).startswith(
+        "streamplatform run: interrupted by SIGINT during the batch in flight; nothing of it"
+    )
+
+
+def test_an_interrupt_while_closing_is_one_line_too(monkeypatch, capsys):
+    job = FakeJob(batches=2, close_fails=KeyboardInterrupt("SIGTERM"))
+    code, _, err = _run(monkeypatch, capsys, job)
+    assert code == 130
+    assert _one_line(err) == (
+        "streamplatform run: interrupted by SIGTERM while closing the job (batch 1 committed); "
+        "safe to restart (exit 130)"
+    )
+
+
+def test_an_interrupt_while_the_job_starts_is_one_line(monkeypatch, capsys):
+    def starting(args):
+        raise KeyboardInterrupt()
+
+    monkeypatch.setattr(cli, "_job", starting)
+    assert cli.main(RUN) == 130
+    assert "while starting, before any batch ran" in _one_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (JobClaimedError("orders: the job is held by host-1"), cli.EXIT_CLAIMED),
+        (ConfigError("unknown setting foo"), cli.EXIT_BAD_SETTINGS),
+    ],
+)
+def test_claimed_and_bad_settings_keep_their_codes(monkeypatch, capsys, error, code):
+    assert _run(monkeypatch, capsys, FakeJob(fail=error))[0] == code
+
+
+def test_a_failed_batch_is_exit_1(monkeypatch, capsys):
+    job = FakeJob(batches=1, fail=RuntimeError("executor lost"))
+    code, _, err = _run(monkeypatch, capsys, job)
+    assert code == cli.EXIT_BATCH_FAILED == 1
+    assert job.closed == 1
+
+
+def test_start_up_and_progress_lines_name_the_processing_guarantee(monkeypatch, capsys):
+    code, out, _ = _run(monkeypatch, capsys, FakeJob(batches=3), "--until-caught-up")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == "streamplatform run: orders, processing.guarantee=exactly_once_v2"
+    assert lines[1] == (
+        "batch 0 (exactly_once_v2): 5 in, 4 out, 1 duplicates dropped, 0 to the DLQ, lag 0, 12 ms"
+    )
+    assert len(lines) == 4
+
+
+def test_the_progress_line_takes_the_batch_s_own_guarantee(monkeypatch, capsys):
+    @dataclass
+    class GuaranteedBatch(Batch):
+        guarantee: str = "at_least_once"
+
+    job = FakeJob()
+    job.run_forever = lambda trigger, idle, on_batch: on_batch(GuaranteedBatch(0))
+    _, out, _ = _run(monkeypatch, capsys, job)
+    assert out.splitlines()[1].startswith("batch 0 (at_least_once): ")
+
+
+def test_every_exit_code_is_in_run_s_help(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for code in ("0 stopped", "1 a batch failed", "2 a wrong setting", "3 another driver",
+                 "4 a person must decide", "130 interrupted"):  # fmt: skip
+        assert code in text
+
+
+FAKE_RUN = """
+import os, signal, sys, time
+from streamplatform import cli
+from streamplatform.runtime.microbatch import _StopOnSignals
+
+
+class Job:
+    config = {{"application.id": "orders", "processing.guarantee": "exactly_once_v2"}}
+
+    def run_forever(self, trigger_interval_ms, idle_interval_ms, on_batch):
+        import threading
+
+        with _StopOnSignals(threading.Event(), "orders"):  # run_forever's own handlers
+            for signum in {signals}:
+                os.kill(os.getpid(), signum)
+                time.sleep(0.2)
+            time.sleep(30)  # the batch in flight
+
+    def close(self):
+        pass
+
+
+cli._job = lambda args: Job()
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("signals", ["[signal.SIGTERM] * 2", "[signal.SIGINT] * 2"])
+def test_a_real_second_signal_ends_the_process_with_130_one_line_and_no_traceback(
+    tmp_path, signals
+):
+    script = tmp_path / "fake_run.py"
+    script.write_text(FAKE_RUN.format(signals=signals))
+    done = subprocess.run([sys.executable, str(script), *RUN], capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert done.returncode == 130, done.stderr
+    name = "SIGTERM" if "SIGTERM" in signals else "SIGINT"
+    lines = [line for line in done.stderr.splitlines() if line.startswith("streamplatform run:")]
+    assert lines == [
+        f"streamplatform run: interrupted by a second {name} during the batch in flight; "
+        "nothing of it is committed, the next run replays it (exit 130)"
+    ], done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_topology_resolves_from_the_current_directory_first(tmp_path, monkeypatch):
+    package = tmp_path / "myteam_cwd"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "topologies.py").write_text("x = 'the topology'\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    from streamplatform.config import load_object
+
+    with pytest.raises(ValueError, match="cannot import"):
+        load_object("myteam_cwd.topologies:x")
+    cli.topology_importable_from_cwd()
+    cli.topology_importable_from_cwd()  # idempotent
+    assert load_object("myteam_cwd.topologies:x") == "the topology"
+    assert sys.path[0] == str(tmp_path) and sys.path.count(str(tmp_path)) == 1
+    # Spark's Python workers of a local master inherit it through PYTHONPATH.
+    assert os.environ["PYTHONPATH"] == os.pathsep.join([str(tmp_path), "/elsewhere"])
+    sys.modules.pop("myteam_cwd.topologies", None)
+    sys.modules.pop("myteam_cwd", None)
+
+
+def test_the_console_script_imports_the_topology_from_its_working_directory(tmp_path):
+    """The installed ``streamplatform`` script (sys.path[0] is its bin directory), with no
+    PYTHONPATH: the module in the working directory is found; the command then stops at the
+    missing bootstrap.servers, a later step than the import (exit 2)."""
+    (tmp_path / "myteam").mkdir()
+    (tmp_path / "myteam" / "__init__.py").write_text("")
+    (tmp_path / "myteam" / "topologies.py").write_text(textwrap.dedent("""
+        from streamplatform import StreamsBuilder
+        from streamplatform.serdes import Serdes
+
+        def x():
+            print("topology built", flush=True)
+            b = StreamsBuilder()
+            b.stream("in", Serdes.string(), Serdes.string()).to("out")
+            return b.build()
+    """))  # fmt: skip
+    script = Path(sys.executable).parent / "streamplatform"
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    done = subprocess.run(
+        [str(script), "run", "--topology", "myteam.topologies:x", "--set", "application.id=a"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert "topology built" in done.stdout, done.stderr
+    assert "cannot import" not in done.stderr
+    assert done.returncode == cli.EXIT_BAD_SETTINGS, done.stderr
+    assert "bootstrap.servers" in done.stderr
+
+
+def test_topics_parser_takes_the_servers_before_or_after_the_action():
+    parser = cli.build_parser()
+    before = parser.parse_args(["topics", "--bootstrap-servers", "h:1", "list"])
+    after = parser.parse_args(["topics", "list", "--bootstrap-servers", "h:2"])
+    assert (before.action, before.bootstrap_servers) == ("list", "h:1")
+    assert (after.action, after.bootstrap_servers) == ("list", "h:2")
+    tail = parser.parse_args(["topics", "tail", "dlq", "--follow", "--from-end"])
+    assert (tail.action, tail.name, tail.follow, tail.from_end) == ("tail", "dlq", True, True)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["topics", "create"])  # needs a NAME
+    with pytest.raises(SystemExit):
+        parser.parse_args(["topics", "consume", "t", "--from-end", "--from-beginning"])
+
+
+def test_a_record_is_shown_whole_even_when_its_value_is_not_what_the_serde_reads():
+    record = topic_tools.ConsumedRecord(
+        topic="orders-dlq", partition=0, offset=41, timestamp=1_764_000_000_123,
+        timestamp_type="CreateTime",
+        key=topic_tools.decode(topic_tools.serde("string"), b"k1"),
+        value=topic_tools.decode(topic_tools.serde("json"), b"{poison"),
+        headers=[("__streams.errors.stacktrace", b"Traceback:\n  line 1\nError"),
+                 ("bin", b"\x00\xff"), ("none", None)],
+    )  # fmt: skip
+    text = record.as_text("string", "json")
+    assert text.splitlines()[0] == (
+        "partition 0  offset 41  timestamp 2025-11-24T16:00:00.123Z (1764000000123, CreateTime)"
+    )
+    assert "  key: k1" in text
+    assert "  value: {poison  (not json: not JSON:" in text
+    assert "    __streams.errors.stacktrace: Traceback:\n        line 1\n      Error" in text
+    assert "    bin: hex:00ff" in text and "    none: null" in text
+    data = record.as_json()
+    assert data["value"]["raw"] == "{poison" and "not JSON" in data["value"]["error"]
+    assert data["headers"][1:] == [{"name": "bin", "hex": "00ff"}, {"name": "none", "value": None}]
+
+
+@pytest.mark.parametrize(
+    ("serde", "text", "data"),
+    [
+        ("string", "héllo", "héllo".encode()),
+        ("json", '{"id": 1}', b'{"id":1}'),
+        ("long", "-5", (-5).to_bytes(8, "big", signed=True)),
+        ("bytes", "00ff", b"\x00\xff"),
+    ],
+)
+def test_produce_encodes_text_with_each_serde(serde, text, data):
+    assert topic_tools.encode(serde, text, "value") == data
+
+
+def test_produce_names_the_line_that_is_not_what_its_serde_takes():
+    with pytest.raises(topic_tools.TopicToolError, match="line 2: value '{x' is not json"):
+        topic_tools.encode("json", "{x", "line 2: value")
