@@ -1,0 +1,112 @@
+"""`streamplatform run` with Spark, as a supervisor runs it: a second SIGTERM in the middle of a
+batch ends the process with exit 130 and one line (no traceback), and the next run replays the
+batch; the topology comes from a module in the working directory, without PYTHONPATH."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from streamplatform import cli
+from streamplatform.kafka import TopicSpec, create_topics, producer
+
+pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.slow]
+
+TOPOLOGY_MODULE = """
+from streamplatform import StreamsBuilder
+from streamplatform.serdes import Serdes
+
+
+def upper():
+    b = StreamsBuilder()
+    b.stream({source!r}, Serdes.string(), Serdes.string()).map_values(str.upper).to({sink!r})
+    return b.build()
+"""
+
+
+def _wait_for(what, condition, log: Path, timeout_s: float = 240) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}; the driver said:\n{log.read_text()[-3000:]}")
+        time.sleep(0.05)
+
+
+@pytest.mark.timeout(600)
+def test_a_second_sigterm_mid_batch_is_exit_130_in_one_line_and_the_batch_is_replayed(
+    kafka_settings, topic_name, tmp_path
+):
+    source, sink = topic_name, f"{topic_name}-upper"
+    create_topics(kafka_settings, [TopicSpec(source, 1)])
+    writer = producer(kafka_settings)
+    for n in range(5):
+        writer.produce(source, key=f"k{n}", value=f"v{n}")
+    assert writer.flush(30) == 0
+    (tmp_path / "myteam").mkdir()
+    (tmp_path / "myteam" / "__init__.py").write_text("")
+    (tmp_path / "myteam" / "topologies.py").write_text(
+        TOPOLOGY_MODULE.format(source=source, sink=sink)
+    )
+    app = f"cli-run-{uuid.uuid4().hex[:6]}"
+    settings = {
+        "application.id": app,
+        "bootstrap.servers": kafka_settings["bootstrap.servers"],
+        "processing.guarantee": "exactly_once_v2",
+        "platform.delta.root": str(tmp_path / "delta"),
+        "state.dir": str(tmp_path / "state"),
+        "platform.spark.master": "local[1]",
+    }
+    command = [
+        str(Path(sys.executable).parent / "streamplatform"),
+        "run",
+        "--topology",
+        "myteam.topologies:upper",
+        "--delta-sink",
+        sink,
+        *(arg for key, value in settings.items() for arg in ("--set", f"{key}={value}")),
+    ]
+    pause = tmp_path / "pause"
+    pause.mkdir()
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    held = env | {"STREAMPLATFORM_PAUSE": "after_outputs:0",  # outputs written, not committed
+                  "STREAMPLATFORM_PAUSE_DIR": str(pause)}  # fmt: skip
+    out, err = tmp_path / "driver.out", tmp_path / "driver.err"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        driver = subprocess.Popen(command, cwd=tmp_path, env=held, stdout=stdout, stderr=stderr,
+                                  start_new_session=True)  # fmt: skip
+    try:
+        _wait_for("batch 0 to reach its pause", (pause / "paused").exists, err)
+        driver.send_signal(signal.SIGTERM)
+        _wait_for("the first SIGTERM", lambda: "SIGTERM received" in err.read_text(), err)
+        driver.send_signal(signal.SIGTERM)
+        code = driver.wait(120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(driver.pid, signal.SIGKILL)  # its Spark JVM
+        driver.wait(60)
+    stderr_text = err.read_text()
+    assert code == cli.EXIT_INTERRUPTED == 130, stderr_text[-3000:]
+    assert out.read_text().splitlines()[0] == (
+        f"streamplatform run: {app}, processing.guarantee=exactly_once_v2"
+    )
+    ours = [line for line in stderr_text.splitlines() if line.startswith("streamplatform run:")]
+    assert ours == [
+        "streamplatform run: interrupted by a second SIGTERM during batch 0; nothing of it is "
+        "committed, the next run replays it (exit 130)"
+    ], stderr_text[-3000:]
+    assert "Traceback" not in stderr_text, stderr_text[-5000:]
+
+    again = subprocess.run([*command, "--until-caught-up"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert again.returncode == 0, again.stderr[-3000:]
+    progress = [line for line in again.stdout.splitlines() if line.startswith("batch ")]
+    assert progress[0].startswith("batch 0 (exactly_once_v2): 5 in, 5 out, ")
+    assert progress[0].endswith("(replayed)")
