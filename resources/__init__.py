@@ -21,7 +21,7 @@ from typing import Any
 
 from pipelines import Topics
 from resources.placement import StandbyPlacementResource, placement_from_env
-from streamplatform.dagster import KafkaConnection, SparkSettings, StreamplatformResource
+from streamplatform.dagster import KafkaConnection, StreamplatformResource, platform_pyspark
 
 # Kafka client settings from the environment, beside KAFKA_BOOTSTRAP_SERVERS.
 KAFKA_ENVIRONMENT = {
@@ -75,7 +75,7 @@ def streamplatform_from_env(environ: Mapping[str, str] = os.environ) -> Streampl
                 name: environ[var] for var, name in KAFKA_ENVIRONMENT.items() if environ.get(var)
             },  # fmt: skip
         ),
-        spark=SparkSettings(master=environ.get("SPARK_MASTER", "")),
+        spark=platform_pyspark(environ.get("SPARK_MASTER", "")),
         delta_root=environ.get("STREAMPLATFORM_DELTA_ROOT", ""),
         state_dir=environ.get("STREAMPLATFORM_STATE_DIR", ""),
     )
@@ -96,7 +96,7 @@ def local_resources(
     return {
         "streamplatform": StreamplatformResource(
             kafka=KafkaConnection(bootstrap_servers=bootstrap_servers),
-            spark=SparkSettings(master=spark_master),
+            spark=platform_pyspark(spark_master),
             delta_root="" if root is None else str(root / "delta"),
             state_dir="" if root is None else str(root / "state"),
         ),

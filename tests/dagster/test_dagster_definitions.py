@@ -5,9 +5,11 @@ broker, no Spark: the sensor reads materialization metadata only)."""
 from __future__ import annotations
 
 import doctest
+import sys
 
 import dagster as dg
 import pytest
+from dagster_pyspark import LazyPySparkResource
 
 import assets.dedup_audit
 import definitions
@@ -102,7 +104,13 @@ def test_resources_come_from_the_environment(monkeypatch):
         "bootstrap.servers": "broker-1:9092,broker-2:9092",
         "security.protocol": "SASL_SSL",
     }
-    assert resource.spark.master == "spark://cluster:7077"
+    # Spark: dagster-pyspark's lazy resource on that master, with the platform's settings.
+    assert isinstance(resource.spark, LazyPySparkResource)
+    conf = resource.spark.spark_config
+    assert conf["spark.master"] == "spark://cluster:7077"
+    assert conf["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
+    assert "delta-spark" in conf["spark.jars"] and "spark-sql-kafka" in conf["spark.jars"]
+    assert conf["spark.pyspark.python"] == sys.executable
     [dedup, _] = definitions.mission_jobs(MissionConfig())
     assert resource.app_root(dedup) == "s3a://bucket/streams/transactions-dedup"
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+from dagster_pyspark import LazyPySparkResource
 
 from streamplatform.config import ConfigError
 from streamplatform.dagster import (
@@ -160,15 +161,22 @@ def test_the_components_resource_attribute_binds_the_resource():
     component = StreamingJobComponent(
         name="orders", topology="tests.dagster.test_integration:_tiny_topology",
         resource={"kafka": {"bootstrap_servers": "kafka-1:9092", "settings": {
-            "security.protocol": "SASL_SSL"}}, "spark": {"master": "spark://m:7077"},
+            "security.protocol": "SASL_SSL"}}, "spark": {"master": "spark://m:7077", "conf": {
+            "spark.executor.memory": "8g"}, "stop_after_run": False},
             "delta_root": "s3a://bucket/streams", "state_dir": "/mnt/state"},
     )  # fmt: skip
     defs = dg.build_defs_for_component(component)
     resource = defs.resources["streamplatform"]
     assert resource.kafka_settings() == {"bootstrap.servers": "kafka-1:9092",
                                          "security.protocol": "SASL_SSL"}  # fmt: skip
-    assert (resource.spark.master, resource.delta_root_path(), resource.state_dir_path()) == (
-        "spark://m:7077", "s3a://bucket/streams", "/mnt/state")  # fmt: skip
+    assert (resource.delta_root_path(), resource.state_dir_path()) == (
+        "s3a://bucket/streams", "/mnt/state")  # fmt: skip
+    # Spark: dagster-pyspark's lazy resource, the platform's settings and the declared ones.
+    assert isinstance(resource.spark, LazyPySparkResource)
+    conf = resource.spark.spark_config
+    assert (conf["spark.master"], conf["spark.executor.memory"]) == ("spark://m:7077", "8g")
+    assert conf["spark.sql.catalog.spark_catalog"].endswith("DeltaCatalog")
+    assert resource.stop_spark_after_run is False
 
 
 def test_a_wrong_declaration_stops_loading_with_the_setting_named(tmp_path):

@@ -38,7 +38,11 @@ from streamplatform.dagster.factory import (
     streaming_definitions,
     topic_key,
 )
-from streamplatform.dagster.resource import KafkaConnection, SparkSettings, StreamplatformResource
+from streamplatform.dagster.resource import (
+    KafkaConnection,
+    StreamplatformResource,
+    platform_pyspark,
+)
 from streamplatform.dagster.spec import AsOfJoin, StreamingJobSpec
 
 
@@ -56,12 +60,12 @@ __all__ = [
     "RESOURCE_KEY",
     "AsOfJoin",
     "KafkaConnection",
-    "SparkSettings",
     "StreamingJobComponent",
     "StreamingJobSpec",
     "StreamplatformResource",
     "job_pool",
     "late_version_backfill_sensor",
+    "platform_pyspark",
     "pools",
     "snapshot_asset_name",
     "snapshot_path",

@@ -6,11 +6,17 @@ For each :class:`StreamingJobSpec` it yields:
   source partition is read to its end; it depends on its source topics as external assets
   (``kafka/<topic>``), runs in the job's pool ``streamplatform/<application.id>`` (the instance
   limits each pool to one run, so a second launch waits in the queue), and reports what it did
-  as metadata (rows in and out, duplicates dropped, late records, join misses, DLQ records,
-  throughput, the event-time watermark, lag, consumed offsets, every runtime metric); the
-  Kafka topics it writes are assets it materializes too (``kafka/<topic>``), so a job reading
-  one of them is downstream of it;
-- its **asset checks**, evaluated with each materialization: ``caught_up`` (no lag left),
+  as metadata (the ``processing.guarantee`` it ran under, rows in and out, duplicates dropped,
+  late records, join misses, DLQ records, throughput, the event-time watermark, lag, consumed
+  offsets, every runtime metric). A run that read nothing (no batch) does not materialize it:
+  its latest materialization keeps the numbers of the last run that did something, and the
+  run's metadata (lag, offsets) is an observation of it; assets downstream of it in that run
+  are skipped (Dagster's rule for an output not yielded). The Kafka topics it writes are assets
+  it materializes too (``kafka/<topic>``, also in a run that read nothing: a job reading one
+  may have new records on its other sources), so a job reading one of them is downstream of
+  it; a topic two jobs write is the asset of one of them (the other lists it in its
+  ``shared_sinks``). The asset, each topic and each check can be selected alone;
+- its **asset checks**, evaluated with each run: ``caught_up`` (no lag left),
   ``dlq_ratio`` (DLQ records / records read under ``max_dlq_ratio``) and ``offsets_contiguous``
   (the offset and commit logs have no gap and no overlap);
 - a **versioned snapshot asset** ``<name>_<store>_versions`` per versioned store (KIP-889): the
@@ -32,7 +38,9 @@ For each :class:`StreamingJobSpec` it yields:
 - the **lag sensor** ``<name>_lag``: a run of the asset when the records not yet consumed pass
   ``lag_threshold`` (off by default; a sensor that starts Spark runs unasked surprises).
 
-Everything is named after the job, so two declarations (two component files) never collide.
+Everything is named after the job, so two declarations (two component files) never collide,
+except on the Kafka topics they write: two jobs whose assets would both be ``kafka/<topic>``
+(or two jobs of one name) stop the definitions when they load, saying what to do.
 The resource is the one under the key ``streamplatform`` (:class:`StreamplatformResource`).
 """
 
@@ -47,6 +55,7 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
+from streamplatform.config import ConfigError
 from streamplatform.dagster.checks import dlq_ratio, lag_by_partition, offset_log_problems
 from streamplatform.dagster.resource import StreamplatformResource
 from streamplatform.dagster.spec import AsOfJoin, StreamingJobSpec
@@ -107,9 +116,7 @@ def streaming_definitions(
     """The definitions of ``jobs`` (module docstring). ``resource``: the
     :class:`StreamplatformResource` to bind under ``streamplatform``; leave it out when the
     project binds one itself (once for every job)."""
-    names = [job.name for job in jobs]
-    if len(set(names)) != len(names):
-        raise ValueError(f"job names must be unique, got {names}")
+    check_declarations(jobs)
     assets: list[Any] = []
     job_defs, schedules, sensors = [], [], []
     for job in jobs:
@@ -156,6 +163,30 @@ def streaming_definitions(
     )
 
 
+def check_declarations(jobs: Sequence[StreamingJobSpec]) -> None:
+    """Jobs that would give Dagster one asset twice, refused with what to do: two jobs of one
+    name, or two jobs that materialize the asset of one Kafka topic they write."""
+    names = [job.name for job in jobs]
+    for name in sorted({name for name in names if names.count(name) > 1}):
+        raise ConfigError(
+            f"job names must be unique: two streaming jobs are named {name!r}, and a job's "
+            "name is its asset's name; give one of them another name (its application_id "
+            "can stay)"
+        )
+    writers: dict[str, str] = {}
+    for job in jobs:
+        for topic in job.topic_assets():
+            first = writers.setdefault(topic, job.name)
+            if first != job.name:
+                raise ConfigError(
+                    f"Kafka topic {topic!r} is written by the streaming jobs {first!r} and "
+                    f"{job.name!r}, and its asset {topic_key(topic).to_user_string()} can "
+                    f"have one writer in Dagster. Keep one writer's asset: list {topic!r} in "
+                    "the other job's shared_sinks (it still writes the topic, without "
+                    "materializing the asset), or give one of them a topic of its own."
+                )
+
+
 # The streaming asset ----------------------------------------------------------------------
 
 
@@ -185,6 +216,8 @@ def streaming_asset(job: StreamingJobSpec, max_dlq_ratio: float = 0.01) -> dg.As
             if job.freshness is None
             else dg.FreshnessPolicy.time_window(fail_window=job.freshness),
             metadata={"application_id": job.app_id, "topology": job.load_topology().describe()},
+            # A run that read nothing does not materialize it (an observation instead).
+            skippable=True,
         ),
         # The Kafka topics it writes, so that a job reading one depends on this one.
         *[
@@ -195,7 +228,7 @@ def streaming_asset(job: StreamingJobSpec, max_dlq_ratio: float = 0.01) -> dg.As
                 kinds={"kafka"},
                 description=f"Kafka topic `{topic}`, written by `{job.name}`.",
             )
-            for topic in job.kafka_sink_topics()
+            for topic in job.topic_assets()
         ],  # fmt: skip
     ]
 
@@ -206,19 +239,38 @@ def streaming_asset(job: StreamingJobSpec, max_dlq_ratio: float = 0.01) -> dg.As
         check_specs=[
             dg.AssetCheckSpec(name, asset=key, description=text) for name, text in CHECKS.items()
         ],  # fmt: skip
+        # Any of its assets and checks can be selected alone (the job runs for any of them).
+        can_subset=True,
     )
     def _streaming(context: dg.AssetExecutionContext, streamplatform: StreamplatformResource):
-        yield materialize(context, job, streamplatform, max_dlq_ratio)
-        for topic in job.kafka_sink_topics():
-            yield dg.MaterializeResult(asset_key=topic_key(topic), metadata={"writer": job.app_id})
+        metadata, checks = run_until_caught_up(context, job, streamplatform, max_dlq_ratio)
+        selected_checks = context.selected_asset_check_keys
+        checks = [c for c in checks if dg.AssetCheckKey(key, c.check_name) in selected_checks]
+        if key in context.selected_asset_keys and metadata["batches"]:
+            yield dg.MaterializeResult(asset_key=key, metadata=metadata, check_results=checks)
+        else:
+            # Nothing read: the asset's latest materialization keeps saying what the job last
+            # did; this run's lag and offsets are an observation (Dagster skips the steps
+            # downstream of the asset in this run: nothing changed for them).
+            if key in context.selected_asset_keys:
+                yield dg.AssetObservation(asset_key=key, metadata=metadata)
+            yield from checks
+        for topic in job.topic_assets():
+            # Materialized even by a run that read nothing, so that a job downstream, which
+            # may have new records on its other sources, still runs in the same run.
+            if topic_key(topic) in context.selected_asset_keys:
+                yield dg.MaterializeResult(asset_key=topic_key(topic), metadata={
+                    "writer": job.app_id,
+                    "processing.guarantee": metadata["processing.guarantee"],
+                })  # fmt: skip
 
     return _streaming
 
 
-def materialize(
+def run_until_caught_up(
     context: Any, job: StreamingJobSpec, resource: StreamplatformResource, max_dlq_ratio: float
-) -> dg.MaterializeResult:
-    """Run ``job`` until caught up; its metadata and check results."""
+) -> tuple[dict[str, Any], list[dg.AssetCheckResult]]:
+    """Run ``job`` until caught up: its metadata and check results."""
     settings = resource.job_settings(job)
     spark = resource.spark_session
     started = time.monotonic()
@@ -242,24 +294,26 @@ def materialize(
     lag = lag_by_partition(resource.end_offsets, job.source_topics(), consumed)
     metadata = run_metadata(results, seconds, consumed, lag) | {
         "application_id": job.app_id,
+        "processing.guarantee": streaming.config["processing.guarantee"],
         "committed_batch_id": -1 if last is None else last.batch_id,
         "commit_log": dg.MetadataValue.path(f"{app_root}/_commits"),
     }
     records_in = int(metadata["rows_in"])
     ratio = dlq_ratio(records_in, int(metadata["dlq_records"]))
     batches, problems = offset_log_problems(spark, app_root)
+    key = dg.AssetKey(job.name)
     checks = [
-        dg.AssetCheckResult(check_name="caught_up", passed=sum(lag.values()) == 0,
+        dg.AssetCheckResult(asset_key=key, check_name="caught_up", passed=sum(lag.values()) == 0,
                             severity=dg.AssetCheckSeverity.WARN,
                             metadata={"lag": sum(lag.values())}),
-        dg.AssetCheckResult(check_name="dlq_ratio", passed=ratio <= max_dlq_ratio,
+        dg.AssetCheckResult(asset_key=key, check_name="dlq_ratio", passed=ratio <= max_dlq_ratio,
                             severity=dg.AssetCheckSeverity.WARN,
                             metadata={"ratio": ratio, "max_ratio": max_dlq_ratio}),
-        dg.AssetCheckResult(check_name="offsets_contiguous", passed=not problems,
+        dg.AssetCheckResult(asset_key=key, check_name="offsets_contiguous", passed=not problems,
                             metadata={"batches": batches,
                                       "problems": dg.MetadataValue.json(problems[:20])}),
     ]  # fmt: skip
-    return dg.MaterializeResult(asset_key=job.name, metadata=metadata, check_results=checks)
+    return metadata, checks
 
 
 def run_metadata(
@@ -400,6 +454,7 @@ def snapshot(
         "versions_log_version": -1 if log_version is None else log_version,
         "table": dg.MetadataValue.path(path),
         "table_version": versions_table_version(spark, path) or 0,
+        "processing.guarantee": job.processing_guarantee,
     }
     join = job.as_of_join(store)
     if join is None:

@@ -1,16 +1,18 @@
 """StreamplatformResource: one Dagster resource with everything a streaming job runs on.
 
-It nests the Kafka connection, the Spark settings, the Delta root and the state directory, so
+It nests the Kafka connection, the Spark session, the Delta root and the state directory, so
 an asset, op or sensor of the integration takes one resource, not five. Nothing needs setting
 locally: an empty ``kafka.bootstrap_servers`` is ``KAFKA_BOOTSTRAP_SERVERS`` or else the broker of
-`streamplatform broker start`,
-an empty ``spark.master`` is ``SPARK_MASTER`` or ``local[*]``, empty paths are ``.data/delta``
-and ``.data/state`` (``STREAMPLATFORM_DATA`` moves both).
+`streamplatform broker start`, Spark's master is ``SPARK_MASTER`` or ``local[*]``, empty paths are
+``.data/delta`` and ``.data/state`` (``STREAMPLATFORM_DATA`` moves both).
 
-The SparkSession starts on first use (a sensor that only reads Kafka offsets never starts a
-JVM) with :func:`streamplatform.spark.spark_conf`'s settings: Delta, the Kafka connector's
-jars, and the driver's own Python for the workers (``spark.pyspark.python``), so that Spark's
-Python workers find ``streamplatform`` without any environment set by hand. A session this
+The SparkSession comes from dagster-pyspark: ``spark`` is a ``LazyPySparkResource`` (a nested
+resource, shown with its settings in the UI) whose ``spark_config`` is the platform's
+(:func:`platform_pyspark`: :func:`streamplatform.spark.spark_conf`'s Delta extensions, the Kafka
+connector's jars from ``.jvm/spark/``, and the driver's own Python for the workers,
+``spark.pyspark.python``), so that Spark's Python workers find ``streamplatform`` without any
+environment set by hand. It starts on first use (a sensor that only reads Kafka offsets never
+starts a JVM), once per run: every step of a run in one process shares it. A session this
 resource started is stopped at the end of the run; one that was already running in the
 process (a test suite's, a notebook's) is used and left running.
 """
@@ -18,9 +20,12 @@ process (a test suite's, a notebook's) is used and left running.
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
+from dagster_pyspark import LazyPySparkResource
 from pydantic import Field, PrivateAttr
 
 from streamplatform.home import data_dir
@@ -46,27 +51,35 @@ class KafkaConnection(dg.Config):
     )
 
 
-class SparkSettings(dg.Config):
-    """The Spark session the jobs run on."""
+APP_NAME = "streamplatform-dagster"
 
-    master: str = Field(
-        default="", description="Spark master URL. Empty: SPARK_MASTER or local[*]."
-    )
-    conf: dict[str, str] = Field(
-        default_factory=dict,
-        description="More Spark settings (spark.executor.memory, spark.scheduler.pool, ...); "
-        "they override the defaults.",
-    )
-    stop_after_run: bool = Field(
-        default=True, description="Stop the session at the end of a run if this run started it."
-    )
+
+def platform_pyspark(
+    master: str = "", conf: Mapping[str, str] | None = None
+) -> LazyPySparkResource:
+    """dagster-pyspark's ``LazyPySparkResource`` with the platform's Spark settings.
+
+    ``master``: the Spark master URL; empty: ``SPARK_MASTER``, else ``local[*]``
+    (``sc://...``, or ``SPARK_REMOTE`` with no master: a Spark Connect session, whose server
+    owns its jars and settings). ``conf``: more Spark settings (``spark.executor.memory``,
+    ``spark.scheduler.pool``, ...), over the platform's (:func:`streamplatform.spark.spark_conf`:
+    Delta, the jars of ``.jvm/spark/``, ``spark.pyspark.python``)."""
+    from streamplatform.spark import _connect_url, spark_conf
+
+    remote = _connect_url(master or None)
+    if remote is not None:
+        return LazyPySparkResource(spark_config={"spark.remote": remote})
+    return LazyPySparkResource(spark_config=spark_conf(master or None, APP_NAME, conf))
 
 
 class StreamplatformResource(dg.ConfigurableResource):
     """Kafka, Spark, the Delta root and the state directory of the streaming jobs."""
 
     kafka: KafkaConnection = Field(default_factory=KafkaConnection)
-    spark: SparkSettings = Field(default_factory=SparkSettings)
+    spark: LazyPySparkResource = Field(
+        description="The SparkSession's resource (dagster-pyspark). Default: "
+        "platform_pyspark(), the platform's settings on SPARK_MASTER or local[*]."
+    )
     delta_root: str = Field(
         default="", description="Every job's tables live under <delta_root>/<application.id>/. "
         "Empty: .data/delta. Shared storage on a cluster (s3a://..., abfss://...).",
@@ -76,9 +89,18 @@ class StreamplatformResource(dg.ConfigurableResource):
         "Empty: resolved on each executor, STREAMPLATFORM_STATE_DIR or .data/state. A local "
         "disk of the executors on a cluster.",
     )  # fmt: skip
+    stop_spark_after_run: bool = Field(
+        default=True,
+        description="Stop the SparkSession at the end of a run if this run started it.",
+    )
 
     _session: Any = PrivateAttr(default=None)
     _started_here: bool = PrivateAttr(default=False)
+
+    def __init__(self, *, spark: LazyPySparkResource | None = None, **fields: Any) -> None:
+        # A nested resource cannot have a default in Dagster's config schema: the platform's
+        # session is the default here.
+        super().__init__(spark=platform_pyspark() if spark is None else spark, **fields)
 
     def kafka_settings(self) -> dict[str, Any]:
         """Connection settings in Kafka's names, for StreamsConfig and the Kafka helpers."""
@@ -109,26 +131,20 @@ class StreamplatformResource(dg.ConfigurableResource):
 
     @property
     def spark_session(self) -> Any:
-        """This process's SparkSession, started on first use (module docstring)."""
+        """This run's SparkSession, from ``spark`` on first use (module docstring)."""
         if self._session is None:
             from pyspark import SparkContext
-            from pyspark.sql import SparkSession
 
-            from streamplatform.spark import spark_session
-
-            self._started_here = SparkContext._active_spark_context is None
-            # A session already running here is used as it is (its JVM settings are fixed;
-            # asking the builder again would only warn that they take no effect).
-            self._session = None if self._started_here else SparkSession.getActiveSession()
-        if self._session is None:
-            self._session = spark_session(
-                self.spark.master or None, app_name="streamplatform-dagster",
-                extra=dict(self.spark.conf),
-            )  # fmt: skip
+            started_here = SparkContext._active_spark_context is None
+            if self.spark.spark_config.get("spark.master", "").startswith("local"):
+                os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+            self._session = self.spark.spark_session
+            self._started_here = started_here
         return self._session
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
-        if self._session is not None and self._started_here and self.spark.stop_after_run:
+        if self._session is not None and self._started_here and self.stop_spark_after_run:
             self._session.stop()
             if context.log is not None:
                 context.log.info("Stopped the SparkSession this run started.")

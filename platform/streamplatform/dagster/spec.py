@@ -29,13 +29,9 @@ FROM_THE_RESOURCE = (
 )
 # Set by the declaration's own fields.
 FROM_THE_FIELDS = ("application.id", "errors.dead.letter.queue.topic.name")
-# What a job declared without settings gets: exactly once, and poison records to the DLQ
-# instead of failing the job (with a DLQ topic declared).
-DEFAULTS: Mapping[str, Any] = {"processing.guarantee": "exactly_once_v2"}
-WITH_A_DLQ: Mapping[str, Any] = {
-    "default.deserialization.exception.handler": "log_and_continue",
-    "processing.exception.handler": "log_and_continue",
-}
+# What a job declared without settings gets is StreamsConfig's own defaults, as from the CLI or
+# Python: exactly_once_v2, and with a DLQ topic, poison records and failing records to the DLQ
+# instead of failing the job (log_and_continue).
 
 
 @dataclass(frozen=True)
@@ -67,7 +63,9 @@ class StreamingJobSpec:
     unless ``settings`` choose other handlers. ``settings``: more StreamsConfig settings.
     ``freshness``: the asset's freshness policy, a materialization at least this often.
     ``as_of_joins``: the job's temporal joins (:class:`AsOfJoin`), for late-version reports and
-    backfills of what they made stale.
+    backfills of what they made stale. ``shared_sinks``: Kafka sink topics that another job's
+    asset materializes (``kafka/<topic>`` has one writer in Dagster): this job still writes
+    them, without materializing their assets.
     """
 
     name: str
@@ -80,6 +78,7 @@ class StreamingJobSpec:
     description: str | None = None
     freshness: timedelta | None = None
     as_of_joins: Sequence[AsOfJoin] = ()
+    shared_sinks: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         if not self.name.replace("_", "").isalnum():
@@ -97,7 +96,7 @@ class StreamingJobSpec:
             )
         # Every key and value checked now, with placeholders for what comes at run time.
         try:
-            StreamsConfig(self.streams_settings({"bootstrap.servers": "check:9092"}, "/", "/"))
+            self._checked_config  # noqa: B018
         except ConfigError as error:
             raise ConfigError(f"{self.name}: {error}") from None
         unknown = set(self.delta_sinks) - set(self.load_topology().sink_topics(self.app_id))
@@ -105,6 +104,12 @@ class StreamingJobSpec:
             raise ConfigError(
                 f"{self.name}: delta_sinks {sorted(unknown)} are not sink topics of the "
                 f"topology (its sinks: {self.load_topology().sink_topics(self.app_id)})"
+            )
+        not_kafka_sinks = set(self.shared_sinks) - set(self.kafka_sink_topics())
+        if not_kafka_sinks:
+            raise ConfigError(
+                f"{self.name}: shared_sinks {sorted(not_kafka_sinks)} are not Kafka sink topics "
+                f"of the job (its Kafka sinks: {self.kafka_sink_topics()})"
             )
         for join in self.as_of_joins:
             if join.store not in self.versioned_stores():
@@ -124,8 +129,14 @@ class StreamingJobSpec:
 
     @property
     def processing_guarantee(self) -> str:
-        """``exactly_once_v2`` (the default) or ``at_least_once``."""
-        return str({**DEFAULTS, **self.settings}["processing.guarantee"])
+        """``exactly_once_v2`` (StreamsConfig's default) or ``at_least_once``."""
+        return str(self._checked_config["processing.guarantee"])
+
+    @functools.cached_property
+    def _checked_config(self) -> StreamsConfig:
+        """The settings as StreamsConfig takes them, on placeholders for what the resource
+        gives at run time."""
+        return StreamsConfig(self.streams_settings({"bootstrap.servers": "check:9092"}, "/", "/"))
 
     def load_topology(self) -> Topology:
         """The topology, built or imported as declared (once)."""
@@ -149,13 +160,11 @@ class StreamingJobSpec:
         self, kafka: Mapping[str, Any], delta_root: str, state_dir: str
     ) -> dict[str, Any]:
         """The job's StreamsConfig settings on the given Kafka, Delta root and state dir."""
-        settings = dict(DEFAULTS) | (dict(WITH_A_DLQ) if self.dlq_topic else {})
-        settings |= dict(self.settings)
         # An empty state dir stays unset: each executor resolves its own
         # (home.default_state_dir).
         return (
             dict(kafka)
-            | settings
+            | dict(self.settings)
             | {
                 "application.id": self.app_id,
                 "errors.dead.letter.queue.topic.name": self.dlq_topic,
@@ -178,6 +187,11 @@ class StreamingJobSpec:
             for t in dict.fromkeys(topology.sink_topics(self.app_id))
             if t not in internal and t not in self.delta_sinks
         ]
+
+    def topic_assets(self) -> list[str]:
+        """The Kafka sink topics whose assets (``kafka/<topic>``) this job materializes: all but
+        its ``shared_sinks``."""
+        return [t for t in self.kafka_sink_topics() if t not in self.shared_sinks]
 
     def versioned_stores(self) -> list[str]:
         return sorted(n for n, s in self.load_topology().stores.items() if s.kind == "versioned")
