@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -251,27 +250,48 @@ def test_topology_resolves_from_the_current_directory_first(tmp_path, monkeypatc
     sys.modules.pop("myteam_cwd", None)
 
 
-def test_the_console_script_imports_the_topology_from_its_working_directory(tmp_path):
-    """The installed ``streamplatform`` script (sys.path[0] is its bin directory), with no
-    PYTHONPATH: the module in the working directory is found; the command then stops at the
-    missing bootstrap.servers, a later step than the import (exit 2)."""
-    (tmp_path / "myteam").mkdir()
-    (tmp_path / "myteam" / "__init__.py").write_text("")
-    (tmp_path / "myteam" / "topologies.py").write_text(textwrap.dedent("""
-        from streamplatform import StreamsBuilder
-        from streamplatform.serdes import Serdes
+TEAM_MODULE = """
+from streamplatform import StreamsBuilder
+from streamplatform.serdes import Serdes
 
-        def x():
-            print("topology built", flush=True)
-            b = StreamsBuilder()
-            b.stream("in", Serdes.string(), Serdes.string()).to("out")
-            return b.build()
-    """))  # fmt: skip
-    script = Path(sys.executable).parent / "streamplatform"
-    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+
+def x():
+    print("topology built", flush=True)
+    b = StreamsBuilder()
+    b.stream({source!r}, Serdes.string(), Serdes.string()).map_values(str.upper).to({sink!r})
+    return b.build()
+"""
+
+
+def team_module(directory: Path, source: str = "in", sink: str = "out") -> str:
+    """A package ``myteam`` in ``directory`` (the working directory of the commands below)
+    whose ``topologies.x`` builds source -> upper case -> sink; returns its import path."""
+    (directory / "myteam").mkdir()
+    (directory / "myteam" / "__init__.py").write_text("")
+    (directory / "myteam" / "topologies.py").write_text(
+        TEAM_MODULE.format(source=source, sink=sink)
+    )
+    return "myteam.topologies:x"
+
+
+def console_command(action: str, topology: str, settings: dict, *options: str) -> list[str]:
+    """The installed ``streamplatform`` script (its sys.path[0] is its bin directory)."""
+    sets = [arg for key, value in settings.items() for arg in ("--set", f"{key}={value}")]
+    script = str(Path(sys.executable).parent / "streamplatform")
+    return [script, action, "--topology", topology, *sets, *options]
+
+
+def env_without_pythonpath() -> dict[str, str]:
+    return {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+
+
+def test_the_console_script_imports_the_topology_from_its_working_directory(tmp_path):
+    """No PYTHONPATH: the module in the working directory is found; the command then stops
+    at the missing bootstrap.servers, a later step than the import (exit 2)."""
+    topology = team_module(tmp_path)
     done = subprocess.run(
-        [str(script), "run", "--topology", "myteam.topologies:x", "--set", "application.id=a"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+        console_command("run", topology, {"application.id": "a"}), cwd=tmp_path,
+        env=env_without_pythonpath(), capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert "topology built" in done.stdout, done.stderr
     assert "cannot import" not in done.stderr

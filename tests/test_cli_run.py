@@ -8,28 +8,17 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
 
 import pytest
+from test_cli import console_command, env_without_pythonpath, team_module
 
 from streamplatform import cli
 from streamplatform.kafka import TopicSpec, create_topics, producer
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.slow]
-
-TOPOLOGY_MODULE = """
-from streamplatform import StreamsBuilder
-from streamplatform.serdes import Serdes
-
-
-def upper():
-    b = StreamsBuilder()
-    b.stream({source!r}, Serdes.string(), Serdes.string()).map_values(str.upper).to({sink!r})
-    return b.build()
-"""
 
 
 def _wait_for(what, condition, log: Path, timeout_s: float = 240) -> None:
@@ -50,11 +39,7 @@ def test_a_second_sigterm_mid_batch_is_exit_130_in_one_line_and_the_batch_is_rep
     for n in range(5):
         writer.produce(source, key=f"k{n}", value=f"v{n}")
     assert writer.flush(30) == 0
-    (tmp_path / "myteam").mkdir()
-    (tmp_path / "myteam" / "__init__.py").write_text("")
-    (tmp_path / "myteam" / "topologies.py").write_text(
-        TOPOLOGY_MODULE.format(source=source, sink=sink)
-    )
+    topology = team_module(tmp_path, source, sink)
     app = f"cli-run-{uuid.uuid4().hex[:6]}"
     settings = {
         "application.id": app,
@@ -64,18 +49,10 @@ def test_a_second_sigterm_mid_batch_is_exit_130_in_one_line_and_the_batch_is_rep
         "state.dir": str(tmp_path / "state"),
         "platform.spark.master": "local[1]",
     }
-    command = [
-        str(Path(sys.executable).parent / "streamplatform"),
-        "run",
-        "--topology",
-        "myteam.topologies:upper",
-        "--delta-sink",
-        sink,
-        *(arg for key, value in settings.items() for arg in ("--set", f"{key}={value}")),
-    ]
+    command = console_command("run", topology, settings, "--delta-sink", sink)
     pause = tmp_path / "pause"
     pause.mkdir()
-    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    env = env_without_pythonpath()
     held = env | {"STREAMPLATFORM_PAUSE": "after_outputs:0",  # outputs written, not committed
                   "STREAMPLATFORM_PAUSE_DIR": str(pause)}  # fmt: skip
     out, err = tmp_path / "driver.out", tmp_path / "driver.err"
@@ -94,9 +71,10 @@ def test_a_second_sigterm_mid_batch_is_exit_130_in_one_line_and_the_batch_is_rep
         driver.wait(60)
     stderr_text = err.read_text()
     assert code == cli.EXIT_INTERRUPTED == 130, stderr_text[-3000:]
-    assert out.read_text().splitlines()[0] == (
-        f"streamplatform run: {app}, processing.guarantee=exactly_once_v2"
-    )
+    assert out.read_text().splitlines()[:2] == [
+        "topology built",
+        f"streamplatform run: {app}, processing.guarantee=exactly_once_v2",
+    ]
     ours = [line for line in stderr_text.splitlines() if line.startswith("streamplatform run:")]
     assert ours == [
         "streamplatform run: interrupted by a second SIGTERM during batch 0; nothing of it is "

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 
 import pytest
+from test_cli import console_command, env_without_pythonpath, team_module
 
 from streamplatform import cli
 from streamplatform.kafka import TopicSpec, create_topics, producer
@@ -182,18 +181,6 @@ def test_follow_waits_for_new_records_and_stops_cleanly_on_sigterm(kafka_setting
     assert "stopped by SIGTERM" in err and "Traceback" not in err
 
 
-TOPOLOGY_MODULE = """
-from streamplatform import StreamsBuilder
-from streamplatform.serdes import Serdes
-
-
-def x():
-    b = StreamsBuilder()
-    b.stream({source!r}, Serdes.string(), Serdes.string()).map_values(str.upper).to({sink!r})
-    return b.build()
-"""
-
-
 def test_a_batch_planned_under_other_settings_exits_4_for_a_person_in_one_line(
     kafka_settings, topic, tmp_path
 ):
@@ -205,11 +192,7 @@ def test_a_batch_planned_under_other_settings_exits_4_for_a_person_in_one_line(
 
     sink = f"{topic}-out"
     create_topics(kafka_settings, [TopicSpec(sink, 1)])
-    (tmp_path / "myteam").mkdir()
-    (tmp_path / "myteam" / "__init__.py").write_text("")
-    (tmp_path / "myteam" / "topologies.py").write_text(
-        TOPOLOGY_MODULE.format(source=topic, sink=sink)
-    )
+    topology = team_module(tmp_path, topic, sink)
     app = f"refused-{uuid.uuid4().hex[:6]}"
     root = tmp_path / "delta"
     # Batch 0 planned by another version of the job, never committed; under at_least_once its
@@ -218,21 +201,15 @@ def test_a_batch_planned_under_other_settings_exits_4_for_a_person_in_one_line(
     settings = {"application.id": app, "bootstrap.servers": kafka_settings["bootstrap.servers"],
                 "processing.guarantee": "at_least_once", "platform.delta.root": str(root),
                 "state.dir": str(tmp_path / "state")}  # fmt: skip
-    command = [
-        str(Path(sys.executable).parent / "streamplatform"),
-        "run",
-        "--topology",
-        "myteam.topologies:x",
-        "--until-caught-up",
-        *(arg for key, value in settings.items() for arg in ("--set", f"{key}={value}")),
-    ]
-    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True,
+    env = env_without_pythonpath()
+    done = subprocess.run(console_command("run", topology, settings, "--until-caught-up"),
+                          cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=180)  # fmt: skip
     assert done.returncode == cli.EXIT_REPLAY_REFUSED == 4, done.stderr[-3000:]
-    assert done.stdout.splitlines()[0] == (
-        f"streamplatform run: {app}, processing.guarantee=at_least_once"
-    )
+    assert done.stdout.splitlines()[:2] == [
+        "topology built",
+        f"streamplatform run: {app}, processing.guarantee=at_least_once",
+    ]
     ours = [line for line in done.stderr.splitlines() if line.startswith("streamplatform run:")]
     assert len(ours) == 1, done.stderr
     assert ours[0].startswith("streamplatform run: a person must decide (exit 4")
@@ -241,9 +218,7 @@ def test_a_batch_planned_under_other_settings_exits_4_for_a_person_in_one_line(
     assert "Traceback" not in done.stderr
 
     # The way on that the line names: discard-batch, from the same directory.
-    command[1:2] = ["discard-batch"]
-    command.remove("--until-caught-up")
-    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=180)  # fmt: skip
+    done = subprocess.run(console_command("discard-batch", topology, settings), cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=180)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Batch 0 discarded" in done.stdout
