@@ -960,6 +960,8 @@ class StreamingJob:
         if partition_by:
             writer = writer.partitionBy(partition_by)
         writer.save(path)
+        if name.startswith("sink-"):
+            crash_point("during_outputs", batch_id)  # a Delta sink written, maybe not the rest
 
     def _write_outputs(self, batch_id: int, ranges: Ranges, outputs: Any) -> Progress:
         """Write the batch's outputs (all idempotent by ``txnVersion = batch_id``) and return
@@ -1040,6 +1042,7 @@ class StreamingJob:
         self._check_every_task_reported(batch_id, ranges, progress, directory)
         if spilled_files(directory):  # the sink rows of a big batch whose tasks read Kafka
             self._append_sink(spilled_sink_rows(directory, batch_id), batch_id)
+        crash_point("during_outputs", batch_id)  # the sink written, the other tables not
         append_outputs(self.root, self.app, batch_id, rows, progress)
         if "dlq" in progress.kinds:
             transactions = self._transactions(batch_id, _consumed(ranges, progress))
