@@ -158,7 +158,7 @@ def test_start_up_and_progress_lines_name_the_processing_guarantee(monkeypatch, 
     lines = out.splitlines()
     assert lines[0] == "streamplatform run: orders, processing.guarantee=exactly_once_v2"
     assert lines[1] == (
-        "batch 0 (exactly_once_v2): 5 in, 4 out, 1 duplicates dropped, 0 to the DLQ, lag 0, 12 ms"
+        "batch 0: 5 in, 4 out, 1 duplicates dropped, 0 to the DLQ, lag 0, 12 ms, exactly_once_v2"
     )
     assert len(lines) == 4
 
@@ -171,7 +171,7 @@ def test_the_progress_line_takes_the_batch_s_own_guarantee(monkeypatch, capsys):
     job = FakeJob()
     job.run_forever = lambda trigger, idle, on_batch: on_batch(GuaranteedBatch(0))
     _, out, _ = _run(monkeypatch, capsys, job)
-    assert out.splitlines()[1].startswith("batch 0 (at_least_once): ")
+    assert out.splitlines()[1].endswith(" ms, at_least_once")
 
 
 def test_every_exit_code_is_in_run_s_help(capsys):

@@ -86,5 +86,5 @@ def test_a_second_sigterm_mid_batch_is_exit_130_in_one_line_and_the_batch_is_rep
                            capture_output=True, text=True, timeout=300)  # fmt: skip
     assert again.returncode == 0, again.stderr[-3000:]
     progress = [line for line in again.stdout.splitlines() if line.startswith("batch ")]
-    assert progress[0].startswith("batch 0 (exactly_once_v2): 5 in, 5 out, ")
-    assert progress[0].endswith("(replayed)")
+    assert progress[0].startswith("batch 0: 5 in, 5 out, ")
+    assert progress[0].endswith(" ms, exactly_once_v2 (replayed)")

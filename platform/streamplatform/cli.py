@@ -243,9 +243,9 @@ def _run_job(args: argparse.Namespace, state: _RunState) -> int:
     def progress(batch: Any) -> None:
         state.last_batch = batch.batch_id
         guarantee = getattr(batch, "guarantee", None) or configured
-        print(f"batch {batch.batch_id} ({guarantee}): {batch.records_in} in, "
-              f"{batch.records_out} out, {batch.duplicates_dropped} duplicates dropped, "
-              f"{batch.dlq_records} to the DLQ, lag {batch.lag}, {batch.duration_ms} ms"
+        print(f"batch {batch.batch_id}: {batch.records_in} in, {batch.records_out} out, "
+              f"{batch.duplicates_dropped} duplicates dropped, {batch.dlq_records} to the DLQ, "
+              f"lag {batch.lag}, {batch.duration_ms} ms, {guarantee}"
               + (" (replayed)" if batch.replayed else ""), flush=True)  # fmt: skip
 
     state.phase = "running"
