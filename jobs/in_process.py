@@ -86,12 +86,15 @@ def materialize(
     **kwargs: Any,
 ) -> dg.ExecuteInProcessResult:
     """One run of the code location's asset job over ``selection``, with their asset checks;
-    ``kwargs`` as :func:`execute`. As the UI does, an asset of a multi-asset brings the assets
-    it is always materialized with (a streaming job's asset and the Kafka topics it writes)."""
+    ``kwargs`` as :func:`execute`. An asset of a multi-asset brings the other assets of it (a
+    streaming job's asset brings the Kafka topics it writes, as materializing its whole group
+    in the UI does): a job that reads one of those topics, selected too, runs after it (Dagster
+    orders the steps of a run by the selected assets' dependencies only). To run one asset of a
+    multi-asset alone, :func:`execute` the asset job with that asset selected."""
     job = defs.resolve_implicit_global_asset_job_def()
-    chosen = dg.AssetSelection.assets(*asset_keys(selection)).required_multi_asset_neighbors()
-    keys = sorted(chosen.resolve(defs.resolve_asset_graph()))
-    return execute(job, instance, asset_selection=keys, **kwargs)
+    keys = set(asset_keys(selection))
+    keys |= {other for key in set(keys) for other in defs.resolve_assets_def(key).keys}
+    return execute(job, instance, asset_selection=sorted(keys), **kwargs)
 
 
 def materialization_metadata(result: dg.ExecuteInProcessResult, asset: Selection) -> dict[str, Any]:
