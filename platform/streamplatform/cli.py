@@ -542,7 +542,9 @@ def _topic_commands(topics: argparse.ArgumentParser) -> None:
     start.add_argument(
         "--from-beginning", action="store_true", help="from the first record (the default)"
     )
-    start.add_argument("--from-end", action="store_true", help="only records written from now")
+    start.add_argument(
+        "--from-end", action="store_true", help="only records written from now on (with --follow)"
+    )
     consume.add_argument(
         "--partition", type=int, action="append", metavar="P", help="only P (repeatable)"
     )
