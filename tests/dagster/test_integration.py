@@ -7,6 +7,7 @@ Spark and Delta."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import uuid
@@ -211,6 +212,71 @@ def test_a_job_reading_another_jobs_kafka_topic_is_downstream_of_it():
     assert graph.get(dg.AssetKey("first")).parent_keys == {dg.AssetKey(["kafka", "in"])}
     assert graph.get(out).is_materializable  # by the job `first`, not an external stub
     assert dg.AssetKey(["kafka", "final"]) not in graph.get_all_asset_keys()  # a Delta sink
+
+
+def _second_writer():
+    """Another job writing the topic `out` (from `other`)."""
+    return _tiny_topology("other", "out")
+
+
+TWO_WRITERS = (
+    r"Kafka topic 'out' is written by the streaming jobs 'first' and 'second'.*shared_sinks"
+)
+
+
+def test_two_jobs_writing_one_topic_are_refused_at_load_saying_what_to_do():
+    first = StreamingJobSpec(name="first", topology=_tiny_topology)  # in -> out
+    second = StreamingJobSpec(name="second", topology=_second_writer)  # other -> out
+    with pytest.raises(ConfigError, match=TWO_WRITERS):
+        streaming_definitions([first, second])
+    with pytest.raises(ConfigError, match="two streaming jobs are named 'first'"):
+        streaming_definitions([first, StreamingJobSpec(name="first", topology=_second_writer)])
+    with pytest.raises(ConfigError, match=r"shared_sinks \['nope'\] are not Kafka sink topics"):
+        StreamingJobSpec(name="second", topology=_second_writer, shared_sinks=["nope"])
+
+    # What the message says to do: the second writer shares the topic, the first owns its asset.
+    sharing = StreamingJobSpec(name="second", topology=_second_writer, shared_sinks=["out"])
+    defs = streaming_definitions([first, sharing], resource=StreamplatformResource())
+    dg.Definitions.validate_loadable(defs)
+    graph = defs.resolve_asset_graph()
+    out = dg.AssetKey(["kafka", "out"])
+    assert graph.get(out).parent_keys == {dg.AssetKey("first")}
+    assert defs.resolve_assets_def("second").keys == {dg.AssetKey("second")}
+    assert "Kafka topic `out`" in (graph.get(dg.AssetKey("second")).description or "")
+
+
+def test_two_component_files_writing_one_topic_are_refused_when_the_project_loads(tmp_path):
+    """Each defs.yaml builds its own definitions; the load names both jobs and what to do,
+    not Dagster's bare duplicate asset key."""
+    package = f"two_writers_{uuid.uuid4().hex[:6]}"
+    (tmp_path / "dg.toml").write_text(f'directory_type = "project"\n\n[project]\n'
+                                      f'root_module = "{package}"\n')  # fmt: skip
+    for name, topology in (("first", "_tiny_topology"), ("second", "_second_writer")):
+        folder = tmp_path / package / "defs" / name
+        folder.mkdir(parents=True)
+        (folder / "defs.yaml").write_text(
+            "type: streamplatform.dagster.StreamingJobComponent\nattributes:\n"
+            f"  name: {name}\n  topology: tests.dagster.test_integration:{topology}\n"
+            + ("  resource: {}\n" if name == "first" else "")  # bound once per project
+        )
+    sys.path.insert(0, str(tmp_path))
+    try:
+        with pytest.raises(Exception) as raised:
+            dg.load_from_defs_folder(path_within_project=tmp_path)
+        causes = [raised.value]
+        while causes[-1].__cause__ is not None:
+            causes.append(causes[-1].__cause__)
+        assert any(isinstance(e, ConfigError) and re.search(TWO_WRITERS, str(e)) for e in causes)
+
+        second = tmp_path / package / "defs" / "second" / "defs.yaml"
+        second.write_text(second.read_text() + "  shared_sinks: [out]\n")
+        for module in [m for m in sys.modules if m.startswith(package)]:
+            del sys.modules[module]
+        defs = dg.load_from_defs_folder(path_within_project=tmp_path)
+        graph = defs.resolve_asset_graph()
+        assert graph.get(dg.AssetKey(["kafka", "out"])).parent_keys == {dg.AssetKey("first")}
+    finally:
+        sys.path.remove(str(tmp_path))
 
 
 def test_the_asset_description_states_the_jobs_guarantee():
