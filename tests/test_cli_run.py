@@ -44,7 +44,7 @@ def test_a_second_sigterm_mid_batch_is_exit_130_in_one_line_and_the_batch_is_rep
     settings = {
         "application.id": app,
         "bootstrap.servers": kafka_settings["bootstrap.servers"],
-        "processing.guarantee": "exactly_once_v2",
+        # No processing.guarantee: the run is exactly once by default, and says so below.
         "platform.delta.root": str(tmp_path / "delta"),
         "state.dir": str(tmp_path / "state"),
         "platform.spark.master": "local[1]",

@@ -585,8 +585,21 @@ def _job_arguments(command: argparse.ArgumentParser) -> None:
     )
 
 
+def _quiet_py4j(record: logging.LogRecord) -> bool:
+    """Drop py4j's own reports (some through the root logger) below WARNING, and the traceback
+    it logs when a signal interrupts a call into the JVM: noise beside the one line an
+    interrupted run prints. Failures still reach the user as the exceptions PySpark raises."""
+    if not (record.name.startswith("py4j") or f"{os.sep}py4j{os.sep}" in record.pathname):
+        return True
+    if record.levelno < logging.WARNING:
+        return False
+    return not (record.exc_info and isinstance(record.exc_info[1], KeyboardInterrupt))
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_quiet_py4j)
     args = build_parser().parse_args(argv)
     try:
         return int(args.run(args))

@@ -85,3 +85,16 @@ def counts_with_the_test_driver(views, commit_every: int | None = 1) -> list[tup
         counts = driver.create_output_topic("counts", Serdes.string(), Serdes.long())
         out = counts.read_key_values_to_list()
     return out
+
+
+def duplicates_in(views) -> int:
+    """Duplicates the dedup drops in an uninterrupted run: the non-bot views whose event id a
+    non-bot view of the same user had before (make_views repeats ids two views apart)."""
+    seen, dropped = set(), 0
+    for _, user, view, _ in views:
+        if view["bot"]:
+            continue
+        identity = (user, view["event_id"])
+        dropped += identity in seen
+        seen.add(identity)
+    return dropped

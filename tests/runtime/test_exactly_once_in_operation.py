@@ -22,6 +22,7 @@ from confluent_kafka.admin import AdminClient
 
 from streamplatform.kafka import TopicSpec, create_topics, producer
 from streamplatform.runtime import microbatch
+from streamplatform.runtime.logs import OffsetLog
 from streamplatform.runtime.microbatch import ReplayRefused, StreamingJob
 
 from .support import (
@@ -306,6 +307,36 @@ def test_a_crashed_batch_is_not_replayed_under_changed_code_until_discarded(
     assert (2, 33) in sink and (2, 33) not in parked  # poison 101, processed by the fix
     assert (2, 5) in parked  # poison 17, parked in batch 0 under the old code
     assert not sink & parked, "a record both processed and left in the DLQ mirror"
+
+
+@pytest.mark.slow  # a killed driver process, then the job: ~40 s
+def test_a_crashed_batch_that_wrote_nothing_is_planned_anew_under_changed_code(
+    spark, kafka_settings, source_topic, tmp_path
+):
+    """Killed right after planning batch 1: no table holds a write of it and no task committed
+    Kafka outputs, so the changed job drops the old plan and plans the batch itself, without
+    ReplayRefused and without discard-batch."""
+    source, _ = source_topic
+    # An application id of its own: its consumer group must not hold another test's offsets.
+    config = job_config(kafka_settings, tmp_path, "fix-anew", source)
+    script = CRASHING_RUN.format(tests=TESTS, config=config, source=source)
+    child = subprocess.Popen(
+        [sys.executable, "-c", script], env=os.environ | {"STREAMPLATFORM_FAULT": "after_plan:1"},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )  # fmt: skip
+    code, output = _finish(child)
+    assert code == -signal.SIGKILL, output[-3000:]
+    assert OffsetLog(f"{tmp_path}/delta/fix-anew/_offsets", "fix-anew").planned(1) is not None
+
+    job = StreamingJob(fixed_topology(source, "deduplicated"), config, spark=spark,
+                       delta_sinks=["deduplicated"])  # fmt: skip
+    results = job.run_until_caught_up()
+    job.close()
+    assert (results[0].batch_id, results[0].replayed) == (1, False)
+    sink = {(r.source_partition, r.source_offset)
+            for r in spark.read.format("delta").load(f"{tmp_path}/delta/fix-anew/deduplicated")
+            .select("source_partition", "source_offset").collect()}  # fmt: skip
+    assert (2, 33) in sink  # poison 101 (batch 1), processed by the fix
 
 
 JOIN_SETTINGS = {"platform.max.records.per.batch": 6}  # two batches: 6 + 6, then 2 + 4

@@ -19,6 +19,7 @@ from . import pageviews as pageviews_module
 from .pageviews import (
     PARTITIONS,
     counts_with_the_test_driver,
+    duplicates_in,
     make_views,
     pageviews,
     produce_views,
@@ -129,17 +130,4 @@ def test_a_batch_that_failed_after_its_tasks_leaves_no_state_under_either_guaran
         # numbers again, never counts that go on from the failed attempt's state.
         for user, counts in committed.items():
             assert counts == expected[user] * 2, user
-    assert replay.duplicates_dropped == results_dropped(views)
-
-
-def results_dropped(views) -> int:
-    """Duplicates the dedup drops in an uninterrupted run: the non-bot views whose event id a
-    non-bot view of the same user had before (make_views repeats ids two views apart)."""
-    seen, dropped = set(), 0
-    for _, user, view, _ in views:
-        if view["bot"]:
-            continue
-        identity = (user, view["event_id"])
-        dropped += identity in seen
-        seen.add(identity)
-    return dropped
+    assert replay.duplicates_dropped == duplicates_in(views)

@@ -279,7 +279,7 @@ def consume(
                 if idle_s is not None and time.monotonic() - last_news > idle_s:
                     summary.stopped_by = "timeout"
                     break
-                message = reader.poll(0.2)
+                message: Any = reader.poll(0.2)  # confluent-kafka's types allow None fields
                 if message is None:
                     continue
                 error = message.error()
@@ -418,10 +418,11 @@ def produce(
         return on_delivery
 
     options: dict[str, Any] = {} if partition is None else {"partition": partition}
-    for index, (key, value) in enumerate(records):
+    produced_headers: Any = record_headers or None
+    for index, (raw_key, raw_value) in enumerate(records):
         while True:
             try:
-                writer.produce(topic, key=key, value=value, headers=record_headers or None,
+                writer.produce(topic, key=raw_key, value=raw_value, headers=produced_headers,
                                on_delivery=report(index), **options)  # fmt: skip
                 break
             except BufferError:  # the local queue is full: let deliveries drain it

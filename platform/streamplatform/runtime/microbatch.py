@@ -497,7 +497,9 @@ class StreamingJob:
         group = self.group_offsets.committed(sorted(logged.ranges))
         moved = sorted(tp for tp, (start, _) in logged.ranges.items() if group.get(tp, -1) > start)
         if moved:
-            return f"committed Kafka outputs of the partitions {moved}"
+            return (f"committed Kafka outputs (the consumer group {self.app} is at "
+                    f"{ {tp: group[tp] for tp in moved} }, past the plan's starts "
+                    f"{ {tp: logged.ranges[tp][0] for tp in moved} })")  # fmt: skip
         return ""
 
     def discard_uncommitted_batch(self) -> int | None:

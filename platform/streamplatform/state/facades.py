@@ -207,7 +207,8 @@ class VersionedStore(_Typed[K, V]):
     def _typed(self, record: VersionedRecord | None) -> VersionedRecord | None:
         if record is None:
             return None
-        return VersionedRecord(self._value(record.value), record.timestamp, record.valid_to)
+        value = self._value(record.value)  # typed: the record carries the deserialized value
+        return VersionedRecord(value, record.timestamp, record.valid_to)  # type: ignore[arg-type]
 
 
 def facade_for(spec: StoreSpec, engine: Any) -> KeyValueStore | VersionedStore:
