@@ -245,7 +245,7 @@ def streaming_asset(job: StreamingJobSpec, max_dlq_ratio: float = 0.01) -> dg.As
     def _streaming(context: dg.AssetExecutionContext, streamplatform: StreamplatformResource):
         metadata, checks = run_until_caught_up(context, job, streamplatform, max_dlq_ratio)
         selected_checks = context.selected_asset_check_keys
-        checks = [c for c in checks if dg.AssetCheckKey(key, c.check_name) in selected_checks]
+        checks = [c for c in checks if dg.AssetCheckKey(key, str(c.check_name)) in selected_checks]
         if key in context.selected_asset_keys and metadata["batches"]:
             yield dg.MaterializeResult(asset_key=key, metadata=metadata, check_results=checks)
         else:

@@ -100,7 +100,8 @@ class StreamplatformResource(dg.ConfigurableResource):
     def __init__(self, *, spark: LazyPySparkResource | None = None, **fields: Any) -> None:
         # A nested resource cannot have a default in Dagster's config schema: the platform's
         # session is the default here.
-        super().__init__(spark=platform_pyspark() if spark is None else spark, **fields)
+        fields["spark"] = platform_pyspark() if spark is None else spark
+        super().__init__(**fields)
 
     def kafka_settings(self) -> dict[str, Any]:
         """Connection settings in Kafka's names, for StreamsConfig and the Kafka helpers."""
