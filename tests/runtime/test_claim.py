@@ -167,8 +167,8 @@ def test_a_commit_log_append_goes_through_the_claim(tmp_path):
     holder = JobClaim(str(tmp_path / "_commits"), "app", COMMITS_SCHEMA)
     log = CommitLog(str(tmp_path / "_commits"), "app", holder)
     with pytest.raises(RuntimeError, match="not claimed"):
-        log.append(0, {("t", 0): 3}, {})
+        log.append(0, {("t", 0): 3}, {}, "exactly_once_v2")
     holder.acquire()
-    log.append(0, {("t", 0): 3}, {"records_in": 3})
+    log.append(0, {("t", 0): 3}, {"records_in": 3}, "exactly_once_v2")
     assert log.last().consumed == {("t", 0): 3}
     holder.release()

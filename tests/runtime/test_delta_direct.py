@@ -51,13 +51,24 @@ def test_the_offset_and_commit_logs_round_trip(tmp_path):
     assert offsets.planned(0) == PlannedBatch({("t", 0): (3, 9), ("t", 1): (0, 5)}, "f1")
     assert offsets.planned(1) is None
 
-    commits.append(0, {("t", 0): 9, ("t", 1): 4}, {"records_in": 10, "dedup_dropped": 2})
-    commits.append(1, {("t", 0): 9, ("t", 1): 5}, {"records_in": 1})
+    metrics = {"records_in": 10, "dedup_dropped": 2}
+    commits.append(0, {("t", 0): 9, ("t", 1): 4}, metrics, "at_least_once")
+    commits.append(1, {("t", 0): 9, ("t", 1): 5}, {"records_in": 1}, "exactly_once_v2")
     last = commits.last()
     assert last is not None
-    assert (last.batch_id, last.consumed, last.metrics) == (
-        1, {("t", 0): 9, ("t", 1): 5}, {"records_in": 1}
+    assert (last.batch_id, last.consumed, last.metrics, last.guarantee) == (
+        1, {("t", 0): 9, ("t", 1): 5}, {"records_in": 1}, "exactly_once_v2"
     )  # fmt: skip
+
+
+def test_a_commit_log_from_before_the_guarantee_column_gains_it(tmp_path):
+    path = str(tmp_path / "_commits")
+    old = pa.table({"batch_id": [0], "consumed": ["[]"], "metrics": ["{}"]})
+    delta_direct.append(path, old, "app-commits", 0)
+    commits = CommitLog(path, "app")
+    assert commits.last().guarantee is None  # older rows read it as null
+    commits.append(1, {("t", 0): 3}, {}, "at_least_once")
+    assert commits.last().guarantee == "at_least_once"
 
 
 def test_an_offset_log_from_before_fingerprints_gains_the_column(tmp_path):

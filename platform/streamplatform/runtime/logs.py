@@ -116,7 +116,9 @@ class CommitLog:
         table = pa.Table.from_pylist([row], COMMITS_SCHEMA)
         if self.claim is not None:
             self.claim.append(table, self.txn_app_id, batch_id)
-        elif not delta_direct.append(self.path, table, self.txn_app_id, batch_id):
+        elif not delta_direct.append(
+            self.path, table, self.txn_app_id, batch_id, merge_schema=True
+        ):
             raise RuntimeError(f"commit log {self.path}: batch {batch_id} was committed before")
 
     def last(self) -> CommittedBatch | None:
