@@ -119,6 +119,9 @@ def test_versioned_snapshot_knows_every_rate_and_nothing_is_late(env, first_load
     assert first_load["joined_snapshot"]["late_versions"] == 0
     assert first_load["joined_snapshot"]["late_days"] == []
     assert all(c.passed for c in first_load["joined_checks"].values())
+    # Every materialization of the integration names the guarantee (the code location's).
+    for run in ("rates_only", "joined", "rates_snapshot", "joined_snapshot"):
+        assert first_load[run]["processing.guarantee"] == "exactly_once_v2", run
 
 
 def test_a_day_recomputed_by_the_batch_as_of_join_equals_the_streaming_join(env, first_load):
