@@ -193,6 +193,7 @@ def test_dlq_records_the_broker_does_not_acknowledge_are_a_clear_error(tmp_path,
     config = StreamsConfig({
         "application.id": "unacknowledged", "bootstrap.servers": "127.0.0.1:9",
         "state.dir": str(tmp_path), "errors.dead.letter.queue.topic.name": "dlq",
+        "processing.guarantee": "at_least_once",  # acknowledged sends (no transaction)
     } | HANDLERS)  # fmt: skip
     runner = TaskBatchRunner(topology, config.to_dict(), 0, None, {}, {"in": 1, "out": 1})
     rows = [(0, "in", 0, 1, 1, b"k", b"{poison", None)]
