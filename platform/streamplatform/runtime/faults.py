@@ -13,8 +13,9 @@ Off unless set in the driver's environment (Spark's Python workers inherit it):
 
 Steps: ``after_plan`` (offset log written), ``during_tasks`` (inside an executor, half-way
 through a task's records), ``during_outputs`` (a Delta sink written, other outputs maybe
-not), ``after_outputs`` (Delta and Kafka outputs written, commit log not), ``after_commit`` (commit log written), ``after_kafka_commit`` (inside an executor, a
-task's Kafka transaction committed; exactly_once_v2). The driver's pid is taken from
+not), ``after_outputs`` (Delta and Kafka outputs written, commit log not), ``after_commit``
+(commit log written), ``after_kafka_commit`` (inside an executor, a task's Kafka transaction
+committed; exactly_once_v2). The driver's pid is taken from
 ``STREAMPLATFORM_FAULT_PID``, which ``arm()`` sets.
 """
 
