@@ -8,25 +8,16 @@ import contextlib
 import os
 import signal
 import subprocess
-import time
 import uuid
-from pathlib import Path
 
 import pytest
+from runtime.support import wait_for
 from test_cli import console_command, env_without_pythonpath, team_module
 
 from streamplatform import cli
 from streamplatform.kafka import TopicSpec, create_topics, producer
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.slow]
-
-
-def _wait_for(what, condition, log: Path, timeout_s: float = 240) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}; the driver said:\n{log.read_text()[-3000:]}")
-        time.sleep(0.05)
 
 
 @pytest.mark.timeout(600)
@@ -60,9 +51,9 @@ def test_a_second_sigterm_mid_batch_is_exit_130_in_one_line_and_the_batch_is_rep
         driver = subprocess.Popen(command, cwd=tmp_path, env=held, stdout=stdout, stderr=stderr,
                                   start_new_session=True)  # fmt: skip
     try:
-        _wait_for("batch 0 to reach its pause", (pause / "paused").exists, err)
+        wait_for("batch 0 to reach its pause", (pause / "paused").exists, err)
         driver.send_signal(signal.SIGTERM)
-        _wait_for("the first SIGTERM", lambda: "SIGTERM received" in err.read_text(), err)
+        wait_for("the first SIGTERM", lambda: "SIGTERM received" in err.read_text(), err)
         driver.send_signal(signal.SIGTERM)
         code = driver.wait(120)
     finally:

@@ -87,6 +87,14 @@ def counts_with_the_test_driver(views, commit_every: int | None = 1) -> list[tup
     return out
 
 
+def expected_counts(views) -> dict[str, list[int]]:
+    """``{user: the counts forwarded for them, in order}`` from the test driver."""
+    expected: dict[str, list[int]] = {}
+    for user, count in counts_with_the_test_driver(views):
+        expected.setdefault(user, []).append(count)
+    return expected
+
+
 def duplicates_in(views) -> int:
     """Duplicates the dedup drops in an uninterrupted run: the non-bot views whose event id a
     non-bot view of the same user had before (make_views repeats ids two views apart)."""
@@ -98,3 +106,13 @@ def duplicates_in(views) -> int:
         dropped += identity in seen
         seen.add(identity)
     return dropped
+
+
+def counts_per_user(records) -> dict[str, list[int]]:
+    """The counts topic's records (support.read_topic) as ``{user: [count, ...]}`` in offset
+    order (a user is on one partition)."""
+    per_user: dict[str, list[int]] = {}
+    for record in records:
+        count = int.from_bytes(record.value, "big", signed=True)
+        per_user.setdefault(record.key.decode(), []).append(count)
+    return per_user

@@ -293,3 +293,15 @@ def running_pids(pids: set[int]) -> set[int]:
         if stat[stat.rindex(")") + 2] != "Z":
             left.add(pid)
     return left
+
+
+def wait_for(what: str, condition, log: Path, timeout_s: float = 240) -> None:
+    """Wait until ``condition()``; after ``timeout_s``, fail with the end of the driver's
+    ``log``."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}; the driver said:\n{log.read_text()[-3000:]}")
+        time.sleep(0.05)

@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -18,7 +17,13 @@ import pytest
 from streamplatform.runtime.logs import CommitLog, OffsetLog
 from streamplatform.runtime.microbatch import StreamingJob
 
-from .support import dedup_topology, delta_rows, expected_with_the_test_driver, job_config
+from .support import (
+    dedup_topology,
+    delta_rows,
+    expected_with_the_test_driver,
+    job_config,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark]
 TESTS = Path(__file__).resolve().parents[1]
@@ -35,14 +40,6 @@ def _run_command(config: dict, tmp_path: Path, *options: str) -> list[str]:
     settings = [arg for key, value in config.items() for arg in ("--set", f"{key}={value}")]
     return [sys.executable, "-m", "streamplatform.cli", "run", "--topology", "cli_job:topology",
             *settings, "--delta-sink", "deduplicated", *options]  # fmt: skip
-
-
-def _wait_for(what: str, condition, log: Path, timeout_s: float = 240) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}; the driver said:\n{log.read_text()[-3000:]}")
-        time.sleep(0.05)
 
 
 @pytest.mark.slow  # ~50 s: a driver process with its own Spark, a refused one, the restart
@@ -65,14 +62,14 @@ def test_sigterm_mid_batch_finishes_the_batch_and_a_restart_loses_and_doubles_no
         driver = subprocess.Popen(_run_command(config, tmp_path), env=env, stdout=out,
                                   stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
     try:
-        _wait_for("batch 1 to reach its pause", (pause / "paused").exists, log)
+        wait_for("batch 1 to reach its pause", (pause / "paused").exists, log)
         # A second driver of the same job is refused at once, with the exit code for it.
         second = subprocess.run(_run_command(config, tmp_path), env=env, capture_output=True,
                                 text=True, timeout=120)  # fmt: skip
         assert second.returncode == 3, second.stderr[-3000:]
         assert "the job is held by" in second.stderr and app in second.stderr
         driver.send_signal(signal.SIGTERM)  # mid-batch: outputs written, not committed
-        _wait_for("the driver to take the SIGTERM", lambda: "SIGTERM received" in
+        wait_for("the driver to take the SIGTERM", lambda: "SIGTERM received" in
                   log.read_text(), log)  # fmt: skip
         (pause / "resume").touch()
         code = driver.wait(120)

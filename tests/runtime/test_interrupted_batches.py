@@ -14,9 +14,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -29,13 +27,14 @@ from streamplatform.runtime.microbatch import StreamingJob
 from . import pageviews as pageviews_module
 from .pageviews import (
     PARTITIONS,
-    counts_with_the_test_driver,
+    counts_per_user,
     duplicates_in,
+    expected_counts,
     make_views,
     pageviews,
     produce_views,
 )
-from .support import read_topic
+from .support import read_topic, wait_for
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.slow]
 cloudpickle.register_pickle_by_value(pageviews_module)  # see test_users_own_job.py
@@ -48,14 +47,6 @@ from runtime.pageviews import pageviews
 def topology():
     return pageviews({views!r}, {counts!r}, "deduplicated")
 """
-
-
-def _wait_for(what, condition, log: Path, timeout_s: float = 240) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}; the driver said:\n{log.read_text()[-3000:]}")
-        time.sleep(0.05)
 
 
 @pytest.mark.parametrize("guarantee", ["exactly_once_v2", "at_least_once"])
@@ -94,11 +85,11 @@ def test_two_sigterms_mid_batch_then_a_run_again_equal_an_uninterrupted_run(
         driver = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=out,
                                   stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
     try:
-        _wait_for(f"batch 1 to reach {step}", (pause / "paused").exists, log)
+        wait_for(f"batch 1 to reach {step}", (pause / "paused").exists, log)
         driver.send_signal(signal.SIGTERM)
-        _wait_for("the first SIGTERM", lambda: "SIGTERM received" in log.read_text(), log)
+        wait_for("the first SIGTERM", lambda: "SIGTERM received" in log.read_text(), log)
         driver.send_signal(signal.SIGTERM)  # interrupts the batch where it is held
-        _wait_for("the second SIGTERM", lambda: "interrupted" in log.read_text(), log)
+        wait_for("the second SIGTERM", lambda: "interrupted" in log.read_text(), log)
         (pause / "resume").touch()  # what was held at the step ends (or is abandoned)
         code = driver.wait(180)
     finally:
@@ -119,14 +110,10 @@ def test_two_sigterms_mid_batch_then_a_run_again_equal_an_uninterrupted_run(
         job.close()
     assert [(r.batch_id, r.replayed) for r in results] == [(1, True), (2, False)]
 
-    expected = defaultdict(list)
-    for user, count in counts_with_the_test_driver(views):
-        expected[user].append(count)
-    counts = defaultdict(list)
-    for record in read_topic(kafka_settings, counts_topic):
-        counts[record.key.decode()].append(int.from_bytes(record.value, "big", signed=True))
+    expected = expected_counts(views)
+    counts = counts_per_user(read_topic(kafka_settings, counts_topic))
     if guarantee == "exactly_once_v2":
-        assert dict(counts) == dict(expected)  # each count once, in order
+        assert counts == expected  # each count once, in order
     else:
         # Counts may repeat (the interrupted attempt's sends), but they are the uninterrupted
         # run's numbers: the replay started from the state of batch 0's commit.

@@ -6,7 +6,6 @@ after its tasks ran leaves no state behind under either."""
 from __future__ import annotations
 
 import uuid
-from collections import defaultdict
 
 import pytest
 from pyspark import cloudpickle
@@ -18,8 +17,9 @@ from streamplatform.runtime.microbatch import StreamingJob
 from . import pageviews as pageviews_module
 from .pageviews import (
     PARTITIONS,
-    counts_with_the_test_driver,
+    counts_per_user,
     duplicates_in,
+    expected_counts,
     make_views,
     pageviews,
     produce_views,
@@ -33,11 +33,23 @@ cloudpickle.register_pickle_by_value(pageviews_module)
 VIEWS = 80  # 40 per partition, 20 per user: one batch holds every view of a user
 
 
-def _topics(kafka_settings):
+def _pageviews_job(spark, kafka_settings, tmp_path, guarantee):
+    """The job over topics of its own holding VIEWS views: ``(job, app, views, counts topic)``."""
     suffix = uuid.uuid4().hex[:6]
-    views, counts = f"views-{suffix}", f"counts-{suffix}"
-    create_topics(kafka_settings, [TopicSpec(views, PARTITIONS), TopicSpec(counts, PARTITIONS)])
-    return views, counts
+    views_topic, counts_topic = f"views-{suffix}", f"counts-{suffix}"
+    create_topics(
+        kafka_settings, [TopicSpec(views_topic, PARTITIONS), TopicSpec(counts_topic, PARTITIONS)]
+    )
+    views = make_views(VIEWS)
+    produce_views(kafka_settings, views_topic, views)
+    app = f"pageviews-{suffix}"
+    job = StreamingJob(
+        pageviews(views_topic, counts_topic, "deduplicated"),
+        _config(kafka_settings, tmp_path, app, guarantee),
+        spark=spark,
+        delta_sinks=["deduplicated"],
+    )
+    return job, app, views, counts_topic
 
 
 def _config(kafka_settings, tmp_path, app, guarantee, **overrides):
@@ -50,28 +62,11 @@ def _config(kafka_settings, tmp_path, app, guarantee, **overrides):
     } | overrides
 
 
-def _counts_per_user(records):
-    """The counts topic as ``{user: [count, ...]}`` in offset order (a user is on one partition)."""
-    per_user = defaultdict(list)
-    for record in records:
-        per_user[record.key.decode()].append(int.from_bytes(record.value, "big", signed=True))
-    return dict(per_user)
-
-
 @pytest.mark.parametrize("guarantee", ["exactly_once_v2", "at_least_once"])
 def test_the_counting_processor_counts_on_spark_as_in_the_test_driver(
     spark, kafka_settings, tmp_path, guarantee
 ):
-    views_topic, counts_topic = _topics(kafka_settings)
-    views = make_views(VIEWS)
-    produce_views(kafka_settings, views_topic, views)
-    app = f"pageviews-{uuid.uuid4().hex[:4]}"
-    job = StreamingJob(
-        pageviews(views_topic, counts_topic, "deduplicated"),
-        _config(kafka_settings, tmp_path, app, guarantee),
-        spark=spark,
-        delta_sinks=["deduplicated"],
-    )
+    job, app, views, counts_topic = _pageviews_job(spark, kafka_settings, tmp_path, guarantee)
     try:
         results = job.run_until_caught_up()
     finally:
@@ -80,11 +75,9 @@ def test_the_counting_processor_counts_on_spark_as_in_the_test_driver(
     assert results[0].guarantee == guarantee
     assert CommitLog(f"{tmp_path}/delta/{app}/_commits", app).last().guarantee == guarantee
 
-    expected = defaultdict(list)
-    for user, count in counts_with_the_test_driver(views):
-        expected[user].append(count)
-    on_spark = _counts_per_user(read_topic(kafka_settings, counts_topic))
-    assert on_spark == dict(expected)
+    expected = expected_counts(views)
+    on_spark = counts_per_user(read_topic(kafka_settings, counts_topic))
+    assert on_spark == expected
     assert all(counts == list(range(1, len(counts) + 1)) for counts in on_spark.values())
     deduplicated = spark.read.format("delta").load(f"{tmp_path}/delta/{app}/deduplicated")
     assert deduplicated.count() == sum(len(counts) for counts in on_spark.values())
@@ -98,18 +91,9 @@ def test_a_batch_that_failed_after_its_tasks_leaves_no_state_under_either_guaran
     ``after_outputs``); the replay in the same process starts from the last commit's state:
     the counts are the uninterrupted run's (only Kafka records may repeat, under
     at_least_once), and the dedup does not take the failed attempt's ids for duplicates."""
-    views_topic, counts_topic = _topics(kafka_settings)
-    views = make_views(VIEWS)
-    produce_views(kafka_settings, views_topic, views)
-    app = f"pageviews-{uuid.uuid4().hex[:4]}"
     monkeypatch.setenv("STREAMPLATFORM_FAIL_ONCE", "after_outputs:0")
     monkeypatch.setenv("STREAMPLATFORM_FAIL_ONCE_FILE", str(tmp_path / "failed-once"))
-    job = StreamingJob(
-        pageviews(views_topic, counts_topic, "deduplicated"),
-        _config(kafka_settings, tmp_path, app, guarantee),
-        spark=spark,
-        delta_sinks=["deduplicated"],
-    )
+    job, app, views, counts_topic = _pageviews_job(spark, kafka_settings, tmp_path, guarantee)
     try:
         with pytest.raises(RuntimeError, match="injected failure at after_outputs of batch 0"):
             job.run_batch()
@@ -119,12 +103,10 @@ def test_a_batch_that_failed_after_its_tasks_leaves_no_state_under_either_guaran
     finally:
         job.close()
 
-    expected = defaultdict(list)
-    for user, count in counts_with_the_test_driver(views):
-        expected[user].append(count)
-    committed = _counts_per_user(read_topic(kafka_settings, counts_topic))
+    expected = expected_counts(views)
+    committed = counts_per_user(read_topic(kafka_settings, counts_topic))
     if guarantee == "exactly_once_v2":
-        assert committed == dict(expected)  # each count once
+        assert committed == expected  # each count once
     else:
         # The failed attempt's counts were sent (at least once), then the replay's: the same
         # numbers again, never counts that go on from the failed attempt's state.

@@ -16,7 +16,7 @@ import dataclasses
 import os
 from datetime import timedelta
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 from streamplatform.serdes import Serde
 from streamplatform.state.rocks import StoreOptions
@@ -148,15 +148,8 @@ class Stores:
         """The store ``supplier`` describes, typed for processors: ``get_state_store`` then
         takes and returns keys and values through ``key_serde`` / ``value_serde`` (None:
         bytes), as Kafka Streams' ``Stores.keyValueStoreBuilder``."""
-        if not isinstance(supplier, KeyValueStoreSpec):
-            raise TypeError(
-                "key_value_store_builder needs Stores.persistent_key_value_store(...), got "
-                f"{type(supplier).__name__}"
-            )
-        return dataclasses.replace(
-            supplier, key_serde=_check_serde(key_serde, "key_serde"),
-            value_serde=_check_serde(value_serde, "value_serde"),
-        )  # fmt: skip
+        return _typed(supplier, KeyValueStoreSpec, "persistent_key_value_store", key_serde,
+                      value_serde)  # fmt: skip
 
     @staticmethod
     def versioned_key_value_store_builder(
@@ -164,21 +157,26 @@ class Stores:
     ) -> VersionedStoreSpec:
         """The versioned store ``supplier`` describes, typed for processors (Kafka Streams'
         ``Stores.versionedKeyValueStoreBuilder``)."""
-        if not isinstance(supplier, VersionedStoreSpec):
-            raise TypeError(
-                "versioned_key_value_store_builder needs "
-                f"Stores.persistent_versioned_key_value_store(...), got {type(supplier).__name__}"
-            )
-        return dataclasses.replace(
-            supplier, key_serde=_check_serde(key_serde, "key_serde"),
-            value_serde=_check_serde(value_serde, "value_serde"),
-        )  # fmt: skip
+        return _typed(supplier, VersionedStoreSpec, "persistent_versioned_key_value_store",
+                      key_serde, value_serde)  # fmt: skip
 
 
-def _check_serde(serde: Serde | None, argument: str) -> Serde | None:
-    if serde is not None and not (hasattr(serde, "serialize") and hasattr(serde, "deserialize")):
-        raise TypeError(f"{argument} must be a Serde (Serdes.string(), ...), got {serde!r}")
-    return serde
+_Spec = TypeVar("_Spec", KeyValueStoreSpec, VersionedStoreSpec)
+
+
+def _typed(
+    supplier: _Spec, kind: type[_Spec], factory: str, key_serde: Serde | None,
+    value_serde: Serde | None,
+) -> _Spec:  # fmt: skip
+    """``supplier`` with the processor-facing serdes, checked."""
+    if not isinstance(supplier, kind):
+        raise TypeError(f"this builder needs Stores.{factory}(...), got {type(supplier).__name__}")
+    for argument, serde in (("key_serde", key_serde), ("value_serde", value_serde)):
+        if serde is not None and not (
+            hasattr(serde, "serialize") and hasattr(serde, "deserialize")
+        ):
+            raise TypeError(f"{argument} must be a Serde (Serdes.string(), ...), got {serde!r}")
+    return dataclasses.replace(supplier, key_serde=key_serde, value_serde=value_serde)
 
 
 StoreSpec = KeyValueStoreSpec | VersionedStoreSpec
