@@ -4,6 +4,7 @@ how `topics consume` shows what it reads."""
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -351,3 +352,26 @@ def test_produce_encodes_text_with_each_serde(serde, text, data):
 def test_produce_names_the_line_that_is_not_what_its_serde_takes():
     with pytest.raises(topic_tools.TopicToolError, match="line 2: value '{x' is not json"):
         topic_tools.encode("json", "{x", "line 2: value")
+
+
+def test_py4j_reports_of_an_interrupted_call_are_dropped_and_its_real_errors_kept():
+    """py4j logs (some through the root logger) the call a second SIGTERM interrupted, and what
+    closing its connection then raised: noise beside run's one line. Its other errors stay."""
+
+    def shown(name, level, error=None, path="/site-packages/py4j/clientserver.py"):
+        info = (type(error), error, None) if error is not None else None
+        return cli._quiet_py4j(logging.LogRecord(name, level, path, 1, "m", None, info))
+
+    try:
+        try:
+            raise KeyboardInterrupt("SIGTERM again")
+        except KeyboardInterrupt:
+            raise BrokenPipeError("closing the interrupted connection")  # noqa: B904
+    except BrokenPipeError as closing:
+        assert not shown("py4j.clientserver", logging.ERROR, closing)
+    assert not shown(
+        "root", logging.ERROR, KeyboardInterrupt(), "/site-packages/py4j/java_gateway.py"
+    )
+    assert not shown("py4j.clientserver", logging.INFO)  # a connection closed
+    assert shown("py4j.java_gateway", logging.ERROR, RuntimeError("the JVM died"))
+    assert shown("streamplatform.cli", logging.INFO, path="/platform/streamplatform/cli.py")

@@ -593,7 +593,12 @@ def _quiet_py4j(record: logging.LogRecord) -> bool:
         return True
     if record.levelno < logging.WARNING:
         return False
-    return not (record.exc_info and isinstance(record.exc_info[1], KeyboardInterrupt))
+    error = record.exc_info[1] if record.exc_info else None
+    while error is not None:  # the interrupt, or what closing the interrupted call raised
+        if isinstance(error, KeyboardInterrupt):
+            return False
+        error = error.__cause__ or error.__context__
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:
