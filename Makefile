@@ -7,7 +7,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 MVN := mvn -q -B -Dstyle.color=never -s platform/jvm/settings.xml -f platform/jvm/pom.xml
-JVM_STAMPS := .jvm/spark/.fetched .jvm/kafka/.fetched
+JVM_STAMPS := .jvm/spark/.fetched .jvm/kafka/.fetched .jvm/streams/.fetched
 
 .PHONY: setup demo test bench lint clean tools ui browser screenshots
 
