@@ -153,6 +153,20 @@ def test_a_failed_batch_is_exit_1(monkeypatch, capsys):
     assert job.closed == 1
 
 
+def test_an_error_a_signal_caused_is_an_interrupt_not_a_failed_batch(monkeypatch, capsys):
+    """py4j makes a call into the JVM that a second SIGTERM cut short its own network error."""
+    try:
+        try:
+            raise KeyboardInterrupt("SIGTERM again: the batch in flight is interrupted")
+        except KeyboardInterrupt as interrupt:
+            raise ConnectionError("Answer from Java side is empty") from interrupt
+    except ConnectionError as cut:
+        error = cut
+    code, _, err = _run(monkeypatch, capsys, FakeJob(batches=1, fail=error))
+    assert code == cli.EXIT_INTERRUPTED == 130
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+
+
 def test_start_up_and_progress_lines_name_the_processing_guarantee(monkeypatch, capsys):
     code, out, _ = _run(monkeypatch, capsys, FakeJob(batches=3), "--until-caught-up")
     assert code == 0

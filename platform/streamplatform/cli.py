@@ -268,7 +268,10 @@ def _run_job(args: argparse.Namespace, state: _RunState) -> int:
     except ConfigError as error:
         print(f"streamplatform run: {error}", file=sys.stderr)
         code = EXIT_BAD_SETTINGS
-    except Exception:
+    except Exception as error:
+        interrupt = _interrupt_behind(error)
+        if interrupt is not None:  # a call into the JVM that the signal cut made its own error
+            return _interrupted(interrupt, state)
         logging.getLogger("streamplatform.cli").exception(
             "streamplatform run: a batch failed; nothing of it is committed, and the next run "
             "replays it"
@@ -280,6 +283,16 @@ def _run_job(args: argparse.Namespace, state: _RunState) -> int:
     state.phase = "closing"
     job.close()  # a KeyboardInterrupt here ends in _run's _interrupted, also in one line
     return code
+
+
+def _interrupt_behind(error: BaseException) -> KeyboardInterrupt | None:
+    """The KeyboardInterrupt among ``error``'s causes and contexts, if a signal is behind it."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 @contextmanager
@@ -594,11 +607,8 @@ def _quiet_py4j(record: logging.LogRecord) -> bool:
     if record.levelno < logging.WARNING:
         return False
     error = record.exc_info[1] if record.exc_info else None
-    while error is not None:  # the interrupt, or what closing the interrupted call raised
-        if isinstance(error, KeyboardInterrupt):
-            return False
-        error = error.__cause__ or error.__context__
-    return True
+    # The interrupt itself, or what closing the interrupted call raised, is not shown.
+    return error is None or _interrupt_behind(error) is None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1133,14 +1133,17 @@ class StreamingJob:
 
 class _StopOnSignals:
     """While active (and in the main thread), SIGTERM and SIGINT set ``stop``: the batch in
-    flight finishes. A second one raises KeyboardInterrupt in it. The previous handlers come
-    back at the end."""
+    flight finishes. A second one raises KeyboardInterrupt in it, and the batch ends with a
+    KeyboardInterrupt whatever the interrupted call made of it (py4j turns an interrupt of a
+    call into the JVM into its own network error). The previous handlers come back at the
+    end."""
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
     def __init__(self, stop: threading.Event, app: str) -> None:
         self.stop, self.app = stop, app
         self.received = ""
+        self.interrupted = ""  # set by the second signal: why the batch was interrupted
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> _StopOnSignals:
@@ -1148,14 +1151,17 @@ class _StopOnSignals:
             self._previous = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+        if self.interrupted and exc is not None and not isinstance(exc, KeyboardInterrupt):
+            raise KeyboardInterrupt(self.interrupted) from exc
 
     def _handle(self, signum: int, frame: object) -> None:
         name = signal.Signals(signum).name
         if self.stop.is_set():
-            raise KeyboardInterrupt(f"{name} again: the batch in flight is interrupted")
+            self.interrupted = f"{name} again: the batch in flight is interrupted"
+            raise KeyboardInterrupt(self.interrupted)
         self.received = name
         self.stop.set()
         log.warning("%s: %s received; finishing the batch in flight, then stopping (send it "
