@@ -64,16 +64,19 @@ public class ProcessorStoreReference {
         }
     }
 
-    static class Counter implements Processor<String, String, String, String> {
-        private ProcessorContext<String, String> context;
-        private KeyValueStore<String, Long> store;
+    /** A processor with the store "counts". */
+    abstract static class WithCounts implements Processor<String, String, String, String> {
+        protected ProcessorContext<String, String> context;
+        protected KeyValueStore<String, Long> store;
 
         @Override
         public void init(ProcessorContext<String, String> context) {
             this.context = context;
             this.store = context.getStateStore("counts");
         }
+    }
 
+    static class Counter extends WithCounts {
         @Override
         public void process(Record<String, String> record) {
             Long before = store.get(record.key());
@@ -83,16 +86,7 @@ public class ProcessorStoreReference {
         }
     }
 
-    static class StoreMethods implements Processor<String, String, String, String> {
-        private ProcessorContext<String, String> context;
-        private KeyValueStore<String, Long> store;
-
-        @Override
-        public void init(ProcessorContext<String, String> context) {
-            this.context = context;
-            this.store = context.getStateStore("counts");
-        }
-
+    static class StoreMethods extends WithCounts {
         @Override
         public void process(Record<String, String> record) {
             String key = record.key();
