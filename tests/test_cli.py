@@ -13,11 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from streamplatform import cli
+from streamplatform import JobClaimedError, ReplayRefused, cli
 from streamplatform.config import ConfigError
 from streamplatform.kafka import topic_tools
-from streamplatform.runtime.claim import JobClaimedError
-from streamplatform.runtime.microbatch import ReplayRefused
 
 RUN = ["run", "--topology", "unused:x", "--set", "application.id=orders"]
 

@@ -1,7 +1,9 @@
 """streamplatform: Kafka Streams' newest stateful features for PySpark pipelines run from Dagster.
 
 The public API is re-exported here; everything not listed in ``__all__`` is internal.
-Serdes live in ``streamplatform.serdes``, stores in ``streamplatform.state``, error handling
+The errors an operator of a running job catches (``JobClaimedError``, ``JobFencedError``,
+``ReplayRefused``, ``MissingTaskOutputs``) are here too. Serdes live in
+``streamplatform.serdes``, stores in ``streamplatform.state``, error handling
 in ``streamplatform.errors``, dead letter queues in ``streamplatform.dlq`` and the Dagster
 integration in ``streamplatform.dagster``. The Spark-side names (``StreamingJob``,
 ``BatchResult``, ``DlqReplayer``, ``read_versioned_snapshot``, ``batch_as_of_join``) load on
@@ -48,18 +50,28 @@ from streamplatform.dsl import (
     Topology,
 )
 from streamplatform.records import Headers, ProducerRecord, Record, TopicPartition
+from streamplatform.runtime.errors import (
+    JobClaimedError,
+    JobFencedError,
+    MissingTaskOutputs,
+    ReplayRefused,
+)
 from streamplatform.testing import TopologyTestDriver
 
 __all__ = [
     "ConfigError",
     "Headers",
+    "JobClaimedError",
+    "JobFencedError",
     "KStream",
     "KTable",
+    "MissingTaskOutputs",
     "Processor",
     "ProcessorContext",
     "ProducerRecord",
     "PunctuationType",
     "Record",
+    "ReplayRefused",
     "StreamsBuilder",
     "StreamsConfig",
     "TopicPartition",

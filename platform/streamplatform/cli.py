@@ -227,9 +227,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _run_job(args: argparse.Namespace, state: _RunState) -> int:
+    from streamplatform import JobClaimedError, JobFencedError, ReplayRefused
     from streamplatform.config import ConfigError
-    from streamplatform.runtime.claim import JobClaimedError, JobFencedError
-    from streamplatform.runtime.microbatch import ReplayRefused
 
     try:
         job = state.job = _job(args)

@@ -13,13 +13,12 @@ from confluent_kafka import KafkaError
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from delta.tables import DeltaTable
 
-from streamplatform import StreamsBuilder
+from streamplatform import JobClaimedError, StreamsBuilder
 from streamplatform.dlq import DlqReplayer
 from streamplatform.dlq.ledger import ReplayLedger
 from streamplatform.dlq.records import REPLAY_ATTEMPT_HEADER, REPLAY_BATCH_HEADER, REPLAY_OF_HEADER
 from streamplatform.dlq.replay import DlqReplayer as Replayer
 from streamplatform.kafka import TopicSpec, consumer, create_topics, producer
-from streamplatform.runtime.claim import JobClaimedError
 from streamplatform.runtime.microbatch import StreamingJob
 from streamplatform.serdes import Serdes
 

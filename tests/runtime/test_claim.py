@@ -14,7 +14,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from streamplatform.runtime.claim import JobClaim, JobClaimedError, JobFencedError
+from streamplatform import JobClaimedError, JobFencedError
+from streamplatform.runtime.claim import JobClaim
 from streamplatform.runtime.logs import COMMITS_SCHEMA, CommitLog
 
 ROW = pa.schema([("batch_id", pa.int64())])

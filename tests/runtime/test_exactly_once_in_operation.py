@@ -20,10 +20,10 @@ from confluent_kafka import Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient
 
+from streamplatform import ReplayRefused, StreamingJob
 from streamplatform.kafka import TopicSpec, create_topics, producer
 from streamplatform.runtime import microbatch
 from streamplatform.runtime.logs import OffsetLog
-from streamplatform.runtime.microbatch import ReplayRefused, StreamingJob
 
 from .support import (
     CRASHING_RUN,
@@ -49,7 +49,7 @@ DRIVER = textwrap.dedent("""
     import sys
     sys.path.insert(0, {tests!r})
     from runtime.support import dedup_topology
-    from streamplatform.runtime.claim import JobClaimedError
+    from streamplatform import JobClaimedError
     from streamplatform.runtime.microbatch import StreamingJob
     try:
         StreamingJob(dedup_topology({source!r}, "deduplicated"), {config!r},

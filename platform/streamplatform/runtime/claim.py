@@ -40,18 +40,11 @@ from typing import Any
 import pyarrow as pa
 
 from streamplatform.runtime import delta_direct
+from streamplatform.runtime.errors import JobClaimedError, JobFencedError
 
 log = logging.getLogger(__name__)
 
 CLAIM_KEY = "streamplatform.claim"  # the commit-info field with the holder of each commit
-
-
-class JobClaimedError(RuntimeError):
-    """Another live driver holds the job."""
-
-
-class JobFencedError(RuntimeError):
-    """This driver's claim was taken over by a newer driver; its commit was not written."""
 
 
 @dataclass(frozen=True)

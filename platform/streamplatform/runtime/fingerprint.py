@@ -4,7 +4,7 @@ A batch planned but not committed (a crash) is run again. The re-run's outputs o
 what its first attempt may already have written if the job is the same: the same topology,
 the same code in its functions and processors, the same settings that change what a task
 does. The fingerprint is logged with each plan (the offset log), and a replay under another
-fingerprint is refused (``microbatch.ReplayRefused``).
+fingerprint is refused (``streamplatform.ReplayRefused``).
 
 What it covers: the topology's structure (``describe()``), the bytecode, constants and
 captured values of every function, processor class and serde reachable from its nodes and

@@ -74,7 +74,8 @@ from streamplatform.runtime.batch_outputs import (
     spilled_files,
     spilled_sink_rows,
 )
-from streamplatform.runtime.claim import JobClaim, JobFencedError
+from streamplatform.runtime.claim import JobClaim
+from streamplatform.runtime.errors import JobFencedError, MissingTaskOutputs, ReplayRefused
 from streamplatform.runtime.executor import (
     BATCH_MARKER,
     INPUT_COLUMNS,
@@ -101,15 +102,6 @@ from streamplatform.runtime.standby import InstanceLayout, StandbySync
 
 log = logging.getLogger(__name__)
 _UNREAD = object()
-
-
-class ReplayRefused(RuntimeError):
-    """A batch planned under another topology, code or settings would be replayed."""
-
-
-class MissingTaskOutputs(RuntimeError):
-    """A task of the batch had records and its outputs did not reach the driver: the batch
-    is not committed (the message names the task and where its outputs were looked for)."""
 
 
 @dataclass(frozen=True)
