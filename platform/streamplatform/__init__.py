@@ -6,8 +6,10 @@ The errors an operator of a running job catches (``JobClaimedError``, ``JobFence
 ``streamplatform.serdes``, stores in ``streamplatform.state``, error handling
 in ``streamplatform.errors``, dead letter queues in ``streamplatform.dlq`` and the Dagster
 integration in ``streamplatform.dagster``. The Spark-side names (``StreamingJob``,
-``BatchResult``, ``DlqReplayer``, ``read_versioned_snapshot``, ``batch_as_of_join``) load on
-first use, so that ``import streamplatform`` stays light for a topology and its tests.
+``BatchResult``, ``DlqReplayer``, ``read_versioned_snapshot``, ``batch_as_of_join``,
+``read_kafka_ranges``, ``spark_session``) load on first use, so that ``import streamplatform``
+stays light for a topology and its tests. ``data_dir()`` is the local data folder (``.data/``,
+``STREAMPLATFORM_DATA`` when set) where everything local lives by default.
 
 The README's first example, executed as a test: deduplicate transactions by id within 10 minutes,
 then join each with the FX rate valid at its time.
@@ -49,6 +51,7 @@ from streamplatform.dsl import (
     StreamsBuilder,
     Topology,
 )
+from streamplatform.home import data_dir
 from streamplatform.records import Headers, ProducerRecord, Record, TopicPartition
 from streamplatform.runtime.errors import (
     JobClaimedError,
@@ -77,6 +80,7 @@ __all__ = [
     "TopicPartition",
     "Topology",
     "TopologyTestDriver",
+    "data_dir",
 ]
 __version__ = "0.1.0"
 
@@ -87,6 +91,8 @@ _LAZY = {
     "DlqReplayer": "streamplatform.dlq.replay",
     "read_versioned_snapshot": "streamplatform.versioned_snapshot",
     "batch_as_of_join": "streamplatform.versioned_snapshot",
+    "read_kafka_ranges": "streamplatform.spark",
+    "spark_session": "streamplatform.spark",
 }
 __all__ += sorted(_LAZY)
 

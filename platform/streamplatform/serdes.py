@@ -18,6 +18,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import orjson
 
+__all__ = ["Serde", "SerializationError", "Serdes"]
+
 
 class SerializationError(Exception):
     """A value could not be (de)serialized; ``raw`` holds the bytes involved, if any."""

@@ -22,6 +22,10 @@ the key ``streamplatform``.
 Runs of one job are kept apart by its pool ``streamplatform/<application.id>``: give the
 instance ``concurrency: {pools: {default_limit: 1}}`` in ``dagster.yaml`` so that a second
 launch waits in the queue (:func:`pools` lists a definitions' pools).
+
+A project's own assets beside a job's (a daily recomputation, an audit of its output) read
+where the job has got to with :func:`consumed_offsets`, and exactly that input with
+:func:`streamplatform.read_kafka_ranges`.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from streamplatform.dagster.resource import (
     platform_pyspark,
 )
 from streamplatform.dagster.spec import AsOfJoin, StreamingJobSpec
+from streamplatform.runtime.logs import CommitLog
 
 
 def pools(definitions: dg.Definitions) -> set[str]:
@@ -56,6 +61,22 @@ def pools(definitions: dg.Definitions) -> set[str]:
     }
 
 
+def consumed_offsets(
+    resource: StreamplatformResource, job: StreamingJobSpec
+) -> dict[tuple[str, int], int]:
+    """Where ``job`` has consumed its sources up to, on ``resource``: ``{(topic, partition):
+    next offset to read}`` as of its newest committed batch, ``{}`` before its first.
+
+    Read from the job's commit log (``<app_root>/_commits``) and nothing else: it starts no
+    Spark and changes nothing. Everything before these offsets has been processed and its
+    outputs committed, so ``{topic: {partition: (start, offset)}}`` read with
+    :func:`streamplatform.read_kafka_ranges` is exactly the input the job has processed (start at
+    the partition's low offset, ``resource.end_offsets(topic)``, when its log has been
+    truncated)."""
+    last = CommitLog(f"{resource.app_root(job)}/_commits", job.app_id).last()
+    return {} if last is None else dict(last.consumed)
+
+
 __all__ = [
     "RESOURCE_KEY",
     "AsOfJoin",
@@ -63,6 +84,7 @@ __all__ = [
     "StreamingJobComponent",
     "StreamingJobSpec",
     "StreamplatformResource",
+    "consumed_offsets",
     "job_pool",
     "late_version_backfill_sensor",
     "platform_pyspark",

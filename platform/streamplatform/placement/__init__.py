@@ -9,6 +9,10 @@
 - :func:`fair_scheduler_xml`, :func:`executor_settings`, :func:`write_placements` — a pool per
   instance, per-instance Spark settings with Kubernetes node selectors, the placements Delta
   table (see ``spark_outputs`` for what Spark can and cannot pin).
+- :func:`load_plan_file` — the instances file of ``streamplatform placement plan`` (YAML: tags
+  and capacity per instance, ``num_standby_replicas``, ``awareness``, the tasks) read into a
+  :class:`PlanFile`, whose ``plan()`` runs the assignor on it: a Dagster resource or a script
+  plans from the same file as the command.
 
 Modules: ``assignor`` (the rule), ``result`` (Placement and levels), ``validation`` (limits and
 errors naming the setting), ``spark_outputs``, ``planfile`` (``streamplatform placement plan``).
@@ -20,6 +24,7 @@ errors naming the setting), ``spark_outputs``, ``planfile`` (``streamplatform pl
 """
 
 from streamplatform.placement.assignor import assign, assign_standbys, plan_standbys
+from streamplatform.placement.planfile import PlanFile, load_plan_file
 from streamplatform.placement.result import LEVELS, Level, Placement
 from streamplatform.placement.spark_outputs import (
     executor_settings,
@@ -33,11 +38,13 @@ __all__ = [
     "Level",
     "Placement",
     "PlacementInputs",
+    "PlanFile",
     "assign",
     "assign_standbys",
     "executor_settings",
     "fair_scheduler_xml",
     "inputs_from_settings",
+    "load_plan_file",
     "plan_standbys",
     "write_placements",
 ]
