@@ -16,8 +16,7 @@ import dagster as dg
 import pipelines
 from assets.dedup_audit import NOT_DESERIALIZED, compare, expected_forwards
 from pipelines import Topics
-from streamplatform.dagster import StreamingJobSpec, StreamplatformResource
-from streamplatform.runtime.logs import CommitLog
+from streamplatform.dagster import StreamingJobSpec, StreamplatformResource, consumed_offsets
 from streamplatform.serdes import Serdes
 
 MAX_LISTED = 20
@@ -27,7 +26,7 @@ Ranges = dict[str, dict[int, tuple[int, int]]]
 def _read_topic(spark: Any, settings: dict[str, Any], ranges: Ranges) -> list:
     from pyspark.sql import functions as F
 
-    from streamplatform.spark import read_kafka_ranges
+    from streamplatform import read_kafka_ranges
 
     if not ranges:
         return []
@@ -64,9 +63,7 @@ def no_duplicates_check(dedup_job: StreamingJobSpec, topics: Topics) -> dg.Asset
     ) -> dg.AssetCheckResult:
         spark = streamplatform.spark_session
         settings = streamplatform.job_settings(dedup_job)
-        last = CommitLog(f"{streamplatform.app_root(dedup_job)}/_commits",
-                         dedup_job.app_id).last()  # fmt: skip
-        consumed = {} if last is None else dict(last.consumed)
+        consumed = consumed_offsets(streamplatform, dedup_job)
         low = _whole_topic(streamplatform, topics.transactions)[topics.transactions]
         inputs: Ranges = {}
         for (topic, partition), offset in consumed.items():

@@ -1,7 +1,9 @@
 """How many times each (key, id) may appear in a deduplicated output, by KIP-655's own rule.
 
 The dedup job forwards a record unless a record with the same id was stored within the
-interval (``streamplatform.dsl.dedup.should_forward``). Duplicates in the demo data repeat the
+interval (KIP-655's rule as docs/semantics.md states it; :func:`forwards` writes it down here,
+apart from the library's code, so that the audit holds the job to the rule, not to itself).
+Duplicates in the demo data repeat the
 original's timestamp, so the output legitimately holds an id twice when the repeat arrived after
 stream time had moved more than the interval past the original: "no duplicate ids" is only true
 *within the interval*, judged at the stream time of the task.
@@ -25,10 +27,25 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from streamplatform.dsl.dedup import should_forward
-
 Row = tuple[int, int, Any, Any, int]  # (partition, offset, key, value or None, timestamp)
 NOT_DESERIALIZED = object()  # a poison record: neither processed nor moving stream time
+
+
+def forwards(
+    entry: tuple[int, int] | None, timestamp: int, offset: int, stream_time: int, interval_ms: int
+) -> bool:
+    """Whether a record with an id is forwarded (docs/semantics.md, "Deduplication"): when its
+    id has no entry (``(timestamp, offset)`` of the last record forwarded), when the entry is
+    more than the interval behind stream time or more than the interval after the record, or
+    when it is the entry's own record, replayed. Both ends of the interval are inclusive."""
+    if entry is None:
+        return True
+    entry_ts, entry_offset = entry
+    return (
+        stream_time - entry_ts > interval_ms
+        or entry_ts - timestamp > interval_ms
+        or offset == entry_offset
+    )
 
 
 def expected_forwards(rows: Iterable[Row], interval_ms: int) -> Counter[tuple[Any, Any]]:
@@ -51,7 +68,7 @@ def expected_forwards(rows: Iterable[Row], interval_ms: int) -> Counter[tuple[An
             if identity is None:
                 continue  # forwarded, never tracked: not a dedup candidate
             entry = stored.get((key, identity))
-            if not should_forward(entry, timestamp, offset, stream_time, interval_ms):
+            if not forwards(entry, timestamp, offset, stream_time, interval_ms):
                 continue
             if timestamp >= stream_time - interval_ms:
                 stored[(key, identity)] = (timestamp, offset)

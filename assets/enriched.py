@@ -22,6 +22,7 @@ touched.
 import random
 from collections import Counter
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import dagster as dg
@@ -29,13 +30,12 @@ from pydantic import Field
 
 import pipelines
 from pipelines import Topics
-from streamplatform.dagster import StreamingJobSpec, StreamplatformResource, snapshot_asset_name
-from streamplatform.dagster.lateness import DAY_MS, day_bounds, day_of
-from streamplatform.runtime.logs import CommitLog
-from streamplatform.versioned_snapshot import (
-    batch_as_of_join,
-    read_versioned_snapshot,
-    versions_table_version,
+from streamplatform import batch_as_of_join, read_versioned_snapshot
+from streamplatform.dagster import (
+    StreamingJobSpec,
+    StreamplatformResource,
+    consumed_offsets,
+    snapshot_asset_name,
 )
 
 # The demo's event time starts on 2026-01-01 (pipelines.START_MS) and covers a few days: a
@@ -51,6 +51,28 @@ TRANSACTION_SCHEMA = (
 )
 SINK_COLUMNS = ["key", "value", "timestamp", "headers", "source_topic", "source_partition",
                 "source_offset"]  # fmt: skip
+DAY_MS = 86_400_000
+
+
+def day_of(timestamp_ms: int) -> str:
+    """The UTC day of an epoch-millisecond timestamp, as a partition key of :data:`DAILY`."""
+    return datetime.fromtimestamp(timestamp_ms / 1000, UTC).strftime("%Y-%m-%d")
+
+
+def day_bounds(day: str) -> tuple[int, int]:
+    """``[start, end)`` of the UTC day ``day`` (``YYYY-MM-DD``) in epoch milliseconds."""
+    start = int(datetime.strptime(day, "%Y-%m-%d").replace(tzinfo=UTC).timestamp() * 1000)
+    return start, start + DAY_MS
+
+
+def delta_table_version(spark: Any, path: str) -> int | None:
+    """The current version of the Delta table at ``path``, or None when there is none."""
+    from delta.tables import DeltaTable
+
+    if not DeltaTable.isDeltaTable(spark, path):
+        return None
+    row = DeltaTable.forPath(spark, path).history(1).select("version").first()
+    return None if row is None else int(row[0])
 
 
 @dataclass(frozen=True)
@@ -76,15 +98,14 @@ class Enrichment:
 
     def consumed(self) -> dict[tuple[str, int], int]:
         """The offsets the job has consumed up to, from its commit log."""
-        last = CommitLog(f"{self.resource.app_root(self.job)}/_commits", self.job.app_id).last()
-        return {} if last is None else dict(last.consumed)
+        return consumed_offsets(self.resource, self.job)
 
 
 def stream_rows(spark: Any, enrichment: Enrichment, day: str) -> Any:
     """The streaming join's rows of ``day`` (its Delta sink), or None before the first."""
     from pyspark.sql import functions as F
 
-    if versions_table_version(spark, enrichment.sink) is None:
+    if delta_table_version(spark, enrichment.sink) is None:
         return None
     start, end = day_bounds(day)
     rows = spark.read.format("delta").load(enrichment.sink)
@@ -97,7 +118,7 @@ def stream_days(spark: Any, enrichment: Enrichment) -> list[str]:
     """The UTC days the streaming join has written rows for (sorted; none before the first)."""
     from pyspark.sql import functions as F
 
-    if versions_table_version(spark, enrichment.sink) is None:
+    if delta_table_version(spark, enrichment.sink) is None:
         return []
     stamps = spark.read.format("delta").load(enrichment.sink).select(
         (F.col("timestamp") / DAY_MS).cast("long").alias("d")).distinct().collect()  # fmt: skip
@@ -111,9 +132,9 @@ def batch_rows(
     joined with the versioned snapshot (at ``as_of_version`` of ``_versions``, default now)."""
     from pyspark.sql import functions as F
 
-    from streamplatform.spark import read_kafka_ranges
+    from streamplatform import read_kafka_ranges
 
-    if versions_table_version(spark, enrichment.versions) is None:
+    if delta_table_version(spark, enrichment.versions) is None:
         return None
     topic = enrichment.topics.deduplicated
     low = {p: low for p, (low, _) in enrichment.resource.end_offsets(topic).items()}
@@ -193,7 +214,7 @@ def enriched_definitions(enrichment_job: StreamingJobSpec, topics: Topics) -> dg
         day = context.partition_key
         enrichment = Enrichment(enrichment_job, topics, streamplatform)
         spark = streamplatform.spark_session
-        versions_version = versions_table_version(spark, enrichment.versions)
+        versions_version = delta_table_version(spark, enrichment.versions)
         if config.mode == STREAM:
             rows = stream_rows(spark, enrichment, day)
         else:
@@ -232,7 +253,7 @@ def enriched_definitions(enrichment_job: StreamingJobSpec, topics: Topics) -> dg
                 "amount_eur_total": float(stats.amount_eur or 0.0),
                 "versions_log_version": -1 if versions_version is None else versions_version,
                 "table": dg.MetadataValue.path(enrichment.table),
-                "table_version": versions_table_version(spark, enrichment.table) or 0,
+                "table_version": delta_table_version(spark, enrichment.table) or 0,
             }
         )
 

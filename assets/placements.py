@@ -12,9 +12,9 @@ from collections.abc import Sequence
 
 import dagster as dg
 
+from assets.enriched import delta_table_version
 from resources.placement import StandbyPlacementResource
 from streamplatform.dagster import StreamingJobSpec, StreamplatformResource
-from streamplatform.versioned_snapshot import versions_table_version
 
 
 def task_ids(resource: StreamplatformResource, jobs: Sequence[StreamingJobSpec]) -> list[str]:
@@ -77,7 +77,7 @@ def placements_asset(jobs: Sequence[StreamingJobSpec]) -> dg.AssetsDefinition:
                 "executor_settings": dg.MetadataValue.json(placement.executor_settings()),
                 "pools_file": dg.MetadataValue.path(str(pools)),
                 "placements_table": dg.MetadataValue.path(path),
-                "placements_version": versions_table_version(spark, path) or 0,
+                "placements_version": delta_table_version(spark, path) or 0,
             }
         )
 
