@@ -20,9 +20,13 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import dagster as dg
-from dagster._core.storage.tags import RUN_KEY_TAG, SCHEDULE_NAME_TAG, SENSOR_NAME_TAG
 
 Selection = dg.AssetsDefinition | dg.AssetKey | str
+# The tags the daemon gives the runs it launches (Dagster's system tags, documented with run
+# tags; the UI shows them as who launched a run).
+RUN_KEY_TAG = "dagster/run_key"
+SCHEDULE_NAME_TAG = "dagster/schedule_name"
+SENSOR_NAME_TAG = "dagster/sensor_name"
 
 
 def asset_keys(selection: Iterable[Selection]) -> list[dg.AssetKey]:
