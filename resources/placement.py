@@ -24,15 +24,15 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
-from streamplatform.home import data_dir
+from streamplatform import data_dir
 from streamplatform.placement import (
     Placement,
     assign,
     executor_settings,
     fair_scheduler_xml,
+    load_plan_file,
     write_placements,
 )
-from streamplatform.placement.planfile import load_plan_file
 
 DEFAULT_INSTANCES = {
     "instance-a": {"zone": "zone-1"},
