@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import pipelines
-from streamplatform.home import data_dir
+from streamplatform import data_dir
 from streamplatform.kafka import LocalBroker
 
 DEDUP_APP = "demo-dedup"
@@ -270,7 +270,7 @@ def _story(settings: Mapping[str, Any], say: Callable[[str], None]) -> dict[str,
     """Steps 2-6 of the module docstring against the broker of ``settings``."""
     from pyspark import SparkContext
 
-    from streamplatform.spark import spark_session
+    from streamplatform import spark_session
 
     say("Starting Spark (local) and loading the code location (definitions.py) ...")
     spark_started = SparkContext._active_spark_context is None
@@ -641,8 +641,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--data-only",
         action="store_true",
-        help="only create the topics and produce the demo data (into --bootstrap-servers or "
-        "the running local broker, e.g. the one of `make ui`)",
+        help="only create the topics and produce the demo data (into --bootstrap-servers, or "
+        "else the broker the code location uses: KAFKA_BOOTSTRAP_SERVERS or the running local "
+        "broker, e.g. the one of `make ui`)",
     )
     args = parser.parse_args(argv)
     if args.data_only:
@@ -654,14 +655,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _running_broker() -> str:
-    from streamplatform.kafka.local_broker import running_broker
+    """The broker the code location's resource uses, as `make ui` does: KAFKA_BOOTSTRAP_SERVERS,
+    else the running local broker of `streamplatform broker start`."""
+    _import_code_location()
+    from resources import streamplatform_from_env
 
-    state = running_broker()
-    if state is None:
+    try:
+        return str(streamplatform_from_env().kafka_settings()["bootstrap.servers"])
+    except ConnectionError:
         raise SystemExit(
             "No broker: pass --bootstrap-servers or start one with `streamplatform broker start`."
-        )
-    return state.bootstrap_servers
+        ) from None
 
 
 if __name__ == "__main__":
