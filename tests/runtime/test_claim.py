@@ -173,3 +173,30 @@ def test_a_commit_log_append_goes_through_the_claim(tmp_path):
     log.append(0, {("t", 0): 3}, {"records_in": 3}, "exactly_once_v2")
     assert log.last().consumed == {("t", 0): 3}
     holder.release()
+
+
+def test_a_live_holder_in_another_process_is_refused_and_one_whose_pid_was_reused_is_not(tmp_path):
+    """The holder's start time, recorded by it and read for its pid by another process (psutil,
+    Linux and macOS), tells the live holder from a later process that was handed its pid."""
+    from streamplatform.runtime.claim import _process_alive, _process_started
+
+    script = textwrap.dedent(f"""
+        import time, pyarrow as pa
+        from streamplatform.runtime.claim import JobClaim
+        JobClaim({str(tmp_path / "c")!r}, "app", pa.schema([("batch_id", pa.int64())]),
+                 lease_ms=60_000).acquire()
+        print("claimed", flush=True)
+        time.sleep(60)
+    """)
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "claimed"
+        with pytest.raises(JobClaimedError, match=f"pid {child.pid} "):
+            claim(tmp_path / "c", lease_ms=60_000).acquire()
+        started = _process_started(child.pid)
+        assert started and _process_alive(child.pid, started)
+        assert not _process_alive(child.pid, str(int(started) - 1))  # an earlier process's pid
+    finally:
+        child.kill()
+        child.wait(10)
+    assert not _process_alive(child.pid, started)

@@ -69,12 +69,13 @@ _BEATING: weakref.WeakSet[JobClaim] = weakref.WeakSet()  # claims whose heartbea
 
 
 def _process_started(pid: int) -> str:
-    """When process ``pid`` started, as far as this host tells (Linux: /proc)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return ""
+    """When process ``pid`` started, as far as this host tells ("" when it does not): its
+    start in clock ticks since boot (:func:`streamplatform.processes.start_mark`, Linux and
+    macOS). On Linux it is the ``/proc/<pid>/stat`` start time that earlier versions recorded,
+    so a holder recorded by one of them still compares equal."""
+    from streamplatform.processes import start_mark
+
+    return start_mark(pid)
 
 
 def _process_alive(pid: int, started: str) -> bool:
