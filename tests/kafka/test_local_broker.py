@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
+import psutil
 import pytest
 
 from streamplatform.kafka import LocalBroker, TopicSpec, create_topics, describe_topics
@@ -16,22 +17,21 @@ from streamplatform.kafka.local_broker import _cluster_id, read_state, running_b
 
 def _alive(pid: int) -> bool:
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        # A zombie has exited and only waits to be reaped: it is dead for our purposes.
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False
-    # A zombie still answers kill(0); it is dead for our purposes.
-    return "State:\tZ" not in Path(f"/proc/{pid}/status").read_text()
 
 
 def _group_members(pgid: int) -> list[int]:
+    """The live processes of process group ``pgid`` (asked of psutil, not of the library)."""
     members = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
+    for process in psutil.process_iter(["status"]):
+        if process.pid <= 0 or process.info["status"] == psutil.STATUS_ZOMBIE:
             continue
-        if int(fields[2]) == pgid and fields[0] != "Z":  # fields: state, ppid, pgrp, ...
-            members.append(int(stat.parent.name))
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if os.getpgid(process.pid) == pgid:
+                members.append(process.pid)
     return members
 
 
@@ -104,6 +104,7 @@ def test_fixture_stops_the_broker_even_when_a_test_fails(tmp_path):
     pid = int(pid_file.read_text())
     assert not _alive(pid)
     assert _group_members(pid) == []
+    assert list((tmp_path / "data" / "test-brokers").iterdir()) == [], "the run's directory"
 
 
 def test_cli_start_status_stop(tmp_path):

@@ -33,6 +33,7 @@ from types import TracebackType
 from typing import Any
 
 from streamplatform.home import data_dir, jars_in
+from streamplatform.processes import command_line, is_running
 
 log = logging.getLogger(__name__)
 
@@ -96,12 +97,8 @@ def _java() -> str:
 
 
 def _is_our_broker(pid: int, directory: Path) -> bool:
-    """True when ``pid`` is alive and is the broker JVM of ``directory``."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return f"{_MARKER}{directory}".encode() in cmdline
+    """True when ``pid`` is alive (not a zombie) and is the broker JVM of ``directory``."""
+    return is_running(pid) and f"{_MARKER}{directory}" in command_line(pid)
 
 
 def read_state(directory: Path | None = None) -> BrokerState | None:

@@ -2,17 +2,28 @@
 
     pytest_plugins = ["streamplatform.kafka.pytest_fixtures"]
 
-``kafka_broker`` is one local KRaft broker per test run, in ``.data/test-brokers/<pid>`` (or
-under ``$STREAMPLATFORM_DATA``), so two runs of one checkout at the same time do not meet. It is
-stopped when the run ends, also when tests fail, on Ctrl-C and on SIGTERM; a broker left behind
-by a run that was SIGKILLed is stopped, and its directory removed, by the next run's start.
+``kafka_broker`` is one local KRaft broker per test run, in a directory of its own under
+``.data/test-brokers/`` (or under ``$STREAMPLATFORM_DATA``): ``<pid>-<random>/``, created
+atomically by the run (so no two runs, nor two sessions in one process, ever share one), with
+``run.json`` recording the run's pid and when that process started, and the broker's data in
+``broker/``. It is stopped and its directory removed when the run ends, also when tests fail,
+on Ctrl-C and on SIGTERM.
+
+A run that was SIGKILLed leaves its directory behind; the next run's start stops that broker
+and removes the directory, but only when its run is provably gone: the recorded pid runs no
+more, or runs a later process (its start time differs from the recorded one). A directory
+whose run may still be going (its process runs, or cannot be told) is never touched, nor is
+anything that this fixture did not create.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import signal
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +32,10 @@ import pytest
 
 from streamplatform.home import data_dir
 from streamplatform.kafka.local_broker import LocalBroker, stop_broker
+from streamplatform.processes import is_running, start_mark
+
+RUN_FILE = "run.json"  # in each run's directory: {"pid": ..., "started": start_mark(pid)}
+_RUN_DIRECTORY = re.compile(r"(\d+)(-.+)?")  # <pid>-<random>; <pid> alone: earlier versions
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:
@@ -33,23 +48,59 @@ def kafka_broker() -> Iterator[LocalBroker]:
         # SIGTERM would end the run without finalizers; as an interrupt, they still run.
         signal.signal(signal.SIGTERM, _raise_interrupt)
     runs = data_dir() / "test-brokers"
-    _remove_brokers_of_ended_runs(runs)
-    broker = LocalBroker(runs / str(os.getpid()), fresh=True)
-    broker.start()
+    remove_brokers_of_ended_runs(runs)
+    directory = new_run_directory(runs)
     try:
-        yield broker
+        broker = LocalBroker(directory / "broker", fresh=True)
+        broker.start()
+        try:
+            yield broker
+        finally:
+            broker.stop()
     finally:
-        broker.stop()
-        shutil.rmtree(broker.directory, ignore_errors=True)
-
-
-def _remove_brokers_of_ended_runs(runs: Path) -> None:
-    """Stop the brokers of test runs whose process is gone (SIGKILLed) and remove their data."""
-    for directory in runs.glob("*") if runs.is_dir() else ():
-        if directory.name.isdigit() and Path(f"/proc/{directory.name}").exists():
-            continue  # a run still going
-        stop_broker(directory)
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def new_run_directory(runs: Path) -> Path:
+    """A new directory of this test run under ``runs``, recording who owns it."""
+    runs.mkdir(parents=True, exist_ok=True)
+    directory = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=runs))
+    record = {"pid": os.getpid(), "started": start_mark(os.getpid())}
+    partial = directory / f"{RUN_FILE}.partial"
+    partial.write_text(json.dumps(record))
+    partial.replace(directory / RUN_FILE)  # whole or not at all for a run reading it
+    return directory
+
+
+def run_has_ended(directory: Path) -> bool:
+    """True when the test run that made ``directory`` is provably gone.
+
+    With ``run.json``: its pid runs no more, or runs a process that started at another time
+    (the pid was reused). Without it (a run between creating its directory and recording
+    itself, or an earlier version's ``<pid>/``): the pid in the directory's name runs no more.
+    Anything else (a name that holds no pid) is not a run's directory: False."""
+    try:
+        record = json.loads((directory / RUN_FILE).read_text())
+        pid, started = int(record["pid"]), str(record["started"])
+    except (OSError, ValueError, KeyError, TypeError):
+        named = _RUN_DIRECTORY.fullmatch(directory.name)
+        return named is not None and not is_running(int(named.group(1)))
+    return not is_running(pid, started)
+
+
+def remove_brokers_of_ended_runs(runs: Path) -> list[Path]:
+    """Stop the brokers of test runs that are provably gone (SIGKILLed) and remove their
+    directories; returns those removed. Directories of runs that may still be going, and
+    anything not made by this fixture, are left alone."""
+    removed = []
+    for directory in sorted(runs.iterdir()) if runs.is_dir() else ():
+        if not directory.is_dir() or not run_has_ended(directory):
+            continue
+        stop_broker(directory / "broker")  # each checks the broker's command line first
+        stop_broker(directory)  # an earlier version's layout: the broker in <pid>/ itself
+        shutil.rmtree(directory, ignore_errors=True)
+        removed.append(directory)
+    return removed
 
 
 @pytest.fixture(scope="session")
