@@ -41,6 +41,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 import pipelines
 from streamplatform import data_dir
 from streamplatform.kafka import LocalBroker
@@ -225,14 +227,14 @@ def produce_data(
 
 def dagster_processes(home: Path) -> list[int]:
     """Pids of other processes running Dagster with ``DAGSTER_HOME=home`` (`make ui`)."""
-    wanted = f"DAGSTER_HOME={home}".encode()
     found = []
-    for proc in Path("/proc").glob("[0-9]*"):
-        with contextlib.suppress(OSError):
-            if int(proc.name) == os.getpid() or b"dagster" not in (proc / "cmdline").read_bytes():
-                continue
-            if wanted in (proc / "environ").read_bytes().split(b"\0"):
-                found.append(int(proc.name))
+    for process in psutil.process_iter(["cmdline"]):
+        command = process.info["cmdline"] or []  # None: not ours to look at; []: a zombie
+        if process.pid == os.getpid() or not any("dagster" in arg for arg in command):
+            continue
+        with contextlib.suppress(psutil.Error):
+            if process.environ().get("DAGSTER_HOME") == str(home):
+                found.append(process.pid)
     return sorted(found)
 
 

@@ -16,19 +16,31 @@ from collections.abc import Iterator
 from typing import Any
 
 import dagster as dg
+import psutil
 import pytest
 
 import demo
 import pipelines
 from jobs import in_process
 from streamplatform.kafka.local_broker import read_state, running_broker
-from webui import live_members
 
 pytestmark = [pytest.mark.broker]
 
 STORY_ASSETS = {"transactions_deduplicated", "transactions_enrichment", demo.SNAPSHOT_ASSET,
                 "transactions_enriched", "standby_placements"}  # fmt: skip
 STREAMING_CHECKS = {"caught_up", "dlq_ratio", "offsets_contiguous"}
+
+
+def live_members(pgid: int) -> list[int]:
+    """The processes of process group ``pgid`` still running (zombies left out), from psutil."""
+    members = []
+    for process in psutil.process_iter(["status"]):
+        if process.pid <= 0 or process.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if os.getpgid(process.pid) == pgid:
+                members.append(process.pid)
+    return members
 
 
 @pytest.fixture(scope="module")
@@ -225,7 +237,7 @@ def test_the_demo_leaves_an_instance_in_use_alone(tmp_path, monkeypatch):
     sleeper = [sys.executable, "-c", "import time; time.sleep(60)", "dagster", "dev"]
     process = subprocess.Popen(sleeper, env=env, start_new_session=True)
     try:
-        deadline = time.monotonic() + 30  # until the child has exec'd (its /proc entries)
+        deadline = time.monotonic() + 30  # until the child has exec'd (its command line)
         while demo.dagster_processes(home) != [process.pid] and time.monotonic() < deadline:
             time.sleep(0.05)
         assert demo.dagster_processes(home) == [process.pid]

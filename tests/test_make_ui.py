@@ -10,6 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 import demo
@@ -27,14 +28,11 @@ def descendants(root: int) -> dict[int, str]:
     """``{pid: command line}`` of every live process under ``root`` (zombies left out)."""
     children: dict[int, list[int]] = {}
     commands: dict[int, str] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            if fields[0] == "Z":
-                continue
-            pid = int(stat.parent.name)
-            children.setdefault(int(fields[1]), []).append(pid)
-            commands[pid] = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+    for process in psutil.process_iter(["ppid", "status", "cmdline"]):
+        if process.info["status"] in (psutil.STATUS_ZOMBIE, None) or process.info["ppid"] is None:
+            continue
+        children.setdefault(process.info["ppid"], []).append(process.pid)
+        commands[process.pid] = " ".join(process.info["cmdline"] or [])
     found, todo = {}, [root]
     while todo:
         for child in children.get(todo.pop(), []):
@@ -44,15 +42,15 @@ def descendants(root: int) -> dict[int, str]:
 
 
 def alive(pids) -> list[int]:
-    gone = []
+    """Those of ``pids`` still running (a zombie only waits to be reaped: gone)."""
+    running = []
     for pid in pids:
         try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                running.append(pid)
+        except psutil.NoSuchProcess:
             continue
-        if state != "Z":
-            gone.append(pid)
-    return gone
+    return running
 
 
 @pytest.mark.slow  # ~60 s: make ui, a run that starts Spark, Ctrl-C
