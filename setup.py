@@ -1,18 +1,65 @@
 """The one C extension of the package (pyproject.toml holds everything else).
 
-``streamplatform.dsl._dedup_core`` is the dedup processor's per-record path in C. It is
-optional: where it cannot be built (no C compiler), the install goes on without it and the
-processor runs its pure-Python core, which gives the same results (dsl/dedup.py).
+``streamplatform.dsl._dedup_core`` is the dedup processor's per-record path in C; without it
+the processor runs its pure-Python core, which gives the same results, slower (dsl/dedup.py).
+
+The core is expected: an install whose C build fails **fails**, with a message saying why and
+what to do, instead of going on without it. (A warning would not do: ``pip install --quiet``,
+as ``make setup`` runs it, shows a build's output only when the build fails, so a failed
+optional build used to pass unseen and leave the slow path running.)
+
+To install without the C core on purpose (no C compiler on the machine), set
+``STREAMPLATFORM_NO_C_CORE=1``: the extension is then not built at all. Set it where the tests
+run too: ``tests/dsl/test_dedup_core.py`` fails when the core is missing unless it is set.
+
+Rebuilding after a change to ``_dedup_core.c``: ``make setup`` (it reinstalls when the source
+or this file changed), or in place ``.venv/bin/python setup.py build_ext --inplace``.
 """
 
+import os
+
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+OPT_OUT = "STREAMPLATFORM_NO_C_CORE"
+
+
+def _opted_out() -> bool:
+    return os.environ.get(OPT_OUT, "").strip().lower() in {"1", "true", "yes"}
+
+
+class BuildCCore(build_ext):
+    """build_ext that builds the C core or fails saying so, unless ``$STREAMPLATFORM_NO_C_CORE``
+    asks for no core."""
+
+    def run(self) -> None:
+        if _opted_out():
+            self.announce(f"{OPT_OUT} is set: not building the C dedup core", level=2)
+            self.extensions = []
+        super().run()
+
+    def build_extension(self, ext: Extension) -> None:
+        try:
+            super().build_extension(ext)
+        except Exception as error:
+            from setuptools.errors import CompileError
+
+            raise CompileError(
+                f"\n\nBuilding the C dedup core ({ext.name}, from {', '.join(ext.sources)}) "
+                f"failed: {error}\n"
+                "Install a C compiler and Python's headers (e.g. `apt-get install gcc "
+                "python3-dev`, or `xcode-select --install`) and install again, or set "
+                f"{OPT_OUT}=1 to install without it (the pure-Python core then runs: the same "
+                "results, slower).\n"
+            ) from error
+
 
 setup(
+    cmdclass={"build_ext": BuildCCore},
     ext_modules=[
         Extension(
             "streamplatform.dsl._dedup_core",
             sources=["platform/streamplatform/dsl/_dedup_core.c"],
-            optional=True,
         )
-    ]
+    ],
 )
