@@ -20,8 +20,8 @@ pyspark's Python daemon (``pyspark/daemon.py``) moves itself and the Python work
 a group of their own (``os.setpgid(0, 0)``). Killing a worker's group alone would therefore
 leave the daemon and its Python workers behind until they notice that their executor is gone, so
 :meth:`LocalCluster.kill_worker` and :meth:`LocalCluster.stop` signal every process of the
-worker's *session* (which ``setpgid`` does not leave), and each of their groups, found in
-``/proc``. Where there is no ``/proc`` only the daemons' own groups are signalled.
+worker's *session* (which ``setpgid`` does not leave), and each of their groups, found with
+psutil (:mod:`streamplatform.processes`: Linux and macOS alike).
 
 Worker directories. Worker ``i`` has ``<work_dir>/worker-<i>/`` with ``work/`` (``--work-dir``:
 each application's jars and the executors' stdout/stderr), ``local/`` (``SPARK_LOCAL_DIRS``:
@@ -89,6 +89,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
+from streamplatform.processes import ProcessInfo, live, snapshot
+
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -149,43 +151,15 @@ def _log_tail(log_file: Path, lines: int = 20) -> str:
 # is its pid. Whatever it starts stays in that session (executor JVMs, pyspark's Python daemon
 # and workers: setpgid changes the process group, not the session), even after its parent died
 # and it was reparented to init. So a daemon's processes are the members of its session (plus,
-# to be thorough, their descendants). Linux does not hand out a pid that is still some live
-# process's session id, so this never matches an unrelated process while any member is alive.
+# to be thorough, their descendants). POSIX systems do not hand out a pid that is still some
+# live process's session or group id, so this never matches an unrelated process while any
+# member is alive.
 
 
-@dataclass(frozen=True)
-class _Proc:
-    ppid: int
-    pgid: int
-    sid: int
-    zombie: bool
-
-
-def _process_table() -> dict[int, _Proc] | None:
-    """Every process on the machine (pid -> parent, group, session, zombie or not) from
-    ``/proc``; None where there is no ``/proc`` (then only the daemons' groups are signalled)."""
-    if not Path("/proc/self/stat").exists():
-        return None
-    table: dict[int, _Proc] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = Path(entry.path, "stat").read_text()
-        except OSError:
-            continue  # exited while we looked
-        # "pid (comm) state ppid pgrp session ...": comm may hold spaces and parentheses.
-        state, ppid, pgid, sid = stat[stat.rindex(")") + 2 :].split()[:4]
-        table[int(entry.name)] = _Proc(int(ppid), int(pgid), int(sid), state == "Z")
-    return table
-
-
-def _members(leaders: Iterable[int], table: Mapping[int, _Proc] | None) -> set[int]:
+def _members(leaders: Iterable[int], table: Mapping[int, ProcessInfo]) -> set[int]:
     """The live (non-zombie) processes of the sessions led by ``leaders``, and their
     descendants."""
     sessions = set(leaders)
-    if table is None:
-        return {pid for pid in sessions if _exists(pid)}
     found = {pid for pid, proc in table.items() if proc.sid in sessions}
     children: dict[int, list[int]] = {}
     for pid, proc in table.items():
@@ -199,28 +173,15 @@ def _members(leaders: Iterable[int], table: Mapping[int, _Proc] | None) -> set[i
     return {pid for pid in found if not table[pid].zombie}
 
 
-def _exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _alive(pids: Iterable[int]) -> set[int]:
     """Those of ``pids`` still running (zombies count as gone: they only wait to be reaped)."""
-    table = _process_table()
-    if table is None:
-        return {pid for pid in pids if _exists(pid)}
-    return {pid for pid in pids if pid in table and not table[pid].zombie}
+    return live(pids)
 
 
 def _signal(leaders: Iterable[int], pids: Iterable[int], sig: signal.Signals) -> None:
     """Send ``sig`` to the process groups of ``leaders`` and of each of ``pids`` (pyspark's
     Python daemon leads a group of its own), and to each of ``pids`` itself."""
-    table = _process_table() or {}
+    table = snapshot()
     pids = set(pids)
     groups = set(leaders) | {table[pid].pgid for pid in pids if pid in table}
     for group in groups:
@@ -244,11 +205,11 @@ class _Daemon:
     log_file: Path
     gone: bool = False  # stopped or killed, every process of its session seen gone
 
-    def members(self, table: Mapping[int, _Proc] | None = None) -> set[int]:
+    def members(self, table: Mapping[int, ProcessInfo] | None = None) -> set[int]:
         """The daemon's live processes now (itself, executors, Python daemons and workers)."""
         if self.gone:
             return set()
-        return _members([self.process.pid], table if table is not None else _process_table())
+        return _members([self.process.pid], table if table is not None else snapshot())
 
 
 def _spawn(name: str, command: list[str], env: Mapping[str, str], work_dir: Path) -> _Daemon:
@@ -276,7 +237,7 @@ def _stop_daemons(daemons: list[_Daemon], grace_s: float, sig: signal.Signals) -
     (their descendants are reaped by init)."""
     daemons = [daemon for daemon in daemons if not daemon.gone]
     leaders = [daemon.process.pid for daemon in daemons]
-    table = _process_table()
+    table = snapshot()
     pids = set().union(set(), *(daemon.members(table) for daemon in daemons))
     _signal(leaders, pids, sig)
     if sig != signal.SIGKILL:
@@ -284,7 +245,7 @@ def _stop_daemons(daemons: list[_Daemon], grace_s: float, sig: signal.Signals) -
         while _alive(pids) and time.monotonic() < deadline:
             time.sleep(0.1)
         # Also anything that started in the meantime.
-        _signal(leaders, _alive(pids) | _members(leaders, _process_table()), signal.SIGKILL)
+        _signal(leaders, _alive(pids) | _members(leaders, snapshot()), signal.SIGKILL)
     for daemon in daemons:
         try:
             daemon.process.wait(timeout=10)  # reap our children: no zombies
@@ -415,7 +376,7 @@ class LocalCluster:
     def pids(self, worker: int | None = None) -> set[int]:
         """The live processes of the cluster now (or of worker ``worker`` only): daemons,
         executors, Python daemons and workers. For tests that check nothing is left behind."""
-        table = _process_table()
+        table = snapshot()
         if worker is not None:
             return self._workers[worker].members(table)
         daemons = [*self._workers, *([self._master] if self._master else [])]

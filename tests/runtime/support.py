@@ -283,14 +283,17 @@ def join_tables(spark, root: Path) -> dict:
 
 def running_pids(pids: set[int]) -> set[int]:
     """Those of ``pids`` that still run (a zombie only waits to be reaped: it counts as gone).
-    Read from /proc here, independently of the library's own process bookkeeping."""
+    Asked of psutil here, independently of the library's own process bookkeeping."""
+    import psutil
+
     left = set()
     for pid in pids:
         try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                left.add(pid)
+        except psutil.NoSuchProcess:  # includes a zombie that may not be asked
             continue
-        if stat[stat.rindex(")") + 2] != "Z":
+        except psutil.AccessDenied:
             left.add(pid)
     return left
 

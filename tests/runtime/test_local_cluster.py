@@ -15,6 +15,7 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from streamplatform.local_cluster import LocalCluster
@@ -73,8 +74,8 @@ DRIVER = textwrap.dedent(
 
 def _cmdline(pid: int) -> str:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
+        return " ".join(psutil.Process(pid).cmdline())
+    except psutil.Error:
         return ""
 
 
@@ -82,13 +83,12 @@ def _running_in(folder: Path) -> set[int]:
     """Processes whose working directory is ``folder`` (every daemon of a cluster runs in its
     work_dir)."""
     found = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if Path(os.readlink(entry / "cwd")) == folder:
-                    found.add(int(entry.name))
-            except OSError:
-                continue
+    for process in psutil.process_iter():
+        try:
+            if Path(process.cwd()) == folder:
+                found.add(process.pid)
+        except psutil.Error:
+            continue
     return running_pids(found)
 
 
