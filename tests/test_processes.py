@@ -39,7 +39,7 @@ def test_the_start_of_this_process_is_stable_and_the_same_seen_from_another_proc
     started = processes.start_time(os.getpid())
     assert started is not None and started <= time.time()
     # What a later process reads for this pid (the job claim's check of a holder): the same.
-    code = "import os; from streamplatform import processes; print(processes.start_mark(os.getppid()))"
+    code = "import os, streamplatform.processes as p; print(p.start_mark(os.getppid()))"
     seen = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert seen.stdout.strip() == mine
 
