@@ -199,7 +199,7 @@ def test_every_exit_code_is_in_run_s_help(capsys):
 FAKE_RUN = """
 import os, signal, sys, time
 from streamplatform import cli
-from streamplatform.runtime.microbatch import _StopOnSignals
+from streamplatform.runtime.signals import StopOnSignals
 
 
 class Job:
@@ -208,7 +208,7 @@ class Job:
     def run_forever(self, trigger_interval_ms, idle_interval_ms, on_batch):
         import threading
 
-        with _StopOnSignals(threading.Event(), "orders"):  # run_forever's own handlers
+        with StopOnSignals(threading.Event(), "orders"):  # run_forever's own handlers
             for signum in {signals}:
                 os.kill(os.getpid(), signum)
                 time.sleep(0.2)
@@ -298,6 +298,7 @@ def env_without_pythonpath() -> dict[str, str]:
     return {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
 
 
+@pytest.mark.child_process
 def test_the_console_script_imports_the_topology_from_its_working_directory(tmp_path):
     """No PYTHONPATH: the module in the working directory is found; the command then stops
     at the missing bootstrap.servers, a later step than the import (exit 2)."""

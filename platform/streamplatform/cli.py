@@ -268,9 +268,9 @@ def _run_job(args: argparse.Namespace, state: _RunState) -> int:
         print(f"streamplatform run: {error}", file=sys.stderr)
         code = EXIT_BAD_SETTINGS
     except Exception as error:
-        interrupt = _interrupt_behind(error)
-        if interrupt is not None:  # a call into the JVM that the signal cut made its own error
-            return _interrupted(interrupt, state)
+        behind = _interrupt_behind(error)
+        if behind is not None:  # a call into the JVM that the signal cut made its own error
+            return _interrupted(behind, state)
         logging.getLogger("streamplatform.cli").exception(
             "streamplatform run: a batch failed; nothing of it is committed, and the next run "
             "replays it"

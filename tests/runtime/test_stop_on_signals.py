@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from streamplatform.runtime.microbatch import _StopOnSignals
+from streamplatform.runtime.signals import StopOnSignals
 
 
 def _signal_self() -> None:
@@ -20,7 +20,7 @@ def _signal_self() -> None:
 
 def test_the_first_signal_stops_after_the_batch_and_the_second_interrupts_it():
     stop = threading.Event()
-    with _StopOnSignals(stop, "app") as signals:
+    with StopOnSignals(stop, "app") as signals:
         _signal_self()
         assert stop.is_set() and signals.received == "SIGTERM"
         with pytest.raises(KeyboardInterrupt, match="SIGTERM again"):
@@ -34,7 +34,7 @@ def test_an_interrupt_the_interrupted_call_turned_into_its_own_error_is_still_an
 
     stop = threading.Event()
     with pytest.raises(KeyboardInterrupt, match="SIGTERM again") as interrupted:  # noqa: SIM117
-        with _StopOnSignals(stop, "app"):
+        with StopOnSignals(stop, "app"):
             _signal_self()
             try:
                 _signal_self()
@@ -44,5 +44,5 @@ def test_an_interrupt_the_interrupted_call_turned_into_its_own_error_is_still_an
 
 
 def test_an_error_without_a_second_signal_stays_what_it_is():
-    with pytest.raises(ValueError, match="a batch failed"), _StopOnSignals(threading.Event(), "a"):
+    with pytest.raises(ValueError, match="a batch failed"), StopOnSignals(threading.Event(), "a"):
         raise ValueError("a batch failed")

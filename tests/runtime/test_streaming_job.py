@@ -92,6 +92,7 @@ SPILLED = {"platform.sink.driver.max.records": 1}
     + [("during_tasks", 1, SPILLED), ("after_outputs", 1, SPILLED)],
     ids=lambda value: "spilled" if value == SPILLED else ("" if value == {} else None),
 )
+@pytest.mark.child_process
 def test_a_job_killed_at_any_step_resumes_to_the_clean_output(
     spark, kafka_settings, source_topic, tmp_path, step, batch, overrides
 ):
@@ -174,7 +175,8 @@ def test_a_task_whose_side_file_never_reaches_the_driver_fails_the_batch_uncommi
     """On hosts that do not share the Delta root's mount, a task's side file is not where the
     driver reads. Here it is deleted before the driver reads the side files: the batch must
     fail, with nothing committed as consumed, and its re-run must lose nothing."""
-    from streamplatform.runtime import microbatch
+    from streamplatform import MissingTaskOutputs
+    from streamplatform.runtime.paths import delta_write, direct
 
     source, sent = source_topic
     app = f"side-{uuid.uuid4().hex[:6]}"
@@ -182,7 +184,7 @@ def test_a_task_whose_side_file_never_reaches_the_driver_fails_the_batch_uncommi
                         **{"platform.sink.driver.max.records": driver_max_records})  # fmt: skip
     job = StreamingJob(dedup_topology(source, "deduplicated"), config, spark=spark,
                        delta_sinks=["deduplicated"])  # fmt: skip
-    read_side_files = microbatch.read_side_files
+    read_side_files = direct.read_side_files
     lost = []
 
     def lose_task_0_2(directory):
@@ -192,8 +194,9 @@ def test_a_task_whose_side_file_never_reaches_the_driver_fails_the_batch_uncommi
                 lost.append(file)
         return read_side_files(directory)
 
-    monkeypatch.setattr(microbatch, "read_side_files", lose_task_0_2)
-    with pytest.raises(microbatch.MissingTaskOutputs, match="task 0_2 had records"):
+    for path in (direct, delta_write):
+        monkeypatch.setattr(path, "read_side_files", lose_task_0_2)
+    with pytest.raises(MissingTaskOutputs, match="task 0_2 had records"):
         job.run_batch()
     assert lost == [side_file]
     assert job.commit_log.last() is None  # nothing committed as consumed
@@ -204,7 +207,8 @@ def test_a_task_whose_side_file_never_reaches_the_driver_fails_the_batch_uncommi
         # batch's transaction id, would be skipped by the re-run and lose them for good.
         assert not os.path.exists(f"{tmp_path}/delta/{app}/deduplicated")
 
-    monkeypatch.setattr(microbatch, "read_side_files", read_side_files)
+    for path in (direct, delta_write):
+        monkeypatch.setattr(path, "read_side_files", read_side_files)
     results = job.run_until_caught_up()
     job.close()
     assert results[0].batch_id == 0 and results[0].replayed

@@ -39,6 +39,16 @@ class ProcessorContext(Protocol):
     def headers(self) -> Headers: ...
 
     def forward(self, record: Record) -> None: ...
+    def current_system_time_ms(self) -> int:
+        """The wall-clock time to use instead of reading the clock: on Spark the batch's,
+        fixed when it was planned, so that a replayed batch sees what its first attempt saw
+        (docs/guarantees.md); in TopologyTestDriver the driver's mocked time."""
+        ...
+
+    def current_stream_time_ms(self) -> int:
+        """The task's stream time: the largest record timestamp it has seen (-1 before any)."""
+        ...
+
     def get_state_store(self, name: str) -> Any:
         """The store ``name`` declared with the processor, as a ``KeyValueStore`` or
         ``VersionedStore`` (streamplatform.state): typed by the serdes it was declared with,

@@ -240,8 +240,13 @@ class TaskBatchRunner:
         fingerprint: str = "",
         task_runs: ChangelogWrites | None = None,
         changelog_table: str | None = None,
+        wall_clock_ms: int | None = None,
     ) -> None:
         self.topology = topology
+        # The batch's wall-clock time, logged with its plan: every task of the batch, and
+        # every attempt of it, fires its wall-clock punctuations and answers
+        # current_system_time_ms() with it (a replay sees what the first attempt saw).
+        self.wall_clock_ms = wall_clock_ms if wall_clock_ms is not None else _now_ms()
         # The Delta changelog's URI: a task behind the commit log that was not sent the
         # changelog's files reads them from the Delta log itself (_settle_and_restore).
         self.changelog_table = changelog_table
@@ -473,6 +478,10 @@ def _spill(rows: Iterable[pa.RecordBatch], directory: str, task: str) -> None:
             os.remove(partial)
 
 
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
 def _first_offsets(table: pa.Table) -> dict[tuple[str, int], int]:
     """The first offset of each (topic, partition) in a task's rows."""
     firsts = table.group_by(["topic", "partition"]).aggregate([("offset", "min")])
@@ -505,6 +514,11 @@ class _TaskRun:
         self.state_dir = state_dir
         self.restored = 0
         self.completed = False  # set when the whole batch went through: the task may be kept
+        batch_time = runner.wall_clock_ms
+
+        def clock() -> int:
+            return batch_time
+
         kept = task_cache.take(
             Path(state_dir) / self.config["application.id"] / task_id, runner.fingerprint,
             lambda batch: runner.is_current(task_id, batch),
@@ -513,6 +527,7 @@ class _TaskRun:
         if kept is not None:
             runner._settle_and_restore(kept)  # applies the last batch's prepared writes
             kept.start_batch()
+            kept.wall_clock = clock
             self.task = kept
         else:
 
@@ -522,7 +537,7 @@ class _TaskRun:
             self.task = Task(
                 runner.topology, runner.topology.subtopologies[runner.subtopology], partition,
                 self.config,
-                Path(state_dir), lambda topic: runner.partitions.get(topic, 1),
+                Path(state_dir), lambda topic: runner.partitions.get(topic, 1), wall_clock=clock,
                 isolation_level=IsolationLevel.READ_COMMITTED, stores_opened=settle_and_restore,
             )  # fmt: skip
         self.task_name = str(self.task.task_id)
@@ -546,7 +561,7 @@ class _TaskRun:
         task, half = self.task, self.half
         if not self.punctuated:
             # Kafka Streams fires wall-clock punctuations when its thread polls; here when a
-            # task's batch begins and ends.
+            # task's batch begins (and ends), at the batch's planned wall-clock time.
             self.punctuated = True
             task.punctuate_wall_clock(task.wall_clock())
         limited = task.has_uncommitted_limits() and not self.runner.reads_internal

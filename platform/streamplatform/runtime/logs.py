@@ -33,6 +33,7 @@ from streamplatform.runtime.claim import JobClaim
 OFFSETS_SCHEMA = pa.schema([
     ("batch_id", pa.int64()), ("topic", pa.string()), ("partition", pa.int32()),
     ("start_offset", pa.int64()), ("end_offset", pa.int64()), ("fingerprint", pa.string()),
+    ("wall_clock_ms", pa.int64()),
 ])  # fmt: skip
 COMMITS_SCHEMA = pa.schema([
     ("batch_id", pa.int64()), ("committed_at", pa.timestamp("us", tz="UTC")),
@@ -56,23 +57,30 @@ class CommittedBatch:
 class PlannedBatch:
     ranges: Ranges
     fingerprint: str | None  # of the job that planned it (fingerprint.py); None: not logged
+    # The batch's wall-clock time (ms since the epoch), fixed when it was planned: its
+    # wall-clock punctuations and context.current_system_time_ms() use it, so that a replay
+    # of the batch sees the time its first attempt saw. None: planned before it was logged.
+    wall_clock_ms: int | None = None
 
 
 class OffsetLog:
     def __init__(self, path: str, application_id: str) -> None:
         self.path, self.txn_app_id = path, f"{application_id}-offsets"
 
-    def append(self, batch_id: int, ranges: Ranges, fingerprint: str) -> bool:
-        """Log the plan of ``batch_id``; False when a plan of it was logged before (then that
-        plan holds, and this one was not written)."""
+    def append(
+        self, batch_id: int, ranges: Ranges, fingerprint: str, wall_clock_ms: int | None = None
+    ) -> bool:
+        """Log the plan of ``batch_id`` with its wall-clock time; False when a plan of it was
+        logged before (then that plan holds, and this one was not written)."""
         rows = [
-            (batch_id, t, p, start, end, fingerprint)
+            (batch_id, t, p, start, end, fingerprint, wall_clock_ms)
             for (t, p), (start, end) in sorted(ranges.items())
         ]
         table = pa.Table.from_pylist(
             [dict(zip(OFFSETS_SCHEMA.names, row, strict=True)) for row in rows], OFFSETS_SCHEMA
         )
-        # An offset log written before plans carried a fingerprint gains the column.
+        # An offset log written before plans carried a fingerprint (a wall-clock time) gains
+        # the column.
         return delta_direct.append(self.path, table, self.txn_app_id, batch_id, merge_schema=True)
 
     def planned(self, batch_id: int) -> PlannedBatch | None:
@@ -81,7 +89,7 @@ class OffsetLog:
         if not rows:
             return None
         ranges = {(r["topic"], r["partition"]): (r["start_offset"], r["end_offset"]) for r in rows}
-        return PlannedBatch(ranges, rows[0].get("fingerprint"))
+        return PlannedBatch(ranges, rows[0].get("fingerprint"), rows[0].get("wall_clock_ms"))
 
 
 class CommitLog:

@@ -127,6 +127,15 @@ class NodeContext:
     offset = property(lambda self: self._task.current[2] if self._task.current else None)
     headers = property(lambda self: list(self._task.current[6]) if self._task.current else [])
 
+    def current_system_time_ms(self) -> int:
+        """The task's wall-clock time: on Spark the batch's, fixed when it was planned (a
+        replay sees the same), in TopologyTestDriver the driver's mocked time."""
+        return self._task.wall_clock()
+
+    def current_stream_time_ms(self) -> int:
+        """The task's stream time: the largest record timestamp it has seen (-1 before any)."""
+        return self._task.stream_time
+
     def forward(self, record: Record) -> None:
         for child in self._children:
             child(record)

@@ -1,0 +1,63 @@
+"""The execution paths of a batch, and the one place that chooses among them (``choose``).
+
+- ``direct-driver``: one sub-topology reading one Kafka topic into one Delta sink, a small
+  batch on a local master: the tasks run in this process, reading Kafka themselves; the
+  driver appends the sink with delta-rs.
+- ``direct-spark``: the same shape, the tasks in Spark (still reading Kafka themselves), their
+  rows back through Spark; the driver appends.
+- ``direct-spilled``: the same, more rows than ``platform.sink.driver.max.records``: the tasks
+  spill their sink rows to files, which the driver appends.
+- ``delta-write``: the same shape with ``platform.sink.driver.max.records = 0``: the tasks run
+  inside Spark's Delta write of the sink.
+- ``cached``: one sub-topology, one Kafka topic, any sinks: Spark's Kafka source, the tasks in
+  ``mapInArrow``, their output cached; Delta by Spark, Kafka from the executors.
+- ``grouped``: one sub-topology reading several Kafka topics: each task's records grouped
+  (``applyInArrow``), then as ``cached``.
+- ``stages``: repartitions: sub-topology after sub-topology, shuffled between, then as
+  ``cached``.
+
+Each module says where its tasks run, where rows go, when the sink is written and what a
+crash leaves (docs/architecture.md has the overview).
+"""
+
+from __future__ import annotations
+
+from streamplatform.runtime.job_context import BatchPlan, JobContext
+from streamplatform.runtime.paths.base import ExecutionPath
+from streamplatform.runtime.paths.cached import CachedPath
+from streamplatform.runtime.paths.delta_write import DeltaWritePath
+from streamplatform.runtime.paths.direct import DirectPath
+from streamplatform.runtime.paths.stages import StagesPath
+
+__all__ = ["ExecutionPath", "choose"]
+
+
+def choose(context: JobContext, plan: BatchPlan) -> ExecutionPath:
+    """The path of ``plan``'s batch: the one place that decides (see the table above)."""
+    topology = context.topology
+    if len(topology.subtopologies) > 1:
+        return StagesPath(context)
+    side_dir = context.side_dir()
+    sinks = set(context.sink_topics())
+    direct_shape = (
+        len(context.sources) == 1
+        and len(sinks) == 1
+        and sinks <= context.delta_sinks
+        and side_dir is not None
+    )
+    if direct_shape and side_dir is not None:
+        limit = context.config["platform.sink.driver.max.records"]
+        if limit > 0:
+            records = plan.records
+            small = records <= limit
+            in_driver = (
+                small
+                and records <= context.config["platform.driver.tasks.max.records"]
+                and context.local_slots() > 0
+            )
+            return DirectPath(context, side_dir, "driver" if in_driver else "spark", not small)
+        if not plan.replayed:
+            # A replay's write of a sink its first attempt committed would be skipped by
+            # Delta, and the tasks inside it with it: replayed on the cached path instead.
+            return DeltaWritePath(context, side_dir)
+    return CachedPath(context, grouped=len(context.sources) > 1)

@@ -1,0 +1,198 @@
+"""The direct path: one sub-topology reading one Kafka topic and writing one Delta sink (the
+dedup job's shape). Nothing is cached in Spark.
+
+- **Where the tasks run.** Each task reads its Kafka range itself (kafka_input.py: a C
+  consumer, no Spark Kafka source to set up, no JVM rows turned into Arrow). A small batch
+  (at most ``platform.driver.tasks.max.records``) on a local master runs its tasks in this
+  process (``direct-driver``: Spark's local executors share this host, state dir and
+  environment, and the tasks stay open here); otherwise Spark runs them (``direct-spark``),
+  with the tasks of its last, partial wave run here beside it (local_master.py).
+- **Where the rows go.** A small batch's rows (at most ``platform.sink.driver.max.records``)
+  come back to the driver with the tasks' results; a bigger one's sink rows are spilled to a
+  file per task and its other rows to a side file per task (``direct-spilled``), in this run's
+  staging directory.
+- **When the sink is written.** By the driver, with delta-rs, under the transaction id
+  Spark's append of the same sink uses (``sink-<topic>``, version = the batch): a small batch
+  as soon as the tasks are back; a spilled one only once every task that had records is known
+  to have reported (``MissingTaskOutputs`` otherwise: a lost file fails the batch, it does
+  not shorten it). Then the changelog, DLQ mirror and versions (batch_outputs.py), then the
+  DLQ topic (in the tasks' transactions under exactly_once_v2).
+- **What a crash leaves.** Before the sink append: nothing but files in the staging
+  directory, removed by the next attempt (and by the next claim). After it: the sink holds the
+  batch under its transaction id; the replay runs the tasks again (on restored state), and
+  its append is skipped. Between the other tables likewise, each skipped once written.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from streamplatform.runtime import delta_direct, kafka_input, kafka_output
+from streamplatform.runtime.batch_outputs import (
+    Progress,
+    append_outputs,
+    progress_of,
+    read_side_files,
+    sink_rows,
+    spilled_files,
+    spilled_sink_rows,
+)
+from streamplatform.runtime.errors import MissingTaskOutputs
+from streamplatform.runtime.executor import OUTPUT_ARROW, OUTPUT_SCHEMA
+from streamplatform.runtime.faults import crash_point
+from streamplatform.runtime.job_context import BatchPlan, JobContext
+from streamplatform.runtime.local_master import tasks_beside_spark
+from streamplatform.runtime.paths.base import ExecutionPath
+from streamplatform.runtime.planning import consumed_offsets
+
+
+class DirectPath(ExecutionPath):
+    """``where``: "driver" (every task in this process) or "spark"; ``spill``: the sink rows
+    go to files instead of back through Spark."""
+
+    def __init__(self, context: JobContext, side_dir: str, where: str, spill: bool) -> None:
+        super().__init__(context)
+        self.side_dir, self.where, self.spill = side_dir, where, spill
+        self.name = "direct-spilled" if spill else f"direct-{where}"
+
+    def run(self, plan: BatchPlan, changelog_files: Any) -> Progress:
+        context = self.context
+        shutil.rmtree(self.side_dir, ignore_errors=True)  # a crashed attempt's files
+        started = time.monotonic()
+        ((topic, ranges),) = plan.wanted().items()
+        tasks = [(p, start, end) for p, (start, end) in sorted(ranges.items())]
+        runner = context.runner(plan, changelog_files)  # every row back in OUTPUT_ARROW
+        run = runner.read_and_run(tasks, context.consumer_settings,
+                                  spill_dir=self.side_dir if self.spill else None)  # fmt: skip
+        here = 0
+        if self.where == "driver":
+            ids = pa.record_batch([pa.array(range(len(tasks)), pa.int64())], ["id"])
+            rows = pa.Table.from_batches(list(run([ids])), OUTPUT_ARROW)
+            here = len(tasks)
+        else:
+            slots = context.local_slots()
+            most = context.config["platform.driver.tasks.beside.spark"]
+            here = tasks_beside_spark(len(tasks), slots, most)
+            rows = self._run_tasks(run, len(tasks), here)
+        if not self.spill:
+            self._append_sink(sink_rows(rows, plan.batch_id), plan.batch_id)
+        tasks_ms = int((time.monotonic() - started) * 1000)
+        if self.spill:  # the tasks' other rows are in their side files
+            rows = read_side_files(self.side_dir)
+        progress = write_side_outputs(context, plan, rows, self.side_dir, self._append_sink)
+        progress.metrics["tasks_and_sink_ms"] = tasks_ms
+        progress.metrics["tasks_in_driver"] = here
+        return progress
+
+    def after_commit(self) -> None:
+        shutil.rmtree(Path(self.side_dir).parent, ignore_errors=True)
+
+    def _run_tasks(self, run: Callable[[Any], Any], tasks: int, here: int) -> pa.Table:
+        """Run ``read_and_run``'s tasks 0 .. ``tasks`` - 1: the last ``here`` of them in this
+        process, in a thread, while a Spark job runs the others. Returns their rows. Waits for
+        both sides whatever happens, so that no task of this attempt still writes its side
+        file once the batch has failed; then raises the first failure (the batch is not
+        committed, and its next run re-runs it whole)."""
+        in_spark = tasks - here
+        lane: list[pa.Table] = []
+        failures: list[BaseException] = []
+
+        def run_here() -> None:
+            try:
+                ids = pa.record_batch([pa.array(range(in_spark, tasks), pa.int64())], ["id"])
+                lane.append(pa.Table.from_batches(list(run([ids])), OUTPUT_ARROW))
+            except BaseException as failure:  # raised in the caller's thread below
+                failures.append(failure)
+
+        thread = threading.Thread(target=run_here, name=f"{self.context.app}-driver-tasks")
+        if here:
+            thread.start()
+        try:
+            rows = (
+                self.context.spark()
+                .range(in_spark, numPartitions=in_spark)
+                .mapInArrow(run, OUTPUT_SCHEMA)
+                .toArrow()
+            )
+        finally:
+            if here:
+                thread.join()
+        if failures:
+            raise failures[0]
+        return pa.concat_tables([rows.cast(OUTPUT_ARROW), *lane]) if lane else rows
+
+    def _append_sink(self, rows: Any, batch_id: int) -> None:
+        append_sink_with_delta_rs(self.context, rows, batch_id)
+
+
+def append_sink_with_delta_rs(context: JobContext, rows: Any, batch_id: int) -> None:
+    """Append a batch's rows of the job's one Delta sink (a table or a stream of them) with
+    delta-rs, under the transaction id Spark's append of the same sink uses
+    (spark_frames.append_once): a re-run of the batch through Spark skips it."""
+    (sink,) = context.sink_topics()
+    delta_direct.append(f"{context.root}/{sink}", rows, f"{context.app}-sink-{sink}", batch_id,
+                        conform=True)  # fmt: skip
+
+
+def write_side_outputs(
+    context: JobContext,
+    plan: BatchPlan,
+    rows: pa.Table | None,
+    directory: str,
+    append_sink: Callable[[Any, int], None],
+) -> Progress:
+    """A batch's rows other than the sink's that came to the driver (changelog, DLQ, versions;
+    batch_outputs.py): to their Delta tables, and its DLQ records to Kafka, from the driver
+    (they are few). First, every task that had records must have reported: a side file that
+    never reached the driver fails the batch, which is then not committed. Spilled sink rows
+    are appended once that is known."""
+    started = time.monotonic()
+    batch_id = plan.batch_id
+    progress = progress_of(rows)
+    check_every_task_reported(context, plan, progress, directory)
+    if spilled_files(directory):  # the sink rows of a big batch whose tasks read Kafka
+        append_sink(spilled_sink_rows(directory, batch_id), batch_id)
+    crash_point("during_outputs", batch_id)  # the sink written, the other tables not
+    append_outputs(context.root, context.app, batch_id, rows, progress)
+    if "dlq" in progress.kinds and rows is not None:
+        consumed = consumed_offsets(plan.ranges, progress)
+        transactions = context.transactions(batch_id, consumed)
+        dlq = rows.filter(pc.equal(rows["kind"], "dlq")).select(list(kafka_output.COLUMNS))
+        produced, already = kafka_output.send(
+            context.producer_settings, dlq.to_batches(), transactions,
+            "the batch's DLQ records",
+        )  # fmt: skip
+        progress.metrics["kafka_records_produced"] = produced
+        progress.metrics["kafka_tasks_already_committed"] = already
+    progress.metrics["writes_ms"] = int((time.monotonic() - started) * 1000)
+    return progress
+
+
+def check_every_task_reported(
+    context: JobContext, plan: BatchPlan, progress: Progress, directory: str
+) -> None:
+    """Raise MissingTaskOutputs when a task that had records in the batch sent no progress
+    row (its side file is missing: not written, or written where the driver cannot read it).
+    A task sends none only when its range held no committed record (markers or aborted
+    records only), which the driver checks with a read of it."""
+    consumer = context.consumer_settings
+    for (topic, partition), (start, end) in sorted(plan.ranges.items()):
+        task = f"0_{partition}"
+        if end <= start or task in progress.tasks_run:
+            continue
+        if kafka_input.has_records(consumer, topic, partition, start, end):
+            raise MissingTaskOutputs(
+                f"{context.app} batch {plan.batch_id}: task {task} had records of {topic}-"
+                f"{partition} [{start}, {end}), and its outputs never reached the driver "
+                f"(no side file in {directory} that the driver can read; on a cluster "
+                "the Delta root must be storage that every executor and the driver reach "
+                "at the same URI). The batch is not committed; its next run re-runs it."
+            )
