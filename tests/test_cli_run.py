@@ -21,6 +21,7 @@ pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.slow]
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.child_process
 def test_a_second_sigterm_mid_batch_is_exit_130_in_one_line_and_the_batch_is_replayed(
     kafka_settings, topic_name, tmp_path
 ):

@@ -181,6 +181,7 @@ def test_follow_waits_for_new_records_and_stops_cleanly_on_sigterm(kafka_setting
     assert "stopped by SIGTERM" in err and "Traceback" not in err
 
 
+@pytest.mark.child_process
 def test_a_batch_planned_under_other_settings_exits_4_for_a_person_in_one_line(
     kafka_settings, topic, tmp_path
 ):

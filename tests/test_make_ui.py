@@ -54,6 +54,7 @@ def alive(pids) -> list[int]:
 
 
 @pytest.mark.slow  # ~60 s: make ui, a run that starts Spark, Ctrl-C
+@pytest.mark.dagster_dev
 def test_ctrl_c_on_make_ui_leaves_no_process_of_the_session(tmp_path):
     port = free_port()
     with LocalBroker(tmp_path / "broker") as broker:

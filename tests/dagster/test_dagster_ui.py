@@ -46,6 +46,8 @@ def chromium(tmp_path) -> Iterator[webui.Browser]:
         yield browser
 
 
+@pytest.mark.dagster_dev
+@pytest.mark.browser
 def test_ui_materializes_through_graphql_and_renders_the_asset(chromium, kafka_settings, tmp_path):
     home, data = tmp_path / "dagster_home", tmp_path / "data"
     home.mkdir()

@@ -185,6 +185,7 @@ CHECKS_OF_ASSET = (CHECK, "caught_up", "dlq_ratio", "offsets_contiguous")
 @pytest.mark.broker
 @pytest.mark.spark
 @pytest.mark.slow
+@pytest.mark.dagster_dev
 def test_two_materializations_of_one_job_through_the_ui_queue_one_behind_the_other(
     kafka_settings, tmp_path
 ):

@@ -43,6 +43,7 @@ def _run_command(config: dict, tmp_path: Path, *options: str) -> list[str]:
 
 
 @pytest.mark.slow  # ~50 s: a driver process with its own Spark, a refused one, the restart
+@pytest.mark.child_process
 def test_sigterm_mid_batch_finishes_the_batch_and_a_restart_loses_and_doubles_nothing(
     spark, kafka_settings, source_topic, tmp_path
 ):

@@ -110,6 +110,7 @@ def _finish(child: subprocess.Popen, timeout_s: float = 300) -> tuple[int, str]:
 
 
 @pytest.mark.slow  # three driver processes, each with its own Spark: ~60 s
+@pytest.mark.child_process
 def test_a_second_driver_is_refused_or_waits_and_the_result_equals_one_clean_run(
     spark, kafka_settings, source_topic, tmp_path
 ):
@@ -272,6 +273,7 @@ def test_aborted_and_open_transactions_are_never_read_and_lost_offsets_are_repor
 
 
 @pytest.mark.slow  # a killed driver process, then the job: ~40 s
+@pytest.mark.child_process
 def test_a_crashed_batch_is_not_replayed_under_changed_code_until_discarded(
     spark, kafka_settings, source_topic, tmp_path
 ):
@@ -310,6 +312,7 @@ def test_a_crashed_batch_is_not_replayed_under_changed_code_until_discarded(
 
 
 @pytest.mark.slow  # a killed driver process, then the job: ~40 s
+@pytest.mark.child_process
 def test_a_crashed_batch_that_wrote_nothing_is_planned_anew_under_changed_code(
     spark, kafka_settings, source_topic, tmp_path
 ):
@@ -365,6 +368,7 @@ def join_clean(spark, kafka_settings, tmp_path_factory):
 @pytest.mark.slow  # a killed driver process each, then the job: ~30-40 s each
 @pytest.mark.parametrize("fault", ["after_plan:0", "during_tasks:1", "after_outputs:0",
                                    "after_commit:0"])  # fmt: skip
+@pytest.mark.child_process
 def test_the_join_job_killed_at_any_step_resumes_to_the_clean_output(
     spark, kafka_settings, join_clean, tmp_path, fault
 ):

@@ -74,6 +74,7 @@ POISON = [b"{poison"] * 3  # support.make_input's poison records, one DLQ record
 
 
 @pytest.mark.slow  # ~50 s: a child driver killed, then the rest in this process
+@pytest.mark.child_process
 def test_a_discarded_batch_whose_kafka_outputs_were_committed_is_not_produced_twice(
     spark, kafka_settings, tmp_path
 ):
@@ -123,6 +124,7 @@ def test_a_discarded_batch_whose_kafka_outputs_were_committed_is_not_produced_tw
         ("after_commit", False),  # the batch committed, the driver's group commit not made
     ],
 )
+@pytest.mark.child_process
 def test_a_job_killed_at_any_step_leaves_each_kafka_record_once_for_read_committed(
     spark, kafka_settings, source_topic, tmp_path, step, delta_sink
 ):
@@ -341,6 +343,7 @@ def _run_chain(spark, kafka_settings, tmp_path: Path, name: str, raw: str, rates
 
 
 @pytest.mark.slow  # ~2 min: two child drivers, then four jobs in this process
+@pytest.mark.child_process
 def test_the_dedup_to_kafka_to_enrichment_chain_equals_a_clean_run_row_for_row(
     spark, kafka_settings, tmp_path
 ):

@@ -51,6 +51,7 @@ def topology():
 
 @pytest.mark.parametrize("guarantee", ["exactly_once_v2", "at_least_once"])
 @pytest.mark.parametrize("step", ["after_plan", "during_tasks", "during_outputs", "after_outputs"])
+@pytest.mark.child_process
 def test_two_sigterms_mid_batch_then_a_run_again_equal_an_uninterrupted_run(
     spark, kafka_settings, tmp_path, guarantee, step
 ):

@@ -155,6 +155,8 @@ class _Driver:
                 self.process.wait()
 
 
+@pytest.mark.cluster
+@pytest.mark.child_process
 def test_two_workers_env_kill_and_stop(tmp_path):
     cluster = LocalCluster(tmp_path / "cluster", workers=2, start_timeout_s=120)
     seen: set[int] = set()
@@ -203,6 +205,7 @@ def test_two_workers_env_kill_and_stop(tmp_path):
     assert "spark://127.0.0.1:" in (tmp_path / "cluster" / "worker-1.log").read_text()
 
 
+@pytest.mark.cluster
 def test_a_worker_that_cannot_start_stops_the_cluster(tmp_path):
     """A worker that exits during start-up fails start() with its log, and the master and the
     workers already started are stopped."""

@@ -124,6 +124,8 @@ def _cluster_config(kafka_settings, tmp_path, app, source, **overrides):
     return config
 
 
+@pytest.mark.cluster
+@pytest.mark.child_process
 def test_dedup_and_join_on_the_cluster_equal_local_with_no_failed_attempt(
     cluster, spark, kafka_settings, source_topic, tmp_path
 ):
@@ -154,6 +156,8 @@ def test_dedup_and_join_on_the_cluster_equal_local_with_no_failed_attempt(
     assert join_tables(spark, tmp_path / "delta" / "join-cluster") == clean
 
 
+@pytest.mark.cluster
+@pytest.mark.child_process
 def test_a_worker_killed_during_a_batch_loses_nothing_and_its_tasks_restore_elsewhere(
     cluster, spark, kafka_settings, source_topic, tmp_path
 ):

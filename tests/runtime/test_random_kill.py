@@ -89,6 +89,7 @@ def _state(spark, root: Path, app: str, state_dir: Path) -> dict:
 
 
 @pytest.mark.parametrize("seed", [3, 8])
+@pytest.mark.child_process
 def test_a_job_killed_at_a_random_moment_ends_exactly_like_a_clean_run(
     spark, kafka_settings, source_topic, tmp_path, seed
 ):

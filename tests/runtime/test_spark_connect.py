@@ -91,6 +91,8 @@ def _run_client(script: str, folder: Path, timeout_s: float = 300) -> dict:
     [{}, {"platform.sink.driver.max.records": 0}],
     ids=["small-batches", "big-batches-side-files"],
 )
+@pytest.mark.connect_server
+@pytest.mark.child_process
 def test_the_dedup_job_on_spark_connect_equals_the_test_driver(
     spark, kafka_settings, source_topic, connect_server, tmp_path, overrides
 ):
