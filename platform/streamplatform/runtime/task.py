@@ -55,6 +55,10 @@ UNKNOWN_TIME = -1  # stream time before the first record, as in Kafka Streams
 # punctuation schedule instead of starting them over.
 STREAM_TIME_MARKER = TopicPartition("__streamplatform.stream_time__", 0)
 PUNCTUATION_MARKER_TOPIC = "__streamplatform.punctuation__"  # partition: the schedule's index
+# The same for wall-clock schedules: a task opened again goes on with the schedule it
+# committed, so that a replayed batch fires the punctuations its first attempt fired, whether
+# its task was kept open in a worker or opened anew (docs/guarantees.md).
+WALL_CLOCK_MARKER_TOPIC = "__streamplatform.wall_clock_punctuation__"
 # The source of an output record produced outside any source record (a punctuation).
 NO_SOURCE = (None, -1, -1, None, None, None, None)
 _new_tuple = tuple.__new__  # builds a NamedTuple without its Python-level __new__
@@ -555,8 +559,10 @@ class Task:
         if self.stream_time >= 0:
             offsets[STREAM_TIME_MARKER] = self.stream_time
         for index, punctuation in enumerate(self.punctuations):
-            if punctuation.kind is PunctuationType.STREAM_TIME and punctuation.next_time >= 0:
-                offsets[TopicPartition(PUNCTUATION_MARKER_TOPIC, index)] = punctuation.next_time
+            if punctuation.next_time >= 0:
+                offsets[TopicPartition(_MARKER_TOPICS[punctuation.kind], index)] = (
+                    punctuation.next_time
+                )
         return offsets
 
     def _restore_schedule(self) -> None:
@@ -564,10 +570,11 @@ class Task:
 
         Kafka Streams keeps a task's stream time in its committed offsets' metadata; its
         punctuation schedule lives as long as the task. Here a task may be opened again
-        between two batches (by another Spark Python worker), so the schedule is committed
-        too: an hourly punctuator fires once an hour of stream time, not at the first record
-        of every opening. A schedule committed before its processor's schedules changed
-        (another number of them) is not taken."""
+        between two batches (by another Spark Python worker, or by the replay of a batch), so
+        the schedules are committed too: an hourly punctuator fires once an hour of stream
+        time, not at the first record of every opening, and a replayed batch fires the
+        wall-clock punctuations its first attempt fired. A schedule committed before its
+        processor's schedules changed (another number of them) is not taken."""
         store = next(iter(self.stores.values()), None)
         if store is None:
             return
@@ -575,17 +582,16 @@ class Task:
         stream_time = saved.get(STREAM_TIME_MARKER)
         if stream_time is not None:
             self.stream_time = max(self.stream_time, stream_time)
-        expected = [
-            index for index, punctuation in enumerate(self.punctuations)
-            if punctuation.kind is PunctuationType.STREAM_TIME
-        ]  # fmt: skip
-        found = sorted(tp.partition for tp in saved if tp.topic == PUNCTUATION_MARKER_TOPIC)
-        if not expected or found != expected:
-            return
-        for index in expected:
-            self.punctuations[index].next_time = saved[
-                TopicPartition(PUNCTUATION_MARKER_TOPIC, index)
-            ]
+        for kind, topic in _MARKER_TOPICS.items():
+            expected = [
+                index for index, punctuation in enumerate(self.punctuations)
+                if punctuation.kind is kind
+            ]  # fmt: skip
+            found = sorted(tp.partition for tp in saved if tp.topic == topic)
+            if not expected or found != expected:
+                continue
+            for index in expected:
+                self.punctuations[index].next_time = saved[TopicPartition(topic, index)]
 
     def start_batch(self) -> None:
         """Begin another batch on a task kept open since its last one (a Spark Python worker
@@ -680,6 +686,12 @@ class Task:
             store.close()
         self.stores = {}
         self._facades = {}
+
+
+_MARKER_TOPICS = {
+    PunctuationType.STREAM_TIME: PUNCTUATION_MARKER_TOPIC,
+    PunctuationType.WALL_CLOCK_TIME: WALL_CLOCK_MARKER_TOPIC,
+}
 
 
 def _limit_check_interval(config: StreamsConfig) -> int:
