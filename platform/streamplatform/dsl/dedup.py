@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import json
 import struct
 from collections import deque
 from collections.abc import Callable
@@ -52,6 +51,7 @@ from operator import itemgetter
 from typing import Any
 
 from streamplatform.dsl.processor import Processor, ProcessorContext, engine_store
+from streamplatform.identity import canonical_bytes
 from streamplatform.records import Record
 from streamplatform.state import IsolationLevel
 
@@ -93,32 +93,6 @@ _U32 = struct.Struct(">I").pack
 _U32_AT = struct.Struct(">I").unpack_from
 MemoryKey = str | tuple[str, str] | bytes
 Entry = tuple[int, int]  # (timestamp, offset) of the last record forwarded for an id
-
-
-def canonical_bytes(value: Any) -> bytes:
-    """Bytes that identify an id or key; equal values give equal bytes, types never collide."""
-    kind = type(value)
-    if kind is str:  # the common cases first
-        return b"s" + value.encode()
-    if kind is tuple and len(value) == 2:
-        first, second = value
-        if type(first) is str and type(second) is str:
-            # deduplicate_by_key_value's (key, id): the generic form below, unrolled.
-            first, second = first.encode(), second.encode()
-            return (
-                b"(" + _U32(len(first) + 1) + b"s" + first + _U32(len(second) + 1) + b"s" + second
-            )
-    if isinstance(value, bytes | bytearray | memoryview):
-        return b"b" + bytes(value)
-    if isinstance(value, str):
-        return b"s" + value.encode()
-    if isinstance(value, tuple):
-        parts = [canonical_bytes(item) for item in value]
-        return b"(" + b"".join([len(p).to_bytes(4, "big") + p for p in parts])
-    try:
-        return b"j" + json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
-    except TypeError:
-        return b"r" + repr(value).encode()
 
 
 def memory_key(identity: Any) -> MemoryKey:
@@ -409,6 +383,16 @@ class DeduplicationProcessor(Processor):
         if self._core is None:
             raise RuntimeError(f"{type(self).__name__} used before init()")
         return self._core
+
+    # Forwards the record it was given, unchanged, or nothing: a sink fed only through
+    # deduplications writes the bytes it read (task.py, _written_as_read).
+    forwards_unchanged = True
+
+    def held_writes(self) -> dict[str, Callable[[], bool]]:
+        return {self.store_name: self.uncommitted_limit_exceeded}
+
+    def task_metrics(self) -> dict[str, int]:
+        return {f"dedup_{name}": value for name, value in self.metrics().items()}
 
     def uncommitted_limit_exceeded(self) -> bool:
         """The store's uncommitted limits, counting the writes still waiting here (the task

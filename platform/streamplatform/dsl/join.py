@@ -75,6 +75,9 @@ class StreamTableJoin(Processor):
         join, forwarded with None by a left join)."""
         return {"joined": self.joined, "misses": self.misses}
 
+    def task_metrics(self) -> dict[str, int]:
+        return {f"join_{name}": value for name, value in self.metrics().items()}
+
     def _table_value(self, key: Any, timestamp: int) -> Any:
         if key is None:
             return None

@@ -80,6 +80,25 @@ class Processor:
     def close(self) -> None:
         pass
 
+    # What the engine asks of a processor (runtime/task.py). The defaults suit any processor;
+    # the built-in operators override them. The engine knows no operator by its class.
+
+    #: Declared True by a class (not inherited) whose processors forward only the record they
+    #: were given, unchanged, or nothing: a sink fed only through such processors from a
+    #: source of the same serdes writes the bytes it read instead of serializing again.
+    forwards_unchanged = False
+
+    def held_writes(self) -> dict[str, Callable[[], bool]]:
+        """Stores whose writes this processor holds back before handing them over (at
+        ``before_commit``), each with the check of the store's uncommitted limits
+        (``statestore.uncommitted.max.*``) that counts the held writes too."""
+        return {}
+
+    def task_metrics(self) -> dict[str, int]:
+        """Counters since the processor was opened, as the batch's metrics name them (summed
+        over the task's processors, the batch's share reported)."""
+        return {}
+
 
 class Filter(Processor):
     def __init__(self, predicate: Callable[[Any, Any], bool], negate: bool = False) -> None:

@@ -24,9 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from streamplatform.config import StreamsConfig
-from streamplatform.dsl.dedup import DeduplicationProcessor, canonical_bytes
 from streamplatform.dsl.graph import ProcessorNode, SinkNode, SourceNode, topic_name
-from streamplatform.dsl.join import StreamTableJoin
 from streamplatform.dsl.processor import Processor, PunctuationType
 from streamplatform.dsl.topology import SubTopology, TaskId, Topology
 from streamplatform.errors.context import ErrorHandlerContext
@@ -40,6 +38,7 @@ from streamplatform.errors.handlers import (
     load_handler,
 )
 from streamplatform.errors.response import Action
+from streamplatform.identity import canonical_bytes
 from streamplatform.records import ConsumedRecord, ProducerRecord, Record, TopicPartition
 from streamplatform.runtime.partitioner import partition_for
 from streamplatform.serdes import AS_READ_SERDES, deserialize_all
@@ -270,9 +269,9 @@ class Task:
             # A processor that holds writes for its store before handing them over answers
             # for that store (it counts them too).
             holders = {
-                processor.store_name: processor.uncommitted_limit_exceeded
+                store: check
                 for processor in self.processors.values()
-                if isinstance(processor, DeduplicationProcessor)
+                for store, check in processor.held_writes().items()
             }
             self._limit_checks = (
                 [
@@ -483,9 +482,10 @@ class Task:
         the bytes it read instead of serializing the key and value it decoded from them:
         every path into the sink comes from a source with the sink's kind of built-in serdes
         (``AS_READ_SERDES``: decoding and encoding give the bytes back, up to JSON's
-        formatting) through deduplications only, which forward the record they are given or
-        nothing. Any other processor on a path (a map, a filter, a user's processor) may
-        change the record, and its records are serialized as usual."""
+        formatting) through processors that forward the record they are given or nothing
+        (``Processor.forwards_unchanged``, declared by their class: deduplications). Any
+        other processor on a path (a map, a filter, a user's processor) may change the
+        record, and its records are serialized as usual."""
         key_serde, value_serde = type(sink.key_serde), type(sink.value_serde)
         if key_serde not in AS_READ_SERDES or value_serde not in AS_READ_SERDES:
             return frozenset()
@@ -501,7 +501,7 @@ class Task:
                 if (type(node.key_serde), type(node.value_serde)) != (key_serde, value_serde):
                     return frozenset()
                 topics.add(topic_name(node.topic, node.internal, self.application_id))
-            elif type(self.processors.get(name)) is DeduplicationProcessor:
+            elif type(self.processors.get(name)).__dict__.get("forwards_unchanged", False):
                 pending.extend(node.parents)  # type: ignore[union-attr]
             else:
                 return frozenset()
@@ -667,9 +667,7 @@ class Task:
         task was opened."""
         numbers: dict[str, int] = {}
         for processor in self.processors.values():
-            if isinstance(processor, DeduplicationProcessor | StreamTableJoin):
-                prefix = "dedup_" if isinstance(processor, DeduplicationProcessor) else "join_"
-                add_metrics(numbers, {f"{prefix}{n}": v for n, v in processor.metrics().items()})
+            add_metrics(numbers, processor.task_metrics())
         return numbers
 
     def close(self) -> None:
