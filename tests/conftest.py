@@ -5,16 +5,28 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import settings
+from process_markers import fail_on_missing_markers
 
 # CI runs the property tests with a fixed seed, so a run is repeatable; locally each run draws
 # new examples and may find new counterexamples.
 settings.register_profile("ci", derandomize=True, deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else "default")
 
-pytest_plugins = ["streamplatform.kafka.pytest_fixtures"]
+pytest_plugins = ["streamplatform.kafka.pytest_fixtures", "pytester"]
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects: every collected test is checked
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that starts a heavy process of its own (a child driver, a Spark cluster or
+    Connect server, dagster dev, a browser) must carry the marker that says so: `make test`
+    deselects those markers, and stays fast only if none is missing. The test's source (and
+    its fixtures', and the helpers of the tests beside this file that they name) is read by
+    tests/process_markers.py; a missing marker is a usage error."""
+    fail_on_missing_markers(items, Path(__file__).parent)
 
 
 @pytest.fixture(scope="session")
