@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 CHROMIUM = Path("/usr/bin/chromium")
 DAGSTER = Path(sys.executable).with_name("dagster")
 WEBSERVER = Path(sys.executable).with_name("dagster-webserver")
@@ -38,26 +40,29 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def live_members(group_id: int, field: int = 2) -> list[int]:
+def live_members(group_id: int, session: bool = False) -> list[int]:
     """Processes of a process group still running (zombies waiting to be reaped excluded);
-    ``field=3``: of a session instead."""
+    ``session=True``: of a session instead. From psutil, on Linux and macOS alike (as
+    ``streamplatform``'s own process helpers find theirs)."""
+    which = os.getsid if session else os.getpgid
     members = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            if int(fields[field]) == group_id and fields[0] != "Z":
-                members.append(int(stat.parent.name))
-    return members
+    for process in psutil.process_iter(["status"]):
+        if process.pid <= 0 or process.info["status"] in (None, psutil.STATUS_ZOMBIE):
+            continue  # macOS lists the kernel as pid 0; None: exited, or not to be looked at
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if which(process.pid) == group_id:
+                members.append(process.pid)
+    return sorted(members)
 
 
 def end_session(session_id: int, timeout_s: float = 20.0) -> None:
     """SIGTERM every process left in the session, then SIGKILL what outlives ``timeout_s``."""
     for signum in (signal.SIGTERM, signal.SIGKILL):
-        for pid in live_members(session_id, field=3):
+        for pid in live_members(session_id, session=True):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signum)
         deadline = time.monotonic() + timeout_s
-        while live_members(session_id, field=3) and time.monotonic() < deadline:
+        while live_members(session_id, session=True) and time.monotonic() < deadline:
             time.sleep(0.2)
 
 

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
-from streamplatform.home import data_dir
+from streamplatform import data_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # webui.py lives with the example, at the root of the checkout
