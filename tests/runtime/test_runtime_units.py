@@ -97,8 +97,13 @@ def _plan(records=10, replayed=False):
         ({"master": "spark" + "://h:7077"}, {}, _plan(10), "direct-spark"),
         ({}, {"platform.sink.driver.max.records": 0}, _plan(10), "delta-write"),
         ({}, {"platform.sink.driver.max.records": 0}, _plan(10, True), "cached"),
-        ({"delta_sinks": ()}, {}, _plan(10), "cached"),  # a Kafka sink
-        ({"sinks": ("out", "other"), "delta_sinks": ("out", "other")}, {}, _plan(10), "cached"),
+        ({"delta_sinks": ()}, {}, _plan(10), "direct-driver"),  # a Kafka sink
+        ({"delta_sinks": ()}, {"platform.sink.driver.max.records": 5}, _plan(10),
+         "direct-spilled"),
+        ({"delta_sinks": ()}, {"platform.sink.driver.max.records": 0}, _plan(10), "cached"),
+        ({"sinks": ("out", "other"), "delta_sinks": ("out",)}, {}, _plan(10), "direct-driver"),
+        ({"sinks": ("out", "other"), "delta_sinks": ("out", "other")}, {"platform.sink.driver"
+         ".max.records": 0}, _plan(10), "cached"),
         ({"root": "s3://bucket"}, {}, _plan(10), "cached"),  # no local staging directory
         ({"sources": ("in", "more")}, {}, _plan(10), "grouped"),
         ({"repartition": True}, {}, _plan(10), "stages"),

@@ -6,9 +6,9 @@ the tasks, so the driver learns what the batch produced without a pass over the 
 
 ``DELTA_OUTPUTS`` names, per row kind, the runtime table it is appended to and its columns (in
 the tables' order, ``batch_id`` last). The cached path appends them with Spark
-(``StreamingJob._write_outputs``). A streamed batch (one Delta sink) brings them to the driver
-either with its sink rows, through Spark (a small batch), or in a parquet side file per task
-(a big one, whose tasks ran inside the sink's write): ``append_outputs`` appends them with
+(paths/cached.py). A batch on the direct or Delta-write path brings them to the driver
+either with its sink rows, through Spark (a small batch), or in a side file per task (a big
+one, or one whose tasks ran inside the sink's write): ``append_outputs`` appends them with
 delta-rs, each once per batch (same transaction ids as Spark's appends, so a batch replayed on
 the cached path skips what was already written).
 """
@@ -142,21 +142,29 @@ SINK_TABLE_ARROW = pa.schema(
 )
 
 
-def sink_rows(rows: pa.Table | pa.RecordBatch, batch_id: int) -> pa.Table | pa.RecordBatch:
-    """The sink rows among the tasks' ``rows`` (executor.OUTPUT_ARROW) as rows of the sink
-    table (SINK_TABLE_ARROW)."""
-    sink = rows.filter(pc.equal(rows.column("kind"), "sink")).select(list(SINK_COLUMNS))
+def sink_rows(
+    rows: pa.Table | pa.RecordBatch, batch_id: int, topic: str | None = None
+) -> pa.Table | pa.RecordBatch:
+    """The sink rows among the tasks' ``rows`` (executor.OUTPUT_ARROW), of ``topic`` when
+    given, as rows of the sink table (SINK_TABLE_ARROW)."""
+    wanted = pc.equal(rows.column("kind"), "sink")
+    if topic is not None:
+        wanted = pc.and_(wanted, pc.equal(rows.column("topic"), topic))
+    sink = rows.filter(wanted).select(list(SINK_COLUMNS))
     return sink.append_column("batch_id", pa.repeat(pa.scalar(batch_id, pa.int64()), sink.num_rows))
 
 
-def spilled_sink_rows(directory: str, batch_id: int) -> pa.RecordBatchReader:
-    """The sink rows of a batch's spilled files as a stream of the sink table's rows, read a
-    batch at a time: a delta-rs append of them holds about one batch in memory."""
+def spilled_sink_rows(
+    directory: str, batch_id: int, topic: str | None = None
+) -> pa.RecordBatchReader:
+    """The sink rows (of ``topic`` when given) of a batch's spilled files as a stream of the
+    sink table's rows, read a batch at a time: a delta-rs append of them holds about one
+    batch in memory."""
 
     def batches() -> Iterator[pa.RecordBatch]:
         for file in spilled_files(directory):
             for batch in _spilled_batches(file):
-                rows = sink_rows(batch, batch_id)
+                rows = sink_rows(batch, batch_id, topic)
                 if rows.num_rows:
                     yield rows
 

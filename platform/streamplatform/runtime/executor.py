@@ -125,8 +125,9 @@ SINK_SCHEMA = (
     "source_offset LONG"
 )
 
-# The input columns, in this order (microbatch.py selects them). ``headers`` arrives as JSON,
-# ``[{"k": name, "v": base64 value}]`` (no "v": a None value), or null when a record has none:
+# The input columns, in this order (paths/spark_frames.py selects them). ``headers`` arrives as
+# JSON, ``[{"k": name, "v": base64 value}]`` (no "v": a None value), or null when a record has
+# none:
 # Spark's JVM-to-Arrow writer is several times slower on any array column than on all the
 # other columns together, and nearly every record has no header.
 INPUT_COLUMNS = ("task_partition", "topic", "partition", "offset", "timestamp", "key", "value",
@@ -348,6 +349,7 @@ class TaskBatchRunner:
         ranges: list[tuple[int, int, int]],
         consumer_settings: Mapping[str, Any],
         spill_dir: str | None = None,
+        kafka: kafka_output.InTaskOutputs | None = None,
     ) -> Any:
         """A ``mapInArrow`` function over ``spark.range(len(ranges))``: row i runs the task of
         ``ranges[i]`` = (partition, start, end) of ``stream_topic``, reading its records
@@ -356,7 +358,11 @@ class TaskBatchRunner:
         With ``spill_dir`` the rows go to ``<spill_dir>/<task id>.arrow`` (Arrow IPC, written
         as they come, renamed into place when the task is done) and nothing is returned to
         Spark: a big batch's rows then never sit in memory, on the executor or the driver
-        (batch_outputs.spilled_sink_rows streams them into the sink)."""
+        (batch_outputs.spilled_sink_rows streams them into the sink).
+
+        With ``kafka`` each task produces its Kafka sink and DLQ records itself as it makes
+        them (``_producing``): its Kafka sink rows are not returned, its DLQ rows are (for the
+        DLQ's Delta mirror)."""
         from streamplatform.runtime.kafka_input import read_range
 
         topic = self.stream_topic
@@ -367,11 +373,14 @@ class TaskBatchRunner:
                 for index in batch.column(0).to_pylist():
                     partition, start, end = ranges[index]
                     records = read_range(consumer_settings, topic, partition, start, end)
+                    task = f"{self.subtopology}_{partition}"
+                    rows = self.run_records(records)
+                    if kafka is not None:
+                        rows = _producing(rows, kafka, task, topic, partition, start, end)
                     if spill_dir is None:
-                        yield from self.run_records(records)
+                        yield from rows
                     else:
-                        task = f"{self.subtopology}_{partition}"
-                        _spill(self.run_records(records), spill_dir, task)
+                        _spill(rows, spill_dir, task)
 
         return run
 
@@ -457,6 +466,60 @@ def _arrow_records(
         else:
             decoded = [NO_HEADERS if h is None else decode_headers(h) for h in headers.to_pylist()]
             yield list(zip(*columns, decoded, strict=False))  # type: ignore[arg-type]
+
+
+def _producing(
+    rows: Iterator[pa.RecordBatch],
+    kafka: kafka_output.InTaskOutputs,
+    task: str,
+    topic: str,
+    partition: int,
+    start: int,
+    end: int,
+) -> Iterator[pa.RecordBatch]:
+    """A task's ``rows`` with its Kafka sink and DLQ records produced on the way (its Kafka
+    sink rows left out), then its transaction committed with the offset the batch will have
+    consumed on its partition (where it stopped, when it stopped early; else the range's
+    end), then one more progress row with what it produced. A failure aborts the
+    transaction: nothing of it becomes visible to read_committed readers."""
+    topics = pa.array(sorted(kafka.topics), pa.string())
+    output: kafka_output.TaskOutput | None = None
+    consumed = end
+    try:
+        for batch in rows:
+            kinds = batch.column("kind")
+            to_sink = pc.and_(pc.equal(kinds, "sink"), pc.is_in(batch.column("topic"), topics))
+            to_kafka = pc.or_(to_sink, pc.equal(kinds, "dlq"))
+            if pc.any(to_kafka).as_py():
+                if output is None:
+                    output = kafka.open(task, topic, partition, start)
+                produced = batch.filter(to_kafka)
+                columns = [produced.column(name).to_pylist() for name in kafka_output.COLUMNS]
+                for row in zip(*columns, strict=True):
+                    output.produce(row)
+                batch = batch.filter(pc.invert(to_sink))
+            progress = pc.equal(batch.column("kind"), "progress")
+            for value in batch.filter(progress).column("value").to_pylist():
+                report = json.loads(value)
+                if report.get("cut"):  # stopped early: the batch consumes up to there
+                    stopped = {(t, int(p)): int(o) for t, p, o in report["consumed"]}
+                    consumed = stopped.get((topic, partition), start)
+            if batch.num_rows:
+                yield batch
+        produced_count = already = 0
+        if output is not None:
+            produced_count = output.commit([(topic, partition, consumed)])
+            already = int(output.already_committed)
+    except BaseException:
+        if output is not None:
+            output.abort()
+        raise
+    finally:
+        if output is not None:
+            output.close()
+    numbers = {"kafka_records_produced": produced_count, "kafka_tasks_already_committed": already}
+    report = json.dumps({"metrics": numbers, "consumed": [], "rows": [], "cut": False})
+    yield _batch(1, kind="progress", value=[report.encode()], task=task)
 
 
 def _spill(rows: Iterable[pa.RecordBatch], directory: str, task: str) -> None:

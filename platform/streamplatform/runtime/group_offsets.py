@@ -61,7 +61,7 @@ class GroupOffsets:
                 self.start()
             if self.exactly_once:
                 # Never back: where a task's transaction committed further (a discarded
-                # batch's, see StreamingJob._short_of_committed_outputs) and the batch
+                # batch's, see planning.Planner._short_of_committed_outputs) and the batch
                 # stopped short of it, the group's offset says how far outputs exist.
                 ahead = self.committed(sorted(consumed))
                 consumed = {tp: max(offset, ahead.get(tp, offset)) for tp, offset in

@@ -241,11 +241,14 @@ class TaskOutput:
         if error is not None:
             self.failures.append(f"{message.topic()}[{message.partition()}]: {error}")
 
-    def commit(self) -> int:
+    def commit(self, positions: list[tuple[str, int, int]] | None = None) -> int:
         """Wait for every record's acknowledgement; in a transaction, add the task's offsets
-        and commit it. Returns how many records were produced."""
+        (``positions`` when given: known only once the task is done) and commit it. Returns
+        how many records were produced."""
         if self.already_committed:
             return 0
+        if positions is not None:
+            self._positions = positions
         unsent = self.out.flush(_FLUSH_TIMEOUT_S)
         if self.failures or unsent:
             shown = "; ".join(self.failures[:5])
@@ -388,6 +391,32 @@ def _open(
         settings, f"{what} of task {task}", transactions.transactional_id(task),
         transactions.group_and_positions(task), transactions.batch_id,
     )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class InTaskOutputs:
+    """What a task that reads its own Kafka range needs to produce its Kafka outputs itself
+    (the direct path, paths/direct.py): its Kafka sink records and DLQ records, right as it
+    makes them, in one transaction per task and batch under exactly_once_v2 (``app`` set) that
+    commits the task's consumed offset to the consumer group ``app``, as the cached path's
+    producing does; idempotent and acknowledged at least once otherwise."""
+
+    settings: Mapping[str, Any]
+    topics: frozenset[str]  # the Kafka sinks (the DLQ topic's rows are told by their kind)
+    app: str | None  # exactly_once_v2: the transactions' group and transactional.id prefix
+    batch_id: int
+
+    def open(self, task: str, topic: str, partition: int, start: int) -> TaskOutput:
+        """The task's output for the batch. Its transaction of this batch was committed by an
+        earlier attempt when the group's offset is past the range's start (only this batch's
+        transaction moves it there before the batch commits): then nothing is produced."""
+        what = f"the Kafka outputs of task {task}"
+        if self.app is None:
+            return TaskOutput(self.settings, what)
+        return TaskOutput(
+            self.settings, what, f"{self.app}-{task}", (self.app, [(topic, partition, start + 1)]),
+            self.batch_id,
+        )  # fmt: skip
 
 
 def send_before_failing(

@@ -1,15 +1,16 @@
 """The execution paths of a batch, and the one place that chooses among them (``choose``).
 
-- ``direct-driver``: one sub-topology reading one Kafka topic into one Delta sink, a small
-  batch on a local master: the tasks run in this process, reading Kafka themselves; the
-  driver appends the sink with delta-rs.
+- ``direct-driver``: one sub-topology reading one Kafka topic, into any sinks; a small batch
+  on a local master: the tasks run in this process, reading Kafka themselves and producing
+  their Kafka sinks and DLQ records; the driver appends the Delta sinks with delta-rs.
 - ``direct-spark``: the same shape, the tasks in Spark (still reading Kafka themselves), their
   rows back through Spark; the driver appends.
 - ``direct-spilled``: the same, more rows than ``platform.sink.driver.max.records``: the tasks
   spill their sink rows to files, which the driver appends.
-- ``delta-write``: the same shape with ``platform.sink.driver.max.records = 0``: the tasks run
-  inside Spark's Delta write of the sink.
-- ``cached``: one sub-topology, one Kafka topic, any sinks: Spark's Kafka source, the tasks in
+- ``delta-write``: one Delta sink and nothing else, ``platform.sink.driver.max.records = 0``:
+  the tasks run inside Spark's Delta write of the sink.
+- ``cached``: one sub-topology, one Kafka topic, with ``platform.sink.driver.max.records = 0``
+  (or a Delta root that is not a local path): Spark's Kafka source, the tasks in
   ``mapInArrow``, their output cached; Delta by Spark, Kafka from the executors.
 - ``grouped``: one sub-topology reading several Kafka topics: each task's records grouped
   (``applyInArrow``), then as ``cached``.
@@ -39,13 +40,7 @@ def choose(context: JobContext, plan: BatchPlan) -> ExecutionPath:
         return StagesPath(context)
     side_dir = context.side_dir()
     sinks = set(context.sink_topics())
-    direct_shape = (
-        len(context.sources) == 1
-        and len(sinks) == 1
-        and sinks <= context.delta_sinks
-        and side_dir is not None
-    )
-    if direct_shape and side_dir is not None:
+    if len(context.sources) == 1 and side_dir is not None:
         limit = context.config["platform.sink.driver.max.records"]
         if limit > 0:
             records = plan.records
@@ -56,7 +51,7 @@ def choose(context: JobContext, plan: BatchPlan) -> ExecutionPath:
                 and context.local_slots() > 0
             )
             return DirectPath(context, side_dir, "driver" if in_driver else "spark", not small)
-        if not plan.replayed:
+        if len(sinks) == 1 and sinks <= context.delta_sinks and not plan.replayed:
             # A replay's write of a sink its first attempt committed would be skipped by
             # Delta, and the tasks inside it with it: replayed on the cached path instead.
             return DeltaWritePath(context, side_dir)

@@ -26,7 +26,7 @@ from streamplatform.runtime.batch_outputs import Progress, read_side_files
 from streamplatform.runtime.executor import SINK_COLUMNS, SINK_SCHEMA, STREAM_COLUMNS
 from streamplatform.runtime.job_context import BatchPlan
 from streamplatform.runtime.paths.base import ExecutionPath
-from streamplatform.runtime.paths.direct import append_sink_with_delta_rs, write_side_outputs
+from streamplatform.runtime.paths.direct import write_side_outputs
 from streamplatform.runtime.paths.spark_frames import append_once, headers_from_json, kafka_records
 
 
@@ -59,10 +59,7 @@ class DeltaWritePath(ExecutionPath):
                     f"sink-{sink}")  # fmt: skip
         tasks_ms = int((time.monotonic() - started) * 1000)
         rows = read_side_files(self.side_dir)
-        progress = write_side_outputs(
-            context, plan, rows, self.side_dir,
-            lambda rows, batch_id: append_sink_with_delta_rs(context, rows, batch_id),
-        )  # fmt: skip
+        progress = write_side_outputs(context, plan, rows, self.side_dir)
         progress.metrics["tasks_and_sink_ms"] = tasks_ms
         progress.metrics["tasks_in_driver"] = 0
         return progress

@@ -1,26 +1,32 @@
-"""The direct path: one sub-topology reading one Kafka topic and writing one Delta sink (the
-dedup job's shape). Nothing is cached in Spark.
+"""The direct path: one sub-topology reading one Kafka topic, into any sinks (Delta tables,
+Kafka topics, both). Nothing is cached in Spark, and no row goes through Spark's Kafka source.
 
 - **Where the tasks run.** Each task reads its Kafka range itself (kafka_input.py: a C
-  consumer, no Spark Kafka source to set up, no JVM rows turned into Arrow). A small batch
-  (at most ``platform.driver.tasks.max.records``) on a local master runs its tasks in this
-  process (``direct-driver``: Spark's local executors share this host, state dir and
-  environment, and the tasks stay open here); otherwise Spark runs them (``direct-spark``),
-  with the tasks of its last, partial wave run here beside it (local_master.py).
-- **Where the rows go.** A small batch's rows (at most ``platform.sink.driver.max.records``)
-  come back to the driver with the tasks' results; a bigger one's sink rows are spilled to a
-  file per task and its other rows to a side file per task (``direct-spilled``), in this run's
-  staging directory.
-- **When the sink is written.** By the driver, with delta-rs, under the transaction id
-  Spark's append of the same sink uses (``sink-<topic>``, version = the batch): a small batch
-  as soon as the tasks are back; a spilled one only once every task that had records is known
-  to have reported (``MissingTaskOutputs`` otherwise: a lost file fails the batch, it does
-  not shorten it). Then the changelog, DLQ mirror and versions (batch_outputs.py), then the
-  DLQ topic (in the tasks' transactions under exactly_once_v2).
-- **What a crash leaves.** Before the sink append: nothing but files in the staging
-  directory, removed by the next attempt (and by the next claim). After it: the sink holds the
-  batch under its transaction id; the replay runs the tasks again (on restored state), and
-  its append is skipped. Between the other tables likewise, each skipped once written.
+  consumer, no JVM rows turned into Arrow). A small batch (at most
+  ``platform.driver.tasks.max.records``) on a local master runs its tasks in this process
+  (``direct-driver``: Spark's local executors share this host, state dir and environment, and
+  the tasks stay open here); otherwise Spark runs them (``direct-spark``), with the tasks of
+  its last, partial wave run here beside it (local_master.py).
+- **Where the rows go.** Kafka sink and DLQ records are produced by the task itself as it
+  makes them, in its own transaction under exactly_once_v2 (executor._producing; committed
+  with the task's consumed offset when the task is done). The other rows of a small batch (at
+  most ``platform.sink.driver.max.records``) come back to the driver with the tasks' results;
+  a bigger one's go to a file per task in this run's staging directory (``direct-spilled``).
+- **When the sinks are written.** Kafka: when each task ends (its transaction's commit).
+  Delta: by the driver, with delta-rs, under the transaction id Spark's append of the same sink
+  uses (``sink-<topic>``, version = the batch): a small batch's as soon as the tasks are back;
+  a spilled one's only once every task that had records is known to have reported
+  (``MissingTaskOutputs`` otherwise: a lost file fails the batch, it does not shorten it).
+  Then the changelog, DLQ mirror and versions (batch_outputs.py), and, for a job without
+  Kafka sinks, the DLQ topic from the driver (in the tasks' transactions under
+  exactly_once_v2).
+- **What a crash leaves.** Before the first write: nothing but open transactions (aborted by
+  the next attempt's ``init_transactions``) and files in the staging directory (removed by the
+  next attempt). After a task's Kafka commit: its records, and the consumer group past its
+  range's start; the replay's task finds that and produces nothing again. After a Delta
+  append: the table holds the batch under its transaction id, and the replay's append is
+  skipped. The replay runs the tasks again on restored state; with the batch's logged
+  wall-clock time, they make the same rows (docs/guarantees.md).
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ from streamplatform.runtime.errors import MissingTaskOutputs
 from streamplatform.runtime.executor import OUTPUT_ARROW, OUTPUT_SCHEMA
 from streamplatform.runtime.faults import crash_point
 from streamplatform.runtime.job_context import BatchPlan, JobContext
+from streamplatform.runtime.kafka_output import InTaskOutputs
 from streamplatform.runtime.local_master import tasks_beside_spark
 from streamplatform.runtime.paths.base import ExecutionPath
 from streamplatform.runtime.planning import consumed_offsets
@@ -70,8 +77,15 @@ class DirectPath(ExecutionPath):
         ((topic, ranges),) = plan.wanted().items()
         tasks = [(p, start, end) for p, (start, end) in sorted(ranges.items())]
         runner = context.runner(plan, changelog_files)  # every row back in OUTPUT_ARROW
+        kafka_sinks = context.kafka_sink_topics()
+        kafka = None
+        if kafka_sinks:  # the tasks produce their Kafka sinks and DLQ records themselves
+            app = context.app if context.config.exactly_once else None
+            kafka = InTaskOutputs(context.producer_settings, frozenset(kafka_sinks), app,
+                                  plan.batch_id)  # fmt: skip
         run = runner.read_and_run(tasks, context.consumer_settings,
-                                  spill_dir=self.side_dir if self.spill else None)  # fmt: skip
+                                  spill_dir=self.side_dir if self.spill else None,
+                                  kafka=kafka)  # fmt: skip
         here = 0
         if self.where == "driver":
             ids = pa.record_batch([pa.array(range(len(tasks)), pa.int64())], ["id"])
@@ -83,11 +97,13 @@ class DirectPath(ExecutionPath):
             here = tasks_beside_spark(len(tasks), slots, most)
             rows = self._run_tasks(run, len(tasks), here)
         if not self.spill:
-            self._append_sink(sink_rows(rows, plan.batch_id), plan.batch_id)
+            append_delta_sinks(context, plan.batch_id, lambda topic: sink_rows(
+                rows, plan.batch_id, topic))  # fmt: skip
         tasks_ms = int((time.monotonic() - started) * 1000)
         if self.spill:  # the tasks' other rows are in their side files
             rows = read_side_files(self.side_dir)
-        progress = write_side_outputs(context, plan, rows, self.side_dir, self._append_sink)
+        progress = write_side_outputs(context, plan, rows, self.side_dir,
+                                      dlq_sent_by_tasks=kafka is not None)  # fmt: skip
         progress.metrics["tasks_and_sink_ms"] = tasks_ms
         progress.metrics["tasks_in_driver"] = here
         return progress
@@ -129,17 +145,20 @@ class DirectPath(ExecutionPath):
             raise failures[0]
         return pa.concat_tables([rows.cast(OUTPUT_ARROW), *lane]) if lane else rows
 
-    def _append_sink(self, rows: Any, batch_id: int) -> None:
-        append_sink_with_delta_rs(self.context, rows, batch_id)
 
-
-def append_sink_with_delta_rs(context: JobContext, rows: Any, batch_id: int) -> None:
-    """Append a batch's rows of the job's one Delta sink (a table or a stream of them) with
-    delta-rs, under the transaction id Spark's append of the same sink uses
+def append_delta_sinks(
+    context: JobContext, batch_id: int, rows_of: Callable[[str | None], Any]
+) -> None:
+    """Append the batch's rows of each Delta sink (``rows_of(topic)``: a table or a stream of
+    them; ``topic`` None when the job has one Delta sink, whose rows need no telling apart)
+    with delta-rs, under the transaction id Spark's append of the same sink uses
     (spark_frames.append_once): a re-run of the batch through Spark skips it."""
-    (sink,) = context.sink_topics()
-    delta_direct.append(f"{context.root}/{sink}", rows, f"{context.app}-sink-{sink}", batch_id,
-                        conform=True)  # fmt: skip
+    sinks = context.delta_sink_topics()
+    for topic in sinks:
+        delta_direct.append(
+            f"{context.root}/{topic}", rows_of(topic if len(sinks) > 1 else None),
+            f"{context.app}-sink-{topic}", batch_id, conform=True,
+        )  # fmt: skip
 
 
 def write_side_outputs(
@@ -147,22 +166,23 @@ def write_side_outputs(
     plan: BatchPlan,
     rows: pa.Table | None,
     directory: str,
-    append_sink: Callable[[Any, int], None],
+    dlq_sent_by_tasks: bool = False,
 ) -> Progress:
-    """A batch's rows other than the sink's that came to the driver (changelog, DLQ, versions;
+    """A batch's rows other than the sinks' that came to the driver (changelog, DLQ, versions;
     batch_outputs.py): to their Delta tables, and its DLQ records to Kafka, from the driver
-    (they are few). First, every task that had records must have reported: a side file that
-    never reached the driver fails the batch, which is then not committed. Spilled sink rows
-    are appended once that is known."""
+    (they are few), unless the tasks produced them. First, every task that had records must
+    have reported: a side file that never reached the driver fails the batch, which is then
+    not committed. Spilled sink rows are appended once that is known."""
     started = time.monotonic()
     batch_id = plan.batch_id
     progress = progress_of(rows)
     check_every_task_reported(context, plan, progress, directory)
     if spilled_files(directory):  # the sink rows of a big batch whose tasks read Kafka
-        append_sink(spilled_sink_rows(directory, batch_id), batch_id)
-    crash_point("during_outputs", batch_id)  # the sink written, the other tables not
+        append_delta_sinks(context, batch_id, lambda topic: spilled_sink_rows(
+            directory, batch_id, topic))  # fmt: skip
+    crash_point("during_outputs", batch_id)  # the sinks written, the other tables not
     append_outputs(context.root, context.app, batch_id, rows, progress)
-    if "dlq" in progress.kinds and rows is not None:
+    if "dlq" in progress.kinds and rows is not None and not dlq_sent_by_tasks:
         consumed = consumed_offsets(plan.ranges, progress)
         transactions = context.transactions(batch_id, consumed)
         dlq = rows.filter(pc.equal(rows["kind"], "dlq")).select(list(kafka_output.COLUMNS))
