@@ -170,16 +170,17 @@ SETTINGS: tuple[Setting, ...] = (
             "$SPARK_MASTER or local[*].", "string"),
     Setting("platform.max.records.per.batch", _int(1), 100_000, "Upper bound on the records a "
             "micro-batch reads per task.", "int >= 1"),
-    Setting("platform.sink.driver.max.records", _int(0), 50_000, "A job with one Kafka "
-            "source and one Delta sink has its tasks read their Kafka ranges themselves and "
-            "the driver append the sink with delta-rs, instead of Spark's Kafka source and "
-            "Delta writer. A batch that plans at most this many records brings the tasks' rows "
-            "to the driver through Spark; a bigger one has each task spill its rows to a file "
-            "beside the Delta root, streamed into the sink once every task reported. 0: "
-            "always Spark's Kafka source and Delta writer.", "int >= 0"),
+    Setting("platform.sink.driver.max.records", _int(0), 50_000, "A job whose tasks read one "
+            "Kafka topic (no repartition) takes the direct path (docs/architecture.md): its "
+            "tasks read their Kafka ranges themselves, produce its Kafka sinks and DLQ records "
+            "themselves, and the driver appends its Delta sinks with delta-rs, instead of "
+            "Spark's Kafka source, cache and Delta writer. A batch that plans at most this many "
+            "records brings the tasks' rows to the driver through Spark; a bigger one has each "
+            "task spill its rows to a file beside the Delta root, streamed into the sinks once "
+            "every task reported. 0: always Spark's Kafka source and Delta writer.", "int >= 0"),
     Setting("platform.driver.tasks.max.records", _int(0), 20_000, "With a local master "
-            "(local, local[N], local[*]), a batch of such a job (one Kafka source, one Delta "
-            "sink) that plans at most this many records runs its tasks in the driver process, "
+            "(local, local[N], local[*]), a batch of such a job (its tasks read one Kafka "
+            "topic) that plans at most this many records runs its tasks in the driver process, "
             "one after another, instead of in a Spark job: no job to schedule (~150-250 ms on "
             "2 cores), and the tasks stay open in the driver between batches. Bigger batches, "
             "cluster and Spark Connect masters use Spark. 0: always Spark.", "int >= 0"),
