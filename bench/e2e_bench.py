@@ -44,9 +44,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from streamplatform import StreamsBuilder, Topology
+from streamplatform import StreamingJob, StreamsBuilder, Topology
 from streamplatform.kafka import LocalBroker, TopicSpec, create_topics, producer
-from streamplatform.runtime.microbatch import StreamingJob
 from streamplatform.serdes import Serdes
 from streamplatform.spark import spark_session
 
@@ -208,10 +207,20 @@ def run_ours_to_kafka(spark, settings, topic, tmp: Path, name: str, guarantee: s
     }
     job = StreamingJob(dedup_topology(topic, name), config, spark=spark)
     started = time.perf_counter()
-    job.run_until_caught_up()
+    results = job.run_until_caught_up()
     elapsed = time.perf_counter() - started
     job.close()
+    PATHS.setdefault(guarantee, set()).update(paths_of(results))
     return elapsed, count_committed(settings, name)
+
+
+# The execution paths our runs took, per guarantee (runtime/paths/; "cached" for code from
+# before BatchResult named it, where every Kafka sink took the cached path).
+PATHS: dict[str, set[str]] = {}
+
+
+def paths_of(results) -> set[str]:
+    return {getattr(result, "path", "") or "cached" for result in results}
 
 
 def run_native_to_kafka(spark, settings, topic, tmp: Path, name: str):
@@ -303,6 +312,11 @@ def kafka_sink(args: argparse.Namespace) -> None:
     n = args.records
     print(f"{n:,} records, {PARTITIONS} partitions, local[2], median of {args.repeats} runs each, "
           "output to a 3-partition Kafka topic")  # fmt: skip
+    path_of = {
+        "eos": ", ".join(sorted(PATHS.get("exactly_once_v2", ()))),
+        "alos": ", ".join(sorted(PATHS.get("at_least_once", ()))),
+        "native": "Structured Streaming, availableNow",
+    }
     for which, label in (
         ("eos", "ours   exactly_once_v2 -> Kafka (transactions)"),
         ("alos", "ours   at_least_once   -> Kafka (idempotent)  "),
@@ -311,7 +325,8 @@ def kafka_sink(args: argparse.Namespace) -> None:
         median = statistics.median(runs[which])
         counts = " or ".join(f"{count:,}" for count in sorted(rows[which]))
         print(f"{label}: {n / median:>9,.0f} records/s ({median:.1f} s, runs "
-              f"{min(runs[which]):.1f}-{max(runs[which]):.1f} s; {counts} records)")  # fmt: skip
+              f"{min(runs[which]):.1f}-{max(runs[which]):.1f} s; {counts} records; "
+              f"path {path_of[which]})")  # fmt: skip
     price = statistics.median(runs["eos"]) / statistics.median(runs["alos"])
     pairs = sorted(e / a for e, a in zip(runs["eos"], runs["alos"], strict=True))
     print(f"price of exactly once: EOS time / ALOS time = {price:.3f} "
@@ -355,10 +370,11 @@ def main() -> None:
                     # Alternate which goes first: load from other processes drifts.
                     for which in ("ours", "native") if repeat % 2 == 0 else ("native", "ours"):
                         if which == "ours":
-                            seconds, written, _ = run_ours(
+                            seconds, written, results = run_ours(
                                 spark, settings, "bench", tmp, args.records, f"ours-{repeat}"
                             )
                             ours.append(seconds)
+                            PATHS.setdefault("delta", set()).update(paths_of(results))
                         else:
                             seconds, written = run_native(
                                 spark, settings, "bench", tmp, f"native-{repeat}"
@@ -375,14 +391,16 @@ def main() -> None:
     n = args.records
     print(f"{n:,} records, {PARTITIONS} partitions, local[2], median of {args.repeats} runs each "
           "(alternating order, after a warm-up of both)")  # fmt: skip
-    for name, runs, written in (
-        ("ours   StreamingJob exactly_once_v2 -> Delta ", ours, rows["ours"]),
-        ("native dropDuplicatesWithinWatermark -> Delta", native, rows["native"]),
-    ):
+    ours_paths = ", ".join(sorted(PATHS.get("delta", ())))
+    for name, runs, written, path in (
+        ("ours   StreamingJob exactly_once_v2 -> Delta ", ours, rows["ours"], ours_paths),
+        ("native dropDuplicatesWithinWatermark -> Delta", native, rows["native"], "Structured "
+         "Streaming, availableNow"),
+    ):  # fmt: skip
         median = statistics.median(runs)
         counts = " or ".join(f"{count:,}" for count in sorted(written))
         print(f"{name}: {n / median:>9,.0f} records/s ({median:.1f} s, runs "
-              f"{min(runs):.1f}-{max(runs):.1f} s; {counts} rows)")  # fmt: skip
+              f"{min(runs):.1f}-{max(runs):.1f} s; {counts} rows; path {path})")  # fmt: skip
     if len(rows["ours"]) > 1:
         print("WARNING: our runs wrote different row counts from the same data")
     ratios = sorted(b / a for a, b in zip(ours, native, strict=True))

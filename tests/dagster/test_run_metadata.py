@@ -30,3 +30,14 @@ def test_kept_tasks_and_tasks_run_in_the_driver_are_summed_into_the_metadata():
         {"t/0": 0},
     )  # fmt: skip
     assert (metadata["tasks_reused"], metadata["tasks_in_driver"]) == (4, 6)
+
+
+def test_the_metadata_counts_the_batches_of_each_execution_path():
+    def on(batch_id: int, path: str) -> BatchResult:
+        return BatchResult(batch_id, 1, 1, 0, 0, 0, 0, 10, False, "exactly_once_v2", path=path)
+
+    metadata = run_metadata(
+        [on(0, "direct-spark"), on(1, "direct-driver"), on(2, "direct-driver")],
+        1.0, {("t", 0): 3}, {"t/0": 0},
+    )  # fmt: skip
+    assert metadata["execution_paths"].value == {"direct-driver": 2, "direct-spark": 1}

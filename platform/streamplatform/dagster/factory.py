@@ -48,6 +48,7 @@ The resource is the one under the key ``streamplatform`` (:class:`Streamplatform
 
 import re
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -344,6 +345,10 @@ def run_metadata(
         "tasks_reused": metrics.get("tasks_reused", 0),
         "tasks_in_driver": metrics.get("tasks_in_driver", 0),
         "replayed_batches": sum(r.replayed for r in results),
+        # How the batches ran (runtime/paths/, docs/architecture.md): batches per path.
+        "execution_paths": dg.MetadataValue.json(
+            dict(sorted(Counter(r.path for r in results).items()))
+        ),
         # Offsets that held no committed record (transaction markers, aborted or compacted
         # records), and offsets gone from Kafka before they were read (retention).
         "offset_gaps": metrics.get("offset_gaps", 0),
