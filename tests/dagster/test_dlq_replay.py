@@ -182,6 +182,7 @@ def copy_of(setup: dict, directory) -> dict:
     return setup | {"config": config, "root": f"{directory}/{app}"}
 
 
+@pytest.mark.slow  # ~30 s each, after a job run of theirs; make test keeps the whole replay below
 @pytest.mark.parametrize("crash_in", ["before_publish", "mid_publish", "before_record"])
 def test_an_interrupted_replay_is_finished_once_by_the_next(
     failed_once, tmp_path, monkeypatch, crash_in

@@ -77,6 +77,7 @@ def test_a_missing_versions_log_names_the_path(spark, tmp_path):
         read_versioned_snapshot(spark, str(tmp_path / "app" / "_versions"))
 
 
+@pytest.mark.slow  # ~15 s: a streaming join, then the batch one
 def test_batch_as_of_join_equals_the_streaming_join(spark, tmp_path):
     """The enrichment topology in the test driver (the task code the Spark runtime runs), rates
     first, then transactions out of order; the batch join over the snapshot must match."""

@@ -54,6 +54,7 @@ def test_broker_listens_on_loopback_only(kafka_broker):
     assert "0.0.0.0" not in config
 
 
+@pytest.mark.slow  # ~15 s: two brokers of its own
 def test_stop_ends_the_whole_process_group_and_a_stale_broker_is_stopped(tmp_path):
     directory = tmp_path / "broker"
     first = LocalBroker(directory)
@@ -107,6 +108,7 @@ def test_fixture_stops_the_broker_even_when_a_test_fails(tmp_path):
     assert list((tmp_path / "data" / "test-brokers").iterdir()) == [], "the run's directory"
 
 
+@pytest.mark.slow  # ~13 s: a broker of its own through the CLI
 def test_cli_start_status_stop(tmp_path):
     env = os.environ | {"STREAMPLATFORM_DATA": str(tmp_path)}
     cli = [sys.executable, "-m", "streamplatform.cli"]

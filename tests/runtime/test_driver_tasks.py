@@ -76,7 +76,12 @@ BESIDE_SPARK = {"platform.driver.tasks.max.records": 0, "platform.driver.tasks.b
 SPILLED = {"platform.sink.driver.max.records": 1}  # the tasks spill their rows to files
 
 
-@pytest.mark.parametrize("overrides", [{}, SPILLED], ids=["rows-to-the-driver", "spilled"])
+@pytest.mark.parametrize(
+    # ~9 s and ~5 s: rows to the driver in make test-all
+    "overrides",
+    [pytest.param({}, marks=pytest.mark.slow), SPILLED],
+    ids=["rows-to-the-driver", "spilled"],
+)
 def test_a_batch_spark_runs_has_its_last_wave_run_in_the_driver_beside_it(
     spark, kafka_settings, tmp_path, overrides
 ):

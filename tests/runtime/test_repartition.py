@@ -52,7 +52,11 @@ def expected(topology, source, sent):
         return sorted((r.key, r.value) for r in out.read_records_to_list())
 
 
-@pytest.mark.parametrize("make_topology", [global_dedup_topology, rekeyed_dedup_topology])
+@pytest.mark.parametrize(
+    # ~15 s each: the rekeyed topology in make test-all
+    "make_topology",
+    [global_dedup_topology, pytest.param(rekeyed_dedup_topology, marks=pytest.mark.slow)],
+)
 def test_a_repartitioned_topology_equals_the_test_driver(
     spark, kafka_settings, source_topic, tmp_path, make_topology
 ):
@@ -78,6 +82,7 @@ def test_a_repartitioned_topology_equals_the_test_driver(
     assert tasks == {f"1_{p}" for p in range(PARTITIONS)}
 
 
+@pytest.mark.slow  # ~15 s: a crashed batch, then the job again
 def test_a_repartitioned_job_killed_after_its_outputs_resumes_to_the_clean_output(
     spark, kafka_settings, source_topic, tmp_path, monkeypatch
 ):

@@ -66,6 +66,7 @@ def test_batches_are_cut_to_keep_uncommitted_state_bounded(
     assert sorted((k, v) for _, _, k, v in rows) == expected_with_the_test_driver(source, sent)
 
 
+@pytest.mark.slow  # ~30 s: a broker of its own, restarted
 def test_a_broker_restart_between_batches_is_survived(spark, tmp_path):
     with LocalBroker(tmp_path / "own-broker") as broker:
         settings = {"bootstrap.servers": broker.bootstrap_servers}

@@ -62,7 +62,9 @@ def _config(kafka_settings, tmp_path, app, guarantee, **overrides):
     } | overrides
 
 
-@pytest.mark.parametrize("guarantee", ["exactly_once_v2", "at_least_once"])
+@pytest.mark.parametrize(
+    "guarantee", ["exactly_once_v2", pytest.param("at_least_once", marks=pytest.mark.slow)]
+)
 def test_the_counting_processor_counts_on_spark_as_in_the_test_driver(
     spark, kafka_settings, tmp_path, guarantee
 ):
@@ -83,7 +85,9 @@ def test_the_counting_processor_counts_on_spark_as_in_the_test_driver(
     assert deduplicated.count() == sum(len(counts) for counts in on_spark.values())
 
 
-@pytest.mark.parametrize("guarantee", ["exactly_once_v2", "at_least_once"])
+@pytest.mark.parametrize(
+    "guarantee", ["exactly_once_v2", pytest.param("at_least_once", marks=pytest.mark.slow)]
+)
 def test_a_batch_that_failed_after_its_tasks_leaves_no_state_under_either_guarantee(
     spark, kafka_settings, tmp_path, monkeypatch, guarantee
 ):
