@@ -1,4 +1,5 @@
-# streamplatform: `make demo` and `make test` do all set-up themselves (see README.md).
+# streamplatform: `make demo`, `make test` and `make test-all` do all set-up themselves (see
+# README.md).
 # Every target is idempotent: stamps (.venv/.installed, .jvm/*/.fetched) make re-runs cheap,
 # and they are redone when pyproject.toml or platform/jvm/pom.xml change.
 
@@ -9,17 +10,28 @@ BIN := $(VENV)/bin
 MVN := mvn -q -B -Dstyle.color=never -s platform/jvm/settings.xml -f platform/jvm/pom.xml
 JVM_STAMPS := .jvm/spark/.fetched .jvm/kafka/.fetched .jvm/streams/.fetched
 
-.PHONY: setup demo test bench lint clean tools ui browser screenshots
+.PHONY: setup demo test test-all bench lint clean tools ui browser screenshots
 
-setup: $(VENV)/.installed $(JVM_STAMPS) browser
+# Everything local to the checkout: the virtualenv and the JVM jars. Nothing system-wide.
+setup: $(VENV)/.installed $(JVM_STAMPS)
 
-# Debian's chromium for the Dagster UI test (tests/dagster/test_dagster_ui.py skips, saying
-# why, where it cannot be installed).
+# Debian's chromium for the Dagster UI test (tests/dagster/test_dagster_ui.py, marker `browser`)
+# and `make screenshots`. It installs SYSTEM-WIDE (apt-get, when run as root), so it is not part
+# of `setup` or `make test`; `make test-all` runs it, saying so first. NO_BROWSER=1 skips it.
+# Without /usr/bin/chromium the UI test is skipped, saying why.
 browser:
-	@test -x /usr/bin/chromium || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
-	  echo "==> Debian chromium for the UI test" && apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
-	  echo "==> /usr/bin/chromium missing: the Dagster UI test will be skipped"
+	@if [ -x /usr/bin/chromium ]; then :; \
+	elif [ -n "$(NO_BROWSER)" ]; then \
+	  echo "==> NO_BROWSER is set: chromium not installed; the Dagster UI test will be skipped"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "==> Installing Debian's chromium SYSTEM-WIDE for the Dagster UI test:"; \
+	  echo "    apt-get update && apt-get install -y chromium   (NO_BROWSER=1 skips this)"; \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium \
+	    >/dev/null; } || echo "==> chromium not installed: the Dagster UI test will be skipped"; \
+	else \
+	  echo "==> /usr/bin/chromium missing (as root: apt-get install chromium, or make browser):"; \
+	  echo "    the Dagster UI test will be skipped"; \
+	fi
 
 tools:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
@@ -46,8 +58,21 @@ $(VENV)/.installed: pyproject.toml setup.py platform/streamplatform/dsl/_dedup_c
 demo: setup
 	@$(BIN)/python demo.py
 
+# Markers of tests that start heavy processes of their own (pyproject.toml; tests/conftest.py
+# fails the run when a test lacks its marker).
+HEAVY_MARKERS := child_process or cluster or connect_server or dagster_dev or browser
+FAST_TESTS := not (slow or $(HEAVY_MARKERS))
+PYTEST_ARGS ?=
+
+# The fast tier (<= 10 min on 2 cores): unit tests and in-process integration on the run's one
+# broker and one SparkSession. Installs nothing system-wide.
 test: setup
-	@$(BIN)/pytest
+	@$(BIN)/pytest -m "$(FAST_TESTS)" $(PYTEST_ARGS)
+
+# Everything, every marker (~40 min on 2 cores): child drivers, Spark clusters, Spark Connect,
+# dagster dev, the browser test, the slow tests. CI runs it (.ci/run).
+test-all: setup browser
+	@$(BIN)/pytest $(PYTEST_ARGS)
 
 # The Dagster UI on http://127.0.0.1:$(UI_PORT) with its instance in $(UI_HOME), and a local
 # broker (unless KAFKA_BOOTSTRAP_SERVERS points elsewhere). Ctrl-C stops dagster dev (its runs,
@@ -66,7 +91,7 @@ ui: setup
 
 # docs/images/*.png for the README: the Dagster UI on the instance `make demo` left in
 # .data/dagster, photographed by headless chromium (docs/screenshots.py).
-screenshots: setup
+screenshots: setup browser
 	@$(BIN)/python docs/screenshots.py
 
 bench: setup
