@@ -204,7 +204,11 @@ class TaskOutput:
         self._group: Any = None
         self._positions: list[tuple[str, int, int]] = []
         fixed = {} if transactional_id is None else {"transactional.id": transactional_id}
+        # Delivery reports of failed records only: a Python callback per record acknowledged
+        # cost more than producing it (the transaction's commit, or flush, waits for all).
+        fixed |= {"delivery.report.only.error": True, "on_delivery": self._delivered}
         self.out = producer_for(settings, **fixed)
+        self._unpolled = 0
         self.transactional = transactional_id is not None
         if not self.transactional:
             return
@@ -220,14 +224,19 @@ class TaskOutput:
         if self.already_committed:
             return
         kind, topic, key, value, timestamp, headers, partition = row[:7]
-        pairs = [(h["key"], h["value"]) for h in headers or ()]
         if kind == "sink":  # a task's outputs of one source record come one after another
             source = row[7:10]
-            self._nth = self._nth + 1 if source == self._last_source else 0
-            self._last_source = source
-            stamp = "/".join(str(part) for part in (*source, self._nth)).encode()
-            pairs = [(k, v) for k, v in pairs if k != SOURCE_HEADER] + [(SOURCE_HEADER, stamp)]
-        options: dict[str, Any] = {"on_delivery": self._delivered}
+            if source == self._last_source:
+                self._nth += 1
+            else:
+                self._nth, self._last_source = 0, source
+            stamp = f"{source[0]}/{source[1]}/{source[2]}/{self._nth}".encode()
+            pairs = [(SOURCE_HEADER, stamp)]
+            if headers:
+                pairs[:0] = [(h["key"], h["value"]) for h in headers if h["key"] != SOURCE_HEADER]
+        else:
+            pairs = [(h["key"], h["value"]) for h in headers] if headers else []
+        options: dict[str, Any] = {}
         if timestamp is not None and timestamp >= 0:  # 0: the producer's clock
             options["timestamp"] = timestamp
         if pairs:
@@ -236,6 +245,10 @@ class TaskOutput:
             options["partition"] = partition
         _produce(self.out, topic, key, value, options)
         self.produced += 1
+        self._unpolled += 1
+        if self._unpolled >= 1_000:  # serve the error reports now and then, not per record
+            self.out.poll(0)
+            self._unpolled = 0
 
     def _delivered(self, error: Any, message: Any) -> None:
         if error is not None:
@@ -450,7 +463,6 @@ def _produce(out: Any, topic: str, key: Any, value: Any, options: dict[str, Any]
     while True:
         try:
             out.produce(topic, value=value, key=key, **options)
-            out.poll(0)
             return
         except BufferError:  # the local queue is full: let deliveries drain it
             out.poll(0.1)
