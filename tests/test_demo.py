@@ -181,12 +181,8 @@ def _end(how: str) -> None:
         os.kill(os.getpid(), signal.SIGTERM)  # the demo turns it into an interrupt
 
 
-@pytest.mark.parametrize(
-    "how",
-    # ~10 s each (a broker start and stop): Ctrl-C in make test, the others in make test-all
-    [pytest.param(how, marks=pytest.mark.slow) for how in ("finishes", "error")]
-    + ["ctrl-c", pytest.param("sigterm", marks=pytest.mark.slow)],
-)
+@pytest.mark.slow  # ~6-10 s each: a broker of the demo's own
+@pytest.mark.parametrize("how", ["finishes", "error", "ctrl-c", "sigterm"])
 def test_the_demos_own_broker_is_stopped_whatever_happens(how, tmp_path, monkeypatch, capsys):
     """Without --bootstrap-servers the demo starts a broker (a process group of its own) and
     stops the whole group at the end. The story itself is replaced here: the test above runs it."""

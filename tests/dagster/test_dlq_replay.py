@@ -182,7 +182,7 @@ def copy_of(setup: dict, directory) -> dict:
     return setup | {"config": config, "root": f"{directory}/{app}"}
 
 
-@pytest.mark.slow  # ~30 s each, after a job run of theirs; make test keeps the whole replay below
+@pytest.mark.slow  # ~30 s each, after a job run of theirs
 @pytest.mark.parametrize("crash_in", ["before_publish", "mid_publish", "before_record"])
 def test_an_interrupted_replay_is_finished_once_by_the_next(
     failed_once, tmp_path, monkeypatch, crash_in
@@ -220,6 +220,7 @@ def test_an_interrupted_replay_is_finished_once_by_the_next(
     assert replayer(setup).replay().recovered_batch is None
 
 
+@pytest.mark.slow  # 20-80 s: a job run and two replays (make test: test_dlq_preflight.py)
 def test_a_second_replay_of_the_same_job_is_refused_while_one_runs(setup):
     produce(setup, [json.dumps({"amount": -1}).encode()])
     run_job(setup, strict=True)  # the record is in the DLQ and its mirror

@@ -130,12 +130,8 @@ def names_for(tag: str) -> dict[str, str]:
             "app": f"orders-{tag}"}  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    # ~10 s each (a child process): the YAML project in make test-all
-    "with_yaml",
-    [False, pytest.param(True, marks=pytest.mark.slow)],
-    ids=["factory", "yaml"],
-)
+@pytest.mark.slow  # ~5-12 s each: a child process (make test validates in-process)
+@pytest.mark.parametrize("with_yaml", [False, True], ids=["factory", "yaml"])
 def test_a_project_of_its_own_validates_with_the_dagster_cli(tmp_path, with_yaml):
     root = write_project(tmp_path, names_for("v"), with_yaml)
     validated = subprocess.run(

@@ -78,6 +78,7 @@ def test_stop_ends_the_whole_process_group_and_a_stale_broker_is_stopped(tmp_pat
     assert read_state(directory) is None
 
 
+@pytest.mark.slow  # ~10-15 s: a child pytest and a broker of its own
 def test_fixture_stops_the_broker_even_when_a_test_fails(tmp_path):
     """Run a failing test that uses the fixture in a child pytest; no broker may survive it."""
     pid_file = tmp_path / "pid"

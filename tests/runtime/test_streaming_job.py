@@ -167,7 +167,7 @@ def test_a_wiped_state_dir_is_restored_from_the_changelog(
     ("driver_max_records", "side_file"),
     # 0: Spark's source and Delta writer; the tasks leave their other rows in side files.
     # 1: every batch is bigger: the tasks read Kafka and spill all their rows, the sink's too.
-    [(0, "0_2.parquet"), (1, "0_2.arrow")],
+    [(0, "0_2.parquet"), pytest.param(1, "0_2.arrow", marks=pytest.mark.slow)],  # ~8 s each
 )
 def test_a_task_whose_side_file_never_reaches_the_driver_fails_the_batch_uncommitted(
     spark, kafka_settings, source_topic, tmp_path, monkeypatch, driver_max_records, side_file
