@@ -171,7 +171,8 @@ def run_before(args: argparse.Namespace, revision: str) -> dict:
     subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(worktree),
                     revision], check=True, capture_output=True)  # fmt: skip
     try:
-        # The C dedup core is built in place, not committed: this checkout's build.
+        # The JVM jars and the C dedup core are not committed: this checkout's.
+        (worktree / ".jvm").symlink_to(REPO / ".jvm")
         for built in (REPO / "platform" / "streamplatform" / "dsl").glob("_dedup_core*.so"):
             shutil.copy(built, worktree / "platform" / "streamplatform" / "dsl" / built.name)
         library = str(worktree / "platform")

@@ -203,7 +203,9 @@ class TaskOutput:
         self._nth = 0
         self._group: Any = None
         self._positions: list[tuple[str, int, int]] = []
-        fixed = {} if transactional_id is None else {"transactional.id": transactional_id}
+        fixed: dict[str, Any] = {}
+        if transactional_id is not None:
+            fixed["transactional.id"] = transactional_id
         # Delivery reports of failed records only: a Python callback per record acknowledged
         # cost more than producing it (the transaction's commit, or flush, waits for all).
         fixed |= {"delivery.report.only.error": True, "on_delivery": self._delivered}
@@ -231,19 +233,23 @@ class TaskOutput:
             else:
                 self._nth, self._last_source = 0, source
             stamp = f"{source[0]}/{source[1]}/{source[2]}/{self._nth}".encode()
-            pairs = [(SOURCE_HEADER, stamp)]
+            pairs: list[tuple[str, Any]] | None = [(SOURCE_HEADER, stamp)]
             if headers:
-                pairs[:0] = [(h["key"], h["value"]) for h in headers if h["key"] != SOURCE_HEADER]
+                pairs = [(h["key"], h["value"]) for h in headers if h["key"] != SOURCE_HEADER]
+                pairs.append((SOURCE_HEADER, stamp))
         else:
-            pairs = [(h["key"], h["value"]) for h in headers] if headers else []
-        options: dict[str, Any] = {}
-        if timestamp is not None and timestamp >= 0:  # 0: the producer's clock
-            options["timestamp"] = timestamp
-        if pairs:
-            options["headers"] = pairs
-        if partition is not None:
-            options["partition"] = partition
-        _produce(self.out, topic, key, value, options)
+            pairs = [(h["key"], h["value"]) for h in headers] if headers else None
+        # Keywords, no dict per record: -1 lets the producer partition by murmur2 of the key,
+        # timestamp 0 stamps the record with the producer's clock.
+        partition = -1 if partition is None else partition
+        timestamp = timestamp if timestamp is not None and timestamp > 0 else 0
+        while True:
+            try:
+                self.out.produce(topic, value, key, partition=partition, timestamp=timestamp,
+                                 headers=pairs)  # fmt: skip
+                break
+            except BufferError:  # the local queue is full: let deliveries drain it
+                self.out.poll(0.1)
         self.produced += 1
         self._unpolled += 1
         if self._unpolled >= 1_000:  # serve the error reports now and then, not per record
@@ -457,12 +463,3 @@ def send_before_failing(
     finally:
         output.abort()
         output.close()
-
-
-def _produce(out: Any, topic: str, key: Any, value: Any, options: dict[str, Any]) -> None:
-    while True:
-        try:
-            out.produce(topic, value=value, key=key, **options)
-            return
-        except BufferError:  # the local queue is full: let deliveries drain it
-            out.poll(0.1)
