@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import dagster as dg
-import psutil
 import pytest
+from live_processes import group_members
 
 import demo
 import pipelines
@@ -29,18 +29,6 @@ pytestmark = [pytest.mark.broker]
 STORY_ASSETS = {"transactions_deduplicated", "transactions_enrichment", demo.SNAPSHOT_ASSET,
                 "transactions_enriched", "standby_placements"}  # fmt: skip
 STREAMING_CHECKS = {"caught_up", "dlq_ratio", "offsets_contiguous"}
-
-
-def live_members(pgid: int) -> list[int]:
-    """The processes of process group ``pgid`` still running (zombies left out), from psutil."""
-    members = []
-    for process in psutil.process_iter(["status"]):
-        if process.pid <= 0 or process.info["status"] == psutil.STATUS_ZOMBIE:
-            continue
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            if os.getpgid(process.pid) == pgid:
-                members.append(process.pid)
-    return members
 
 
 @pytest.fixture(scope="module")
@@ -207,7 +195,7 @@ def test_the_demos_own_broker_is_stopped_whatever_happens(how, tmp_path, monkeyp
     assert state is not None, "the demo did not start its broker"
     assert running_broker(demo.demo_dir() / "broker") is None
     assert read_state(demo.demo_dir() / "broker") is None
-    assert live_members(state.pid) == [], "the broker's process group outlived the demo"
+    assert group_members(state.pid) == [], "the broker's process group outlived the demo"
     assert signal.getsignal(signal.SIGTERM) == previous  # the demo's handler is gone again
     assert "Stopping the local broker" in capsys.readouterr().out
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import sys
@@ -10,6 +9,7 @@ import textwrap
 
 import psutil
 import pytest
+from live_processes import group_members
 
 from streamplatform.kafka import LocalBroker, TopicSpec, create_topics, describe_topics
 from streamplatform.kafka.local_broker import _cluster_id, read_state, running_broker
@@ -21,18 +21,6 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
-
-
-def _group_members(pgid: int) -> list[int]:
-    """The live processes of process group ``pgid`` (asked of psutil, not of the library)."""
-    members = []
-    for process in psutil.process_iter(["status"]):
-        if process.pid <= 0 or process.info["status"] == psutil.STATUS_ZOMBIE:
-            continue
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            if os.getpgid(process.pid) == pgid:
-                members.append(process.pid)
-    return members
 
 
 def test_broker_serves_metadata_and_creates_topics(kafka_settings, topic_name):
@@ -60,7 +48,7 @@ def test_stop_ends_the_whole_process_group_and_a_stale_broker_is_stopped(tmp_pat
     first = LocalBroker(directory)
     first.start()
     first_pid = first.state.pid
-    assert _group_members(first_pid), "the broker runs in a process group of its own"
+    assert group_members(first_pid), "the broker runs in a process group of its own"
 
     # The owner "dies" without stopping its broker; the next start on that directory finds it.
     second = LocalBroker(directory)
@@ -68,12 +56,12 @@ def test_stop_ends_the_whole_process_group_and_a_stale_broker_is_stopped(tmp_pat
     second_pid = second.state.pid
     try:
         assert not _alive(first_pid)
-        assert _group_members(first_pid) == []
+        assert group_members(first_pid) == []
         assert running_broker(directory).pid == second_pid
     finally:
         second.stop()
     assert not _alive(second_pid)
-    assert _group_members(second_pid) == []
+    assert group_members(second_pid) == []
     assert running_broker(directory) is None
     assert read_state(directory) is None
 
@@ -105,7 +93,7 @@ def test_fixture_stops_the_broker_even_when_a_test_fails(tmp_path):
     assert "deliberate failure" in result.stdout
     pid = int(pid_file.read_text())
     assert not _alive(pid)
-    assert _group_members(pid) == []
+    assert group_members(pid) == []
     assert list((tmp_path / "data" / "test-brokers").iterdir()) == [], "the run's directory"
 
 
