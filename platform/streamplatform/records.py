@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 Headers = list[tuple[str, bytes | None]]
+# The headers of every record that has none: one shared list, never modified.
+NO_HEADERS: Headers = []
 
 
 class TopicPartition(NamedTuple):

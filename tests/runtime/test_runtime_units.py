@@ -154,3 +154,34 @@ def test_the_engine_imports_no_dsl_operator():
                 "streamplatform.dsl"
             ):
                 assert node.module in allowed, f"{module.name} imports {node.module}"
+
+
+def test_the_runtime_modules_import_each_other_without_a_circle():
+    """The imports between runtime/'s modules form no circle, module-level or lazy (inside a
+    function): each module stands on the ones below it."""
+    modules = {
+        "streamplatform.runtime."
+        + ".".join(path.relative_to(RUNTIME).with_suffix("").parts).removesuffix(".__init__"): path
+        for path in RUNTIME.rglob("*.py")
+    }
+    edges: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                targets = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+                edges[name] |= {t for t in targets if t in modules and t != name}
+    visiting: list[str] = []
+    done: set[str] = set()
+
+    def visit(name: str) -> None:
+        assert name not in visiting, f"import circle: {' -> '.join([*visiting, name])}"
+        if name in done:
+            return
+        visiting.append(name)
+        for target in sorted(edges[name]):
+            visit(target)
+        visiting.pop()
+        done.add(name)
+
+    for name in sorted(modules):
+        visit(name)

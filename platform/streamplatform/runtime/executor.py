@@ -70,7 +70,7 @@ from streamplatform.config import StreamsConfig
 from streamplatform.dsl.topology import Topology
 from streamplatform.errors.exceptions import TaskFailedError
 from streamplatform.home import default_state_dir
-from streamplatform.records import ConsumedRecord
+from streamplatform.records import NO_HEADERS, ConsumedRecord
 from streamplatform.runtime import kafka_output, task_cache
 from streamplatform.runtime.changelog import task_offset_rows
 from streamplatform.runtime.faults import crash_point
@@ -80,7 +80,6 @@ if TYPE_CHECKING:
     from streamplatform.runtime.changelog import ChangelogFile
 from streamplatform.state import IsolationLevel
 
-NO_HEADERS: list = []  # shared by records without headers; never modified
 _new_tuple = tuple.__new__  # builds a NamedTuple without the Python-level __new__
 
 # The commit offsets of every store also record the batch it holds, under this pseudo-partition.

@@ -26,8 +26,7 @@ from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from streamplatform.records import ConsumedRecord
-from streamplatform.runtime.executor import NO_HEADERS
+from streamplatform.records import NO_HEADERS, ConsumedRecord
 
 # Records per chunk handed to the task. Small, so that a chunk's records are still in the
 # CPU's cache when the task reaches them: one partition's 288k bench records took 5.8–8.5 µs
