@@ -70,7 +70,7 @@ from streamplatform.config import StreamsConfig
 from streamplatform.dsl.topology import Topology
 from streamplatform.errors.exceptions import TaskFailedError
 from streamplatform.home import default_state_dir
-from streamplatform.records import NO_HEADERS, ConsumedRecord
+from streamplatform.records import NO_HEADERS, ConsumedRecord, ProducerRecord
 from streamplatform.runtime import kafka_output, task_cache
 from streamplatform.runtime.changelog import task_offset_rows
 from streamplatform.runtime.faults import crash_point
@@ -307,10 +307,13 @@ class TaskBatchRunner:
         assert self.stream_topic is not None
         return self.run_records(_arrow_records(self.stream_topic, self.subtopology, batches))
 
-    def run_records(self, chunks: Iterable[list[ConsumedRecord]]) -> Iterator[pa.RecordBatch]:
+    def run_records(
+        self, chunks: Iterable[list[ConsumedRecord]], kafka: _KafkaRange | None = None
+    ) -> Iterator[pa.RecordBatch]:
         """One task's batch: ``chunks`` of records of one Kafka partition in offset order
         (tuples in ConsumedRecord's layout), each processed as it arrives, its output sent on
-        (OUTPUT_ARROW; sink rows only, SINK_ARROW, with ``side_output_dir``)."""
+        (OUTPUT_ARROW; sink rows only, SINK_ARROW, with ``side_output_dir``). With ``kafka``
+        the task produces its Kafka sink and DLQ records itself (``_TaskRun.kafka``)."""
         with _collector_paused():
             run: _TaskRun | None = None
             try:
@@ -319,7 +322,8 @@ class TaskBatchRunner:
                         continue
                     if run is None:
                         partition = records[0][1]
-                        run = _TaskRun(self, partition, self.planned_records.get(partition))
+                        run = _TaskRun(self, partition, self.planned_records.get(partition),
+                                       kafka)  # fmt: skip
                     if run.cut:
                         continue  # stopped early: the rest waits for the next batch
                     output = run.process(records)
@@ -360,8 +364,8 @@ class TaskBatchRunner:
         (batch_outputs.spilled_sink_rows streams them into the sink).
 
         With ``kafka`` each task produces its Kafka sink and DLQ records itself as it makes
-        them (``_producing``): its Kafka sink rows are not returned, its DLQ rows are (for the
-        DLQ's Delta mirror)."""
+        them (``_TaskRun.kafka``): its Kafka sink rows are not returned, its DLQ rows are (for
+        the DLQ's Delta mirror)."""
         from streamplatform.runtime.kafka_input import read_range
 
         topic = self.stream_topic
@@ -373,9 +377,8 @@ class TaskBatchRunner:
                     partition, start, end = ranges[index]
                     records = read_range(consumer_settings, topic, partition, start, end)
                     task = f"{self.subtopology}_{partition}"
-                    rows = self.run_records(records)
-                    if kafka is not None:
-                        rows = _producing(rows, kafka, task, topic, partition, start, end)
+                    given = None if kafka is None else _KafkaRange(kafka, topic, start, end)
+                    rows = self.run_records(records, given)
                     if spill_dir is None:
                         yield from rows
                     else:
@@ -467,60 +470,6 @@ def _arrow_records(
             yield list(zip(*columns, decoded, strict=False))  # type: ignore[arg-type]
 
 
-def _producing(
-    rows: Iterator[pa.RecordBatch],
-    kafka: kafka_output.InTaskOutputs,
-    task: str,
-    topic: str,
-    partition: int,
-    start: int,
-    end: int,
-) -> Iterator[pa.RecordBatch]:
-    """A task's ``rows`` with its Kafka sink and DLQ records produced on the way (its Kafka
-    sink rows left out), then its transaction committed with the offset the batch will have
-    consumed on its partition (where it stopped, when it stopped early; else the range's
-    end), then one more progress row with what it produced. A failure aborts the
-    transaction: nothing of it becomes visible to read_committed readers."""
-    topics = pa.array(sorted(kafka.topics), pa.string())
-    output: kafka_output.TaskOutput | None = None
-    consumed = end
-    try:
-        for batch in rows:
-            kinds = batch.column("kind")
-            to_sink = pc.and_(pc.equal(kinds, "sink"), pc.is_in(batch.column("topic"), topics))
-            to_kafka = pc.or_(to_sink, pc.equal(kinds, "dlq"))
-            if pc.any(to_kafka).as_py():
-                if output is None:
-                    output = kafka.open(task, topic, partition, start)
-                produced = batch.filter(to_kafka)
-                columns = [produced.column(name).to_pylist() for name in kafka_output.COLUMNS]
-                for row in zip(*columns, strict=True):
-                    output.produce(row)
-                batch = batch.filter(pc.invert(to_sink))
-            progress = pc.equal(batch.column("kind"), "progress")
-            for value in batch.filter(progress).column("value").to_pylist():
-                report = json.loads(value)
-                if report.get("cut"):  # stopped early: the batch consumes up to there
-                    stopped = {(t, int(p)): int(o) for t, p, o in report["consumed"]}
-                    consumed = stopped.get((topic, partition), start)
-            if batch.num_rows:
-                yield batch
-        produced_count = already = 0
-        if output is not None:
-            produced_count = output.commit([(topic, partition, consumed)])
-            already = int(output.already_committed)
-    except BaseException:
-        if output is not None:
-            output.abort()
-        raise
-    finally:
-        if output is not None:
-            output.close()
-    numbers = {"kafka_records_produced": produced_count, "kafka_tasks_already_committed": already}
-    report = json.dumps({"metrics": numbers, "consumed": [], "rows": [], "cut": False})
-    yield _batch(1, kind="progress", value=[report.encode()], task=task)
-
-
 def _spill(rows: Iterable[pa.RecordBatch], directory: str, task: str) -> None:
     """Write a task's rows to ``<directory>/<task>.arrow`` as they come. The file gets its
     name only once the task is done: a failed or killed attempt leaves none, and a file under
@@ -562,10 +511,27 @@ def _batch_held(store: Any) -> int:
     return -1 if held is None else int(held)
 
 
+@dataclass(frozen=True)
+class _KafkaRange:
+    """A task that produces its own Kafka outputs: how, and the range of its one source
+    partition it reads (its transaction's offset is the range's end, or where it stopped)."""
+
+    outputs: kafka_output.InTaskOutputs
+    topic: str
+    start: int
+    end: int
+
+
 class _TaskRun:
     """One task's batch: its Task, what it processed, what it sent out."""
 
-    def __init__(self, runner: TaskBatchRunner, partition: int, planned: int | None) -> None:
+    def __init__(
+        self,
+        runner: TaskBatchRunner,
+        partition: int,
+        planned: int | None,
+        kafka: _KafkaRange | None = None,
+    ) -> None:
         self.started = time.monotonic()
         self.runner = runner
         self.config = StreamsConfig(runner.settings)
@@ -615,6 +581,12 @@ class _TaskRun:
         # for send_dlq_before_failing. DLQ records are few.
         self.dlq: list[pa.RecordBatch] = []
         self._dlq_split = 0  # side-output mode: DLQ records already split off
+        # The direct path with Kafka sinks: the task produces its Kafka sink and DLQ records
+        # straight from its output records (no Arrow rows for them), in one transaction of
+        # its own under exactly_once_v2, committed in finish() with its consumed offset.
+        self.kafka = kafka
+        self._kafka_out: kafka_output.TaskOutput | None = None
+        self._kafka_topics = frozenset() if kafka is None else kafka.outputs.topics
 
     def process(self, records: Iterable[ConsumedRecord]) -> pa.RecordBatch | None:
         """Run ``records`` through the task (until a store passes its limits); returns the
@@ -685,6 +657,7 @@ class _TaskRun:
             "task_output_ms": int((output - processed + self.sink_ms) * 1000),
             "task_persist_ms": int((persisted - output) * 1000),
         }
+        self._commit_kafka(metrics)
         # A partition given but not reached before an early stop is consumed up to its first
         # record: nothing of it was read.
         positions = self.first_offsets | task.consumed
@@ -700,6 +673,7 @@ class _TaskRun:
     def close(self) -> None:
         """Keep the task open for its next batch when this one went through (task_cache.py);
         otherwise close it: a failed or stopped attempt's task is never used again."""
+        self._abort_kafka()  # still open only when the attempt did not finish
         if self.completed:
             task_cache.keep(self.task, self.runner.fingerprint, self.runner.batch_id,
                             self.config["platform.task.cache.idle.ms"])  # fmt: skip
@@ -726,6 +700,7 @@ class _TaskRun:
 
         Raises KafkaOutputError, naming ``failure``, when the broker does not take them.
         """
+        self._abort_kafka()  # its own transaction, if open, goes; the DLQ records go below
         self._sink_and_dlq_rows()  # what the task still holds: its DLQ rows join self.dlq
         if self.dlq:
             exactly_once = self.config.exactly_once
@@ -763,6 +738,10 @@ class _TaskRun:
         records = task.take_output()
         if not records:
             return None
+        if self.kafka is not None:
+            records, sources = self._produce_to_kafka(records, sources)
+            if not records:
+                return None
         n = len(records)
         topics, keys, values, timestamps, headers, partitions = zip(*records, strict=True)
         source_topics, source_partitions, source_offsets = (
@@ -789,6 +768,65 @@ class _TaskRun:
         if dlq in topic_counts:
             self.dlq.append(rows.filter(pc.equal(rows.column(0), "dlq")))
         return rows
+
+    def _produce_to_kafka(
+        self, records: list[ProducerRecord], sources: list[tuple]
+    ) -> tuple[list[ProducerRecord], list[tuple]]:
+        """Produce the Kafka sink and DLQ records among ``records`` (``sources``: the source
+        record behind each); returns the others, DLQ records included (the DLQ's Delta mirror
+        and the task's numbers take them as rows). The Kafka sink records are counted here."""
+        assert self.kafka is not None
+        topics, dlq = self._kafka_topics, self.task.dlq_topic
+        if self._kafka_out is None:
+            kafka, partition = self.kafka, self.task.task_id.partition
+            self._kafka_out = kafka.outputs.open(self.task_name, kafka.topic, partition,
+                                                 kafka.start)  # fmt: skip
+        produce = self._kafka_out.produce_record
+        kept: list[ProducerRecord] = []
+        kept_sources: list[tuple] = []
+        sent: Counter[str] = Counter()
+        for record, source in zip(records, sources, strict=True):
+            topic = record[0]
+            if topic in topics:
+                produce("sink", topic, record[1], record[2], record[3], record[4] or None,
+                        record[5], source[:3])  # fmt: skip
+                sent[topic] += 1
+                continue
+            if topic == dlq:
+                produce("dlq", topic, record[1], record[2], record[3], record[4] or None,
+                        record[5], source[:3])  # fmt: skip
+            kept.append(record)
+            kept_sources.append(source)
+        for topic, count in sent.items():
+            self.rows[("sink", topic)] += count
+        return kept, kept_sources
+
+    def _commit_kafka(self, metrics: dict[str, int]) -> None:
+        """Commit the task's Kafka outputs with the offset the batch consumes on its
+        partition: where the task stopped, when it stopped early; else its range's end."""
+        if self.kafka is None:
+            return
+        if self._kafka_out is None:  # nothing to produce: no transaction of this task
+            metrics |= {"kafka_records_produced": 0, "kafka_tasks_already_committed": 0}
+            return
+        kafka = self.kafka
+        partition = (kafka.topic, self.task.task_id.partition)
+        consumed = self.task.consumed.get(partition, kafka.start) if self.cut else kafka.end
+        produced = self._kafka_out.commit([(*partition, consumed)])
+        metrics["kafka_records_produced"] = produced
+        metrics["kafka_tasks_already_committed"] = int(self._kafka_out.already_committed)
+        self._kafka_out.close()
+        self._kafka_out = None
+
+    def _abort_kafka(self) -> None:
+        """Give up the task's open Kafka transaction (a failed attempt); produce no more."""
+        self.kafka = None
+        if self._kafka_out is not None:
+            try:
+                self._kafka_out.abort()
+            finally:
+                self._kafka_out.close()
+                self._kafka_out = None
 
     def _sink_rows_only(self) -> pa.RecordBatch | None:
         task = self.task

@@ -223,22 +223,39 @@ class TaskOutput:
             self.out.begin_transaction()
 
     def produce(self, row: tuple) -> None:
+        """One row of ``COLUMNS`` (headers as Arrow gives them: dicts of key and value)."""
+        headers = row[5]
+        pairs = [(h["key"], h["value"]) for h in headers] if headers else None
+        self.produce_record(row[0], row[1], row[2], row[3], row[4], pairs, row[6], row[7:10])
+
+    def produce_record(
+        self,
+        kind: str,
+        topic: str,
+        key: Any,
+        value: Any,
+        timestamp: int | None,
+        headers: list[tuple[str, Any]] | None,
+        partition: int | None,
+        source: tuple,
+    ) -> None:
+        """One record: ``kind`` "sink" or "dlq", ``headers`` as (name, value) pairs, ``source``
+        the (topic, partition, offset) of the record its task was processing. A sink record
+        gets the SOURCE_HEADER."""
         if self.already_committed:
             return
-        kind, topic, key, value, timestamp, headers, partition = row[:7]
+        pairs = headers or None
         if kind == "sink":  # a task's outputs of one source record come one after another
-            source = row[7:10]
             if source == self._last_source:
                 self._nth += 1
             else:
                 self._nth, self._last_source = 0, source
             stamp = f"{source[0]}/{source[1]}/{source[2]}/{self._nth}".encode()
-            pairs: list[tuple[str, Any]] | None = [(SOURCE_HEADER, stamp)]
             if headers:
-                pairs = [(h["key"], h["value"]) for h in headers if h["key"] != SOURCE_HEADER]
+                pairs = [(k, v) for k, v in headers if k != SOURCE_HEADER]
                 pairs.append((SOURCE_HEADER, stamp))
-        else:
-            pairs = [(h["key"], h["value"]) for h in headers] if headers else None
+            else:
+                pairs = [(SOURCE_HEADER, stamp)]
         # Keywords, no dict per record: -1 lets the producer partition by murmur2 of the key,
         # timestamp 0 stamps the record with the producer's clock.
         partition = -1 if partition is None else partition

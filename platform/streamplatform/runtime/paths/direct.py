@@ -8,7 +8,7 @@ Kafka topics, both). Nothing is cached in Spark, and no row goes through Spark's
   the tasks stay open here); otherwise Spark runs them (``direct-spark``), with the tasks of
   its last, partial wave run here beside it (local_master.py).
 - **Where the rows go.** Kafka sink and DLQ records are produced by the task itself as it
-  makes them, in its own transaction under exactly_once_v2 (executor._producing; committed
+  makes them, in its own transaction under exactly_once_v2 (executor._TaskRun.kafka; committed
   with the task's consumed offset when the task is done). The other rows of a small batch (at
   most ``platform.sink.driver.max.records``) come back to the driver with the tasks' results;
   a bigger one's go to a file per task in this run's staging directory (``direct-spilled``).
