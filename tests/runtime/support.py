@@ -208,7 +208,6 @@ def ticking_topology(
     once (``kill_marker``: the file that says it did)."""
     import os
     import signal
-    import time
 
     from streamplatform import Processor, PunctuationType
     from streamplatform.records import Record as StreamRecord
@@ -227,11 +226,6 @@ def ticking_topology(
                 os.kill(os.getpid(), signal.SIGKILL)
             key = record.key.encode()
             self.store.put(key, b"%d" % (int(self.store.get(key) or b"0") + 1))
-            # Every batch of a task then lasts over a millisecond, so the wall-clock
-            # punctuator (due one millisecond after it last fired, or after the task opened)
-            # is certainly due when the batch ends: without this, a task opened for a batch
-            # of a few records could end it within the millisecond and not fire at all.
-            time.sleep(0.002)
 
         def on_stream(self, now):
             counts = {k.decode(): int(v) for k, v in self.store.range(None, None)}
