@@ -131,8 +131,8 @@ def test_a_driver_task_that_fails_beside_spark_fails_the_batch_uncommitted(
     sent = make_input(kafka_settings, source)
     run_records = executor.TaskBatchRunner.run_records
 
-    def fail_half_way(self, records):  # only in this process: Spark's workers import the module
-        for number, rows in enumerate(run_records(self, records)):
+    def fail_half_way(self, records, kafka=None):  # only here: Spark's workers import the module
+        for number, rows in enumerate(run_records(self, records, kafka)):
             yield rows
             if number == 0:
                 raise RuntimeError("the driver's task failed")
