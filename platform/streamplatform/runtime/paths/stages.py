@@ -45,11 +45,9 @@ def repartition_offset_base(batch_id: int) -> int:
 
 
 class StagesPath(CachedPath):
-    name = "stages"
-
     def __init__(self, context: Any) -> None:
         super().__init__(context, grouped=True)
-        self.name = "stages"
+        self.name = "stages"  # grouped tasks, stage after stage
 
     def outputs(self, plan: BatchPlan, changelog_files: Any) -> Any:
         from pyspark.sql import Window
