@@ -1,4 +1,4 @@
-"""Kafka outputs keep event time, headers and their source; a partition idle for a batch does
+"""Kafka outputs keep event time and headers (at least once, their source too); a partition idle for a batch does
 not make the next batch run twice."""
 
 from __future__ import annotations
@@ -37,20 +37,23 @@ def _topic_rows(spark, kafka_settings, topic):
     ]
 
 
+def _dedup_into_kafka(spark, kafka_settings, tmp_path, source, **overrides):
+    """The dedup job from ``source`` into a Kafka topic of its own; the topic's rows."""
+    app = f"kout-{uuid.uuid4().hex[:6]}"
+    sink = f"{app}-out"
+    create_topics(kafka_settings, [TopicSpec(sink, 3)])
+    config = job_config(kafka_settings, tmp_path, app, source, **overrides)
+    job = StreamingJob(dedup_topology(source, sink), config, spark=spark)
+    job.run_until_caught_up()
+    job.close()
+    return _topic_rows(spark, kafka_settings, sink)
+
+
 def test_kafka_sinks_and_the_dlq_topic_keep_each_records_timestamp_headers_and_source(
     spark, kafka_settings, source_topic, tmp_path
 ):
     source, sent = source_topic
-    app = f"kout-{uuid.uuid4().hex[:6]}"
-    sink = f"{app}-out"
-    create_topics(kafka_settings, [TopicSpec(sink, 3)])
-    job = StreamingJob(
-        dedup_topology(source, sink), job_config(kafka_settings, tmp_path, app, source), spark=spark
-    )
-    job.run_until_caught_up()
-    job.close()
-
-    out = _topic_rows(spark, kafka_settings, sink)
+    out = _dedup_into_kafka(spark, kafka_settings, tmp_path, source)
     assert sorted(v for v, _, _ in out) == sorted(
         v for _, v in expected_with_the_test_driver(source, sent)
     )
@@ -58,9 +61,8 @@ def test_kafka_sinks_and_the_dlq_topic_keep_each_records_timestamp_headers_and_s
         index = json.loads(value)["n"]  # the input's position; support.make_input's timestamps
         _, _, _, sent_at = sent[index]
         assert timestamp == sent_at, value  # event time, not the time of the write
-        # The source's headers, then where it came from (readers can drop repeats by it).
-        assert headers == [("i", str(index).encode()),
-                           ("__streamplatform.source", f"{source}/{index % 3}/{index // 3}/0".encode())]  # fmt: skip
+        # The source's headers and nothing else under exactly_once_v2, as in Kafka Streams.
+        assert headers == [("i", str(index).encode())]
 
     # Every runtime test writes this source's poison records to the same DLQ topic: each
     # copy has the poison record's own timestamp, and its headers, then the error headers.
@@ -71,6 +73,20 @@ def test_kafka_sinks_and_the_dlq_topic_keep_each_records_timestamp_headers_and_s
     for _, _, headers in poison:
         assert headers[0][0] == "i"
         assert any(k.startswith("__streams.errors.") for k, _ in headers[1:])
+
+
+def test_at_least_once_each_sink_record_names_its_source_record_so_readers_can_drop_repeats(
+    spark, kafka_settings, source_topic, tmp_path
+):
+    source, sent = source_topic
+    out = _dedup_into_kafka(spark, kafka_settings, tmp_path, source,
+                            **{"processing.guarantee": "at_least_once"})  # fmt: skip
+    assert len(out) == len(expected_with_the_test_driver(source, sent))
+    for value, _, headers in out:
+        index = json.loads(value)["n"]
+        # The source's headers, then its coordinates and the output's number among its outputs.
+        assert headers == [("i", str(index).encode()),
+                           ("__streamplatform.source", f"{source}/{index % 3}/{index // 3}/0".encode())]  # fmt: skip
 
 
 def test_a_partition_idle_for_a_batch_does_not_make_the_next_batch_run_twice(

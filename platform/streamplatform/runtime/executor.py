@@ -781,15 +781,23 @@ class _TaskRun:
             kafka, partition = self.kafka, self.task.task_id.partition
             self._kafka_out = kafka.outputs.open(self.task_name, kafka.topic, partition,
                                                  kafka.start)  # fmt: skip
+        present = Counter(map(itemgetter(0), records))
+        if present.keys() <= topics:  # every record to a Kafka sink: the common case
+            self._kafka_out.produce_sink_records(records, sources)
+            for topic, count in present.items():
+                self.rows[("sink", topic)] += count
+            return [], []
         produce = self._kafka_out.produce_record
         kept: list[ProducerRecord] = []
         kept_sources: list[tuple] = []
+        sinks: list[ProducerRecord] = []
+        sink_sources: list[tuple] = []
         sent: Counter[str] = Counter()
         for record, source in zip(records, sources, strict=True):
             topic = record[0]
             if topic in topics:
-                produce("sink", topic, record[1], record[2], record[3], record[4] or None,
-                        record[5], source[:3])  # fmt: skip
+                sinks.append(record)
+                sink_sources.append(source[:3])
                 sent[topic] += 1
                 continue
             if topic == dlq:
@@ -797,6 +805,7 @@ class _TaskRun:
                         record[5], source[:3])  # fmt: skip
             kept.append(record)
             kept_sources.append(source)
+        self._kafka_out.produce_sink_records(sinks, sink_sources)
         for topic, count in sent.items():
             self.rows[("sink", topic)] += count
         return kept, kept_sources
