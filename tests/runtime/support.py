@@ -43,6 +43,17 @@ def fixed_topology(source: str, sink: str):
     return b.build()
 
 
+def left_join_dedup_topology(transactions: str, rates: str, sink: str):
+    """Transactions left-joined with a table of rates, then deduplicated by id: a task reads
+    two topics, and its store writes come with the transactions."""
+    b = StreamsBuilder()
+    table = b.table(rates, Serdes.string(), Serdes.json())
+    stream = b.stream(transactions, Serdes.string(), Serdes.json())
+    joined = stream.left_join(table, lambda tx, rate: {**tx, "rate": rate and rate["rate"]})
+    joined.deduplicate_by_key_value(lambda k, v: v["id"], 60_000).to(sink)
+    return b.build()
+
+
 def join_topology(transactions: str, rates: str, sink: str):
     """Transactions joined as-of their time with a versioned table of rates: a task reads
     two topics."""

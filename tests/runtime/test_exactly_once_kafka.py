@@ -33,6 +33,7 @@ from .support import (
     fixed_topology,
     job_config,
     join_topology,
+    left_join_dedup_topology,
     make_input,
     read_topic,
 )
@@ -157,6 +158,49 @@ def test_a_job_killed_at_any_step_leaves_each_kafka_record_once_for_read_committ
     else:
         assert _values(read_topic(kafka_settings, sink)) == expected
     assert [record.value for record in read_topic(kafka_settings, dlq)] == POISON
+
+
+@pytest.mark.slow  # ~40 s: a child driver killed, then the rest in this process
+@pytest.mark.child_process
+def test_a_task_of_two_topics_that_stopped_before_one_is_not_produced_twice_by_its_replay(
+    spark, kafka_settings, tmp_path
+):
+    """A task reading transactions and rates stops early (its store's uncommitted limit)
+    among the transactions, before any rate: its transaction commits the transactions'
+    position and the rates' unmoved start. Killed before the batch commits, the re-run must
+    take the task's outputs as committed by that one moved position; asking for both would
+    produce them again."""
+    app = f"eosk-two-{uuid.uuid4().hex[:4]}"
+    transactions, rates, sink = f"{app}-tx", f"{app}-rates", f"{app}-out"
+    create_topics(kafka_settings, [TopicSpec(transactions, 1), TopicSpec(rates, 1),
+                                   TopicSpec(sink, 1)])  # fmt: skip
+    writer = producer(kafka_settings, **{"enable.idempotence": True})
+    for n in range(10):  # every transaction before every rate, in event time
+        writer.produce(transactions, key="c", value=json.dumps({"id": f"tx-{n}"}),
+                       partition=0, timestamp=1_000 + n)  # fmt: skip
+    for n in range(3):
+        writer.produce(rates, key="c", value=json.dumps({"rate": n}), partition=0,
+                       timestamp=100_000 + n)  # fmt: skip
+    assert writer.flush(60) == 0
+    config = job_config(kafka_settings, tmp_path, app, transactions) | {
+        "statestore.uncommitted.max.records": 4,  # the 5th transaction passes it
+        "platform.max.records.per.batch": 1_000,
+        "errors.dead.letter.queue.topic.name": None,
+    }
+    child = _child(config, "left_join_dedup_topology", (transactions, rates, sink),
+                   env={"STREAMPLATFORM_FAULT": "after_outputs:0"})  # fmt: skip
+    code, output = _finish(child)
+    assert code == -signal.SIGKILL, output[-3000:]
+
+    job = StreamingJob(left_join_dedup_topology(transactions, rates, sink), config, spark=spark)
+    results = job.run_until_caught_up()
+    job.close()
+    first = results[0]
+    assert first.batch_id == 0 and first.replayed and first.path.startswith("direct")
+    assert first.metrics["kafka_tasks_already_committed"] == 1
+    assert 0 < first.records_in < 13  # the task stopped early, as the killed attempt did
+    ids = [json.loads(record.value)["id"] for record in read_topic(kafka_settings, sink)]
+    assert sorted(ids) == sorted(f"tx-{n}" for n in range(10))  # each once
 
 
 def test_a_zombie_attempt_of_a_task_is_fenced_and_its_records_never_seen(

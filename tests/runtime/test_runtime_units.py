@@ -105,7 +105,9 @@ def _plan(records=10, replayed=False):
         ({"sinks": ("out", "other"), "delta_sinks": ("out", "other")}, {"platform.sink.driver"
          ".max.records": 0}, _plan(10), "cached"),
         ({"root": "s3://bucket"}, {}, _plan(10), "cached"),  # no local staging directory
-        ({"sources": ("in", "more")}, {}, _plan(10), "grouped"),
+        ({"sources": ("in", "more")}, {}, _plan(10), "direct-driver"),  # a stream-table join
+        ({"sources": ("in", "more")}, {"platform.sink.driver.max.records": 0}, _plan(10),
+         "grouped"),
         ({"repartition": True}, {}, _plan(10), "stages"),
     ],
 )  # fmt: skip
@@ -185,3 +187,54 @@ def test_the_runtime_modules_import_each_other_without_a_circle():
 
     for name in sorted(modules):
         visit(name)
+
+
+def _chunked(records, size):
+    for index in range(0, len(records), size):
+        yield records[index : index + size]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_task_reading_several_topics_takes_their_records_in_the_grouped_paths_order(seed):
+    """The direct path's merge of a task's own reads (chunk by chunk, as they arrive) gives
+    the order the grouped path gives the same records held whole: per topic in offset order,
+    across topics the lowest timestamp first, ties to the topic's name; chunks stay bounded."""
+    import random
+
+    import pyarrow as pa
+
+    from streamplatform.runtime import kafka_input
+    from streamplatform.runtime.executor import records_in_pick_order
+
+    rng = random.Random(seed)
+    topics = rng.sample(["orders", "payments", "rates"], rng.randint(2, 3))
+    by_topic = {
+        topic: [
+            (topic, 1, offset, rng.randint(0, 30), b"k", b"v", ())
+            for offset in range(rng.randint(0, 2_500))
+        ]  # fmt: skip
+        for topic in topics
+    }
+    readers = [_chunked(records, rng.randint(1, 1_200)) for records in by_topic.values() if records]
+    chunks = list(kafka_input._in_pick_order(readers)) if readers else []
+    assert all(0 < len(chunk) <= kafka_input.CHUNK_RECORDS for chunk in chunks)
+
+    held = [record for records in by_topic.values() for record in records]
+    table = pa.table({
+        "topic": [r[0] for r in held], "partition": [r[1] for r in held],
+        "offset": [r[2] for r in held], "timestamp": [r[3] for r in held],
+        "key": [r[4] for r in held], "value": [r[5] for r in held], "headers": [None] * len(held),
+    })  # fmt: skip
+    expected = [tuple(record)[:4] for record in records_in_pick_order(table)]
+    assert [record[:4] for chunk in chunks for record in chunk] == expected
+
+
+def test_a_batch_reading_two_topics_has_one_task_per_partition_with_both_ranges():
+    from streamplatform.runtime.paths.direct import task_ranges
+
+    plan = BatchPlan(3, {("trades", 0): (5, 9), ("trades", 1): (7, 7), ("rates", 0): (2, 3),
+                         ("rates", 1): (0, 4)}, None, 0, False, True, None)  # fmt: skip
+    assert task_ranges(plan) == [
+        (0, (("rates", 2, 3), ("trades", 5, 9))),
+        (1, (("rates", 0, 4),)),  # an empty range is not read
+    ]

@@ -308,12 +308,13 @@ class TaskBatchRunner:
         return self.run_records(_arrow_records(self.stream_topic, self.subtopology, batches))
 
     def run_records(
-        self, chunks: Iterable[list[ConsumedRecord]], kafka: _KafkaRange | None = None
+        self, chunks: Iterable[list[ConsumedRecord]], read: _ReadRanges | None = None
     ) -> Iterator[pa.RecordBatch]:
-        """One task's batch: ``chunks`` of records of one Kafka partition in offset order
-        (tuples in ConsumedRecord's layout), each processed as it arrives, its output sent on
-        (OUTPUT_ARROW; sink rows only, SINK_ARROW, with ``side_output_dir``). With ``kafka``
-        the task produces its Kafka sink and DLQ records itself (``_TaskRun.kafka``)."""
+        """One task's batch: ``chunks`` of records of its Kafka partition in the order the
+        task takes them (tuples in ConsumedRecord's layout), each processed as it arrives, its
+        output sent on (OUTPUT_ARROW; sink rows only, SINK_ARROW, with ``side_output_dir``).
+        ``read``: the ranges the task read itself; with its ``kafka`` the task produces its
+        Kafka sink and DLQ records itself (``_TaskRun.kafka``)."""
         with _collector_paused():
             run: _TaskRun | None = None
             try:
@@ -323,7 +324,7 @@ class TaskBatchRunner:
                     if run is None:
                         partition = records[0][1]
                         run = _TaskRun(self, partition, self.planned_records.get(partition),
-                                       kafka)  # fmt: skip
+                                       read)  # fmt: skip
                     if run.cut:
                         continue  # stopped early: the rest waits for the next batch
                     output = run.process(records)
@@ -349,14 +350,15 @@ class TaskBatchRunner:
 
     def read_and_run(
         self,
-        ranges: list[tuple[int, int, int]],
+        tasks: list[tuple[int, tuple[tuple[str, int, int], ...]]],
         consumer_settings: Mapping[str, Any],
         spill_dir: str | None = None,
         kafka: kafka_output.InTaskOutputs | None = None,
     ) -> Any:
-        """A ``mapInArrow`` function over ``spark.range(len(ranges))``: row i runs the task of
-        ``ranges[i]`` = (partition, start, end) of ``stream_topic``, reading its records
-        itself (kafka_input.py), through ``run_records`` (every row in OUTPUT_ARROW).
+        """A ``mapInArrow`` function over ``spark.range(len(tasks))``: row i runs the task of
+        ``tasks[i]`` = (partition, its ranges: (topic, start, end) each), reading its records
+        itself (kafka_input.read_ranges: several topics merged in the order a task takes
+        them), through ``run_records`` (every row in OUTPUT_ARROW).
 
         With ``spill_dir`` the rows go to ``<spill_dir>/<task id>.arrow`` (Arrow IPC, written
         as they come, renamed into place when the task is done) and nothing is returned to
@@ -366,19 +368,17 @@ class TaskBatchRunner:
         With ``kafka`` each task produces its Kafka sink and DLQ records itself as it makes
         them (``_TaskRun.kafka``): its Kafka sink rows are not returned, its DLQ rows are (for
         the DLQ's Delta mirror)."""
-        from streamplatform.runtime.kafka_input import read_range
+        from streamplatform.runtime.kafka_input import read_ranges
 
-        topic = self.stream_topic
-        assert topic is not None and self.side_output_dir is None
+        assert self.side_output_dir is None
 
         def run(ids: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             for batch in ids:
                 for index in batch.column(0).to_pylist():
-                    partition, start, end = ranges[index]
-                    records = read_range(consumer_settings, topic, partition, start, end)
+                    partition, ranges = tasks[index]
+                    records = read_ranges(consumer_settings, partition, list(ranges))
                     task = f"{self.subtopology}_{partition}"
-                    given = None if kafka is None else _KafkaRange(kafka, topic, start, end)
-                    rows = self.run_records(records, given)
+                    rows = self.run_records(records, _ReadRanges(ranges, kafka))
                     if spill_dir is None:
                         yield from rows
                     else:
@@ -512,14 +512,13 @@ def _batch_held(store: Any) -> int:
 
 
 @dataclass(frozen=True)
-class _KafkaRange:
-    """A task that produces its own Kafka outputs: how, and the range of its one source
-    partition it reads (its transaction's offset is the range's end, or where it stopped)."""
+class _ReadRanges:
+    """What a task that reads its own Kafka ranges (the direct path) needs to know of them:
+    the ranges of its partition, (topic, start, end) each, and, when it produces its own
+    Kafka outputs, how (their transaction commits the range's ends, or where it stopped)."""
 
-    outputs: kafka_output.InTaskOutputs
-    topic: str
-    start: int
-    end: int
+    ranges: tuple[tuple[str, int, int], ...]
+    kafka: kafka_output.InTaskOutputs | None = None
 
 
 class _TaskRun:
@@ -530,7 +529,7 @@ class _TaskRun:
         runner: TaskBatchRunner,
         partition: int,
         planned: int | None,
-        kafka: _KafkaRange | None = None,
+        read: _ReadRanges | None = None,
     ) -> None:
         self.started = time.monotonic()
         self.runner = runner
@@ -584,9 +583,10 @@ class _TaskRun:
         # The direct path with Kafka sinks: the task produces its Kafka sink and DLQ records
         # straight from its output records (no Arrow rows for them), in one transaction of
         # its own under exactly_once_v2, committed in finish() with its consumed offset.
-        self.kafka = kafka
+        self.read = read
+        self.kafka = None if read is None else read.kafka
         self._kafka_out: kafka_output.TaskOutput | None = None
-        self._kafka_topics = frozenset() if kafka is None else kafka.outputs.topics
+        self._kafka_topics = frozenset() if self.kafka is None else self.kafka.topics
 
     def process(self, records: Iterable[ConsumedRecord]) -> pa.RecordBatch | None:
         """Run ``records`` through the task (until a store passes its limits); returns the
@@ -661,6 +661,10 @@ class _TaskRun:
         # A partition given but not reached before an early stop is consumed up to its first
         # record: nothing of it was read.
         positions = self.first_offsets | task.consumed
+        if self.cut and self.read is not None:  # the ranges it read itself, reached or not
+            partition = task.task_id.partition
+            positions = {(topic, partition): offset
+                         for topic, offset in self._read_to().items()} | positions  # fmt: skip
         consumed = [[t, p, o] for (t, p), o in positions.items()]
         rows = [[kind, topic, n] for (kind, topic), n in sorted(self.rows.items(), key=str)]
         report = {"metrics": metrics, "consumed": consumed, "rows": rows, "cut": self.cut}
@@ -778,9 +782,9 @@ class _TaskRun:
         assert self.kafka is not None
         topics, dlq = self._kafka_topics, self.task.dlq_topic
         if self._kafka_out is None:
-            kafka, partition = self.kafka, self.task.task_id.partition
-            self._kafka_out = kafka.outputs.open(self.task_name, kafka.topic, partition,
-                                                 kafka.start)  # fmt: skip
+            assert self.read is not None
+            self._kafka_out = self.kafka.open(self.task_name, self.task.task_id.partition,
+                                              self.read.ranges)  # fmt: skip
         present = Counter(map(itemgetter(0), records))
         if present.keys() <= topics:  # every record to a Kafka sink: the common case
             self._kafka_out.produce_sink_records(records, sources)
@@ -818,14 +822,25 @@ class _TaskRun:
         if self._kafka_out is None:  # nothing to produce: no transaction of this task
             metrics |= {"kafka_records_produced": 0, "kafka_tasks_already_committed": 0}
             return
-        kafka = self.kafka
-        partition = (kafka.topic, self.task.task_id.partition)
-        consumed = self.task.consumed.get(partition, kafka.start) if self.cut else kafka.end
-        produced = self._kafka_out.commit([(*partition, consumed)])
+        partition = self.task.task_id.partition
+        read_to = self._read_to().items()
+        produced = self._kafka_out.commit([(topic, partition, offset) for topic, offset in read_to])
         metrics["kafka_records_produced"] = produced
         metrics["kafka_tasks_already_committed"] = int(self._kafka_out.already_committed)
         self._kafka_out.close()
         self._kafka_out = None
+
+    def _read_to(self) -> dict[str, int]:
+        """Topic -> where the task's read of it ends, for a task that read its own ranges:
+        where it stopped on each, when it stopped early (a range not reached: its start);
+        else each range's end."""
+        assert self.read is not None
+        partition = self.task.task_id.partition
+        if not self.cut:
+            return {topic: end for topic, _, end in self.read.ranges}
+        consumed = self.task.consumed
+        return {topic: consumed.get((topic, partition), start)
+                for topic, start, _ in self.read.ranges}  # fmt: skip
 
     def _abort_kafka(self) -> None:
         """Give up the task's open Kafka transaction (a failed attempt); produce no more."""

@@ -185,7 +185,8 @@ class TaskOutput:
     ``transactional_id``: produce in a transaction (``init_transactions`` first: it fences
     every older producer with that id and aborts what it left open). ``commit_to``: the
     consumer group and positions the transaction commits; if the group's committed offsets
-    already reach them, an earlier attempt committed these records: nothing is produced.
+    already reach them (``committed_if_any``: one of them), an earlier attempt committed these
+    records: nothing is produced.
     """
 
     def __init__(
@@ -195,6 +196,7 @@ class TaskOutput:
         transactional_id: str | None = None,
         commit_to: tuple[str, list[tuple[str, int, int]]] | None = None,
         batch_id: int = -1,
+        committed_if_any: bool = False,
     ) -> None:
         self.settings, self.what, self.batch_id = settings, what, batch_id
         self.failures: list[str] = []
@@ -219,7 +221,8 @@ class TaskOutput:
         if commit_to is not None:
             group, self._positions = commit_to
             self._group = _group_client(settings, group)
-            self.already_committed = _committed(self._group, self._positions, what)
+            self.already_committed = _committed(self._group, self._positions, what,
+                                                any_of=committed_if_any)  # fmt: skip
         if not self.already_committed:
             self.out.begin_transaction()
 
@@ -368,11 +371,14 @@ def _group_client(settings: Mapping[str, Any], group: str) -> Any:
     return consumer(connection_settings(settings), group, **{"isolation.level": "read_committed"})
 
 
-def _committed(group: Any, positions: list[tuple[str, int, int]], what: str) -> bool:
-    """Whether the group's committed offsets reach ``positions``: an earlier attempt committed
-    this task's transaction of this batch."""
+def _committed(
+    group: Any, positions: list[tuple[str, int, int]], what: str, any_of: bool = False
+) -> bool:
+    """Whether the group's committed offsets reach ``positions`` (``any_of``: one of them):
+    an earlier attempt committed this task's transaction of this batch."""
     committed = committed_offsets(group, [(t, p) for t, p, _ in positions], what)
-    return all(committed.get((t, p), -1) >= offset for t, p, offset in positions)
+    reached = (committed.get((t, p), -1) >= offset for t, p, offset in positions)
+    return any(reached) if any_of else all(reached)
 
 
 def committed_offsets(
@@ -482,17 +488,18 @@ class InTaskOutputs:
     app: str | None  # exactly_once_v2: the transactions' group and transactional.id prefix
     batch_id: int
 
-    def open(self, task: str, topic: str, partition: int, start: int) -> TaskOutput:
-        """The task's output for the batch. Its transaction of this batch was committed by an
-        earlier attempt when the group's offset is past the range's start (only this batch's
-        transaction moves it there before the batch commits): then nothing is produced."""
+    def open(self, task: str, partition: int, ranges: Iterable[tuple[str, int, int]]) -> TaskOutput:
+        """The task's output for the batch (``ranges``: (topic, start, end) of each topic it
+        reads on ``partition``). Its transaction of this batch was committed by an earlier
+        attempt when the group's offset is past the start of one of its ranges (only this
+        batch's transaction moves one there before the batch commits; a task that stopped
+        early may not have reached its other topics): then nothing is produced."""
         what = f"the Kafka outputs of task {task}"
         if self.app is None:
             return TaskOutput(self.settings, what)
-        return TaskOutput(
-            self.settings, what, f"{self.app}-{task}", (self.app, [(topic, partition, start + 1)]),
-            self.batch_id,
-        )  # fmt: skip
+        past = [(topic, partition, start + 1) for topic, start, end in ranges if end > start]
+        return TaskOutput(self.settings, what, f"{self.app}-{task}", (self.app, past),
+                          self.batch_id, committed_if_any=True)  # fmt: skip
 
 
 def send_before_failing(

@@ -1,8 +1,9 @@
 """The execution paths of a batch, and the one place that chooses among them (``choose``).
 
-- ``direct-driver``: one sub-topology reading one Kafka topic, into any sinks; a small batch
-  on a local master: the tasks run in this process, reading Kafka themselves and producing
-  their Kafka sinks and DLQ records; the driver appends the Delta sinks with delta-rs.
+- ``direct-driver``: one sub-topology reading Kafka (one topic, or several co-partitioned
+  ones: each task merges its own reads by timestamp), into any sinks; a small batch on a
+  local master: the tasks run in this process, reading Kafka themselves and producing their
+  Kafka sinks and DLQ records; the driver appends the Delta sinks with delta-rs.
 - ``direct-spark``: the same shape, the tasks in Spark (still reading Kafka themselves), their
   rows back through Spark; the driver appends.
 - ``direct-spilled``: the same, more rows than ``platform.sink.driver.max.records``: the tasks
@@ -12,8 +13,8 @@
 - ``cached``: one sub-topology, one Kafka topic, with ``platform.sink.driver.max.records = 0``
   (or a Delta root that is not a local path): Spark's Kafka source, the tasks in
   ``mapInArrow``, their output cached; Delta by Spark, Kafka from the executors.
-- ``grouped``: one sub-topology reading several Kafka topics: each task's records grouped
-  (``applyInArrow``), then as ``cached``.
+- ``grouped``: the same for one sub-topology reading several Kafka topics: each task's
+  records grouped (``applyInArrow``), then as ``cached``.
 - ``stages``: repartitions: sub-topology after sub-topology, shuffled between, then as
   ``cached``.
 
@@ -40,7 +41,7 @@ def choose(context: JobContext, plan: BatchPlan) -> ExecutionPath:
         return StagesPath(context)
     side_dir = context.side_dir()
     sinks = set(context.sink_topics())
-    if len(context.sources) == 1 and side_dir is not None:
+    if side_dir is not None:
         limit = context.config["platform.sink.driver.max.records"]
         if limit > 0:
             records = plan.records
@@ -51,7 +52,8 @@ def choose(context: JobContext, plan: BatchPlan) -> ExecutionPath:
                 and context.local_slots() > 0
             )
             return DirectPath(context, side_dir, "driver" if in_driver else "spark", not small)
-        if len(sinks) == 1 and sinks <= context.delta_sinks and not plan.replayed:
+        one_topic = len(context.sources) == 1  # Spark's Kafka source, one task per partition
+        if one_topic and len(sinks) == 1 and sinks <= context.delta_sinks and not plan.replayed:
             # A replay's write of a sink its first attempt committed would be skipped by
             # Delta, and the tasks inside it with it: replayed on the cached path instead.
             return DeltaWritePath(context, side_dir)

@@ -1,12 +1,14 @@
-"""The direct path: one sub-topology reading one Kafka topic, into any sinks (Delta tables,
-Kafka topics, both). Nothing is cached in Spark, and no row goes through Spark's Kafka source.
+"""The direct path: one sub-topology reading Kafka topics (one, or several co-partitioned: a
+stream-table join), into any sinks (Delta tables, Kafka topics, both). Nothing is cached in
+Spark, and no row goes through Spark's Kafka source.
 
-- **Where the tasks run.** Each task reads its Kafka range itself (kafka_input.py: a C
-  consumer, no JVM rows turned into Arrow). A small batch (at most
-  ``platform.driver.tasks.max.records``) on a local master runs its tasks in this process
-  (``direct-driver``: Spark's local executors share this host, state dir and environment, and
-  the tasks stay open here); otherwise Spark runs them (``direct-spark``), with the tasks of
-  its last, partial wave run here beside it (local_master.py).
+- **Where the tasks run.** Each task reads its Kafka ranges itself (kafka_input.py: a C
+  consumer per range, no JVM rows turned into Arrow; several topics' records merged in the
+  order Kafka Streams' partition group takes them, the lowest timestamp first). A small
+  batch (at most ``platform.driver.tasks.max.records``) on a local master runs its tasks in
+  this process (``direct-driver``: Spark's local executors share this host, state dir and
+  environment, and the tasks stay open here); otherwise Spark runs them (``direct-spark``),
+  with the tasks of its last, partial wave run here beside it (local_master.py).
 - **Where the rows go.** Kafka sink and DLQ records are produced by the task itself as it
   makes them, in its own transaction under exactly_once_v2 (executor._TaskRun.kafka; committed
   with the task's consumed offset when the task is done). The other rows of a small batch (at
@@ -74,8 +76,7 @@ class DirectPath(ExecutionPath):
         context = self.context
         shutil.rmtree(self.side_dir, ignore_errors=True)  # a crashed attempt's files
         started = time.monotonic()
-        ((topic, ranges),) = plan.wanted().items()
-        tasks = [(p, start, end) for p, (start, end) in sorted(ranges.items())]
+        tasks = task_ranges(plan)
         runner = context.runner(plan, changelog_files)  # every row back in OUTPUT_ARROW
         kafka_sinks = context.kafka_sink_topics()
         kafka = None
@@ -144,6 +145,17 @@ class DirectPath(ExecutionPath):
         if failures:
             raise failures[0]
         return pa.concat_tables([rows.cast(OUTPUT_ARROW), *lane]) if lane else rows
+
+
+def task_ranges(plan: BatchPlan) -> list[tuple[int, tuple[tuple[str, int, int], ...]]]:
+    """The batch's tasks, by partition: each with its ranges to read, (topic, start, end) for
+    each source topic with records on that partition (co-partitioned topics, one task per
+    partition, as Kafka Streams groups them)."""
+    by_partition: dict[int, list[tuple[str, int, int]]] = {}
+    for topic, ranges in sorted(plan.wanted().items()):
+        for partition, (start, end) in ranges.items():
+            by_partition.setdefault(partition, []).append((topic, start, end))
+    return [(partition, tuple(ranges)) for partition, ranges in sorted(by_partition.items())]
 
 
 def append_delta_sinks(
