@@ -195,12 +195,20 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--before", help="a git revision to compare with, in the same run")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--now-first", action="store_true",
+                        help="run this checkout before the --before revision")  # fmt: skip
     args = parser.parse_args()
     if args.json:
         print(json.dumps(run_shapes(args)))
         return
-    before = run_before(args, args.before) if args.before else None
-    after = run_shapes(args)
+    # Which goes first matters on a small machine (a warm page cache, a broker's grown log):
+    # --now-first swaps the order, to tell that from a real difference.
+    if args.now_first:
+        after = run_shapes(args)
+        before = run_before(args, args.before) if args.before else None
+    else:
+        before = run_before(args, args.before) if args.before else None
+        after = run_shapes(args)
     print(f"{args.records:,} records a run, batches of {args.batch:,}, {PARTITIONS} partitions, "
           f"local[2], exactly_once_v2, median of {args.repeats} runs")  # fmt: skip
     for shape, figures in after.items():
