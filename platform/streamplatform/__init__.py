@@ -43,13 +43,20 @@ then join each with the FX rate valid at its time.
 
 from streamplatform.config import ConfigError, StreamsConfig
 from streamplatform.dsl import (
+    EmitStrategy,
+    KGroupedStream,
     KStream,
     KTable,
     Processor,
     ProcessorContext,
     PunctuationType,
     StreamsBuilder,
+    TimeWindowedKStream,
+    TimeWindowedSerde,
+    TimeWindows,
     Topology,
+    Window,
+    Windowed,
 )
 from streamplatform.home import data_dir
 from streamplatform.records import Headers, ProducerRecord, Record, TopicPartition
@@ -63,9 +70,11 @@ from streamplatform.testing import TopologyTestDriver
 
 __all__ = [
     "ConfigError",
+    "EmitStrategy",
     "Headers",
     "JobClaimedError",
     "JobFencedError",
+    "KGroupedStream",
     "KStream",
     "KTable",
     "MissingTaskOutputs",
@@ -77,9 +86,14 @@ __all__ = [
     "ReplayRefused",
     "StreamsBuilder",
     "StreamsConfig",
+    "TimeWindowedKStream",
+    "TimeWindowedSerde",
+    "TimeWindows",
     "TopicPartition",
     "Topology",
     "TopologyTestDriver",
+    "Window",
+    "Windowed",
     "data_dir",
 ]
 __version__ = "0.1.0"

@@ -113,6 +113,13 @@ def _handler(value: Any) -> str:
     return name
 
 
+def _optional_import_path(value: Any) -> str | None:
+    if value is None:
+        return None
+    load_object(_string(value))  # fail at start, not at the first record
+    return value
+
+
 @dataclass(frozen=True)
 class Setting:
     name: str
@@ -158,6 +165,17 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("errors.dead.letter.queue.topic.name", _optional_string, None, "When set, the "
             "built-in handlers send one DLQ record per error to this topic (KIP-1034). The topic "
             "is never created for you.", "string", aliases=("errors.deadletterqueue.topic.name",)),
+    Setting("default.timestamp.extractor", _optional_import_path, None, "Import path of the "
+            "event time of the records of every source without its own timestamp_extractor: "
+            "a callable extract(record, partition_time) -> ms (or a class whose instances have "
+            "an extract method), as Kafka Streams' TimestampExtractor. Default: the Kafka "
+            "record's timestamp. A negative or failing extraction goes to the deserialization "
+            "exception handler.", "import path"),
+    Setting("statestore.cache.max.bytes", _int(0), 10 * 1024 * 1024, "The record cache of "
+            "each task's aggregations (as Kafka Streams' record cache; here per task): the "
+            "latest update per key waits for the commit (on Spark, the end of the micro-batch), "
+            "so a key updated many times in a batch is forwarded once. 0: every update is "
+            "forwarded.", "bytes"),
     Setting("statestore.uncommitted.max.records", _optional_limit, None, "Commit early when a "
             "task's stores hold more uncommitted entries than this (KIP-892). -1: no limit.",
             "int or -1"),

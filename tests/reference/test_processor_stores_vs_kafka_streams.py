@@ -6,32 +6,20 @@ processor reads its own uncommitted writes either way, as in Kafka Streams."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-from pathlib import Path
-
 import pytest
 
 from streamplatform import Processor, StreamsBuilder, TopologyTestDriver
 from streamplatform.serdes import Serdes
 from streamplatform.state import Stores
 
-ROOT = Path(__file__).resolve().parents[2]
-REFERENCE = Path(__file__).with_name("ProcessorStoreReference.java")
-JARS = ROOT / ".jvm" / "streams"
+from .kafka_streams import run_reference
 
 
 def kafka_streams(mode: str, records, tmp_path) -> list[tuple[str, str]]:
     """``records`` (key, value, timestamp) through Kafka Streams' driver: topic "out"."""
-    if shutil.which("java") is None or not (JARS / ".fetched").exists():
-        pytest.skip("Kafka Streams' jars are not in .jvm/streams/ (make setup fetches them)")
     lines = "".join(f"{key}\t{value}\t{timestamp}\n" for key, value, timestamp in records)
-    done = subprocess.run(
-        ["java", "-cp", f"{JARS}/*", str(REFERENCE), mode, str(tmp_path / "kafka-streams")],
-        input=lines, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    return [tuple(line.split("\t", 1)) for line in done.stdout.splitlines()]
+    out = run_reference("ProcessorStoreReference.java", mode, lines, tmp_path / "kafka-streams")
+    return [tuple(line.split("\t", 1)) for line in out]
 
 
 class Counter(Processor):

@@ -8,7 +8,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import NamedTuple
 
-from streamplatform import StreamsBuilder, TopologyTestDriver
+from streamplatform import EmitStrategy, StreamsBuilder, TimeWindows, TopologyTestDriver
 from streamplatform.kafka import TopicSpec, create_topics, producer
 from streamplatform.serdes import Serdes
 from streamplatform.state import Stores
@@ -52,6 +52,58 @@ def left_join_dedup_topology(transactions: str, rates: str, sink: str):
     joined = stream.left_join(table, lambda tx, rate: {**tx, "rate": rate and rate["rate"]})
     joined.deduplicate_by_key_value(lambda k, v: v["id"], 60_000).to(sink)
     return b.build()
+
+
+def views_per_window_topology(source: str, sink: str):
+    """Views per user per 10 s window (grace 5 s), each window's final count only: an
+    aggregation on window close, into ``sink``."""
+    b = StreamsBuilder()
+    views = b.stream(source, Serdes.string(), Serdes.json())
+    counts = (views.group_by_key().windowed_by(TimeWindows.of_size_and_grace(10_000, 5_000))
+              .emit_strategy(EmitStrategy.on_window_close()).count())  # fmt: skip
+    counts.to_stream().to(sink)
+    return b.build()
+
+
+def spend_per_user_topology(source: str, sink: str):
+    """Spend per user over all time (a KTable), every update into ``sink``."""
+    b = StreamsBuilder()
+    views = b.stream(source, Serdes.string(), Serdes.json())
+    views.group_by_key().aggregate(lambda: 0, lambda key, view, total: total + view["spend"],
+                                   Serdes.long()).to_stream().to(sink)  # fmt: skip
+    return b.build()
+
+
+def make_views(kafka_settings, source: str, count: int, seed: int = 7):
+    """``count`` views of 6 users over 3 partitions (a user's views on one partition, by
+    key), a second or so apart, some out of order and some later than the grace period."""
+    import random
+
+    rng = random.Random(seed)
+    writer = producer(kafka_settings, **{"enable.idempotence": True})
+    sent, time = [], 1_000_000
+    for n in range(count):
+        time += rng.randint(0, 2_000)
+        late = rng.random() < 0.05
+        timestamp = time - (rng.randint(16_000, 40_000) if late else rng.randint(0, 3_000))
+        user = f"u{rng.randint(0, 5)}"
+        partition = int(user[1:]) % PARTITIONS
+        value = json.dumps({"n": n, "spend": rng.randint(1, 9)}).encode()
+        writer.produce(source, key=user, value=value, partition=partition, timestamp=timestamp)
+        sent.append((partition, user, value, timestamp))
+    assert writer.flush(120) == 0
+    return sent
+
+
+def through_the_test_driver(topology, source, sink, sent, key_serde, value_serde):
+    """``sent`` (partition, key, value, timestamp) through the TopologyTestDriver, partition by
+    partition as the job's tasks take them: the sink's (key, value, timestamp) records."""
+    with TopologyTestDriver(topology, {"application.id": "expected"}) as driver:
+        topic = driver.create_input_topic(source, Serdes.string(), Serdes.bytes())
+        for partition, key, value, timestamp in sent:
+            topic.pipe_raw(key.encode(), value, timestamp=timestamp, partition=partition)
+        out = driver.create_output_topic(sink, key_serde, value_serde)
+        return [(r.key, r.value, r.timestamp) for r in out.read_records_to_list()]
 
 
 def join_topology(transactions: str, rates: str, sink: str):

@@ -18,11 +18,13 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from streamplatform import TimeWindowedSerde
 from streamplatform.config import ConfigError
 from streamplatform.kafka import TopicSpec, consumer, create_topics, group_offsets, producer
 from streamplatform.runtime import kafka_output
 from streamplatform.runtime.kafka_output import KafkaOutputError, TaskOutput, Transactions
 from streamplatform.runtime.microbatch import StreamingJob
+from streamplatform.serdes import Serdes
 
 from .support import (
     JOB_RUN,
@@ -35,7 +37,10 @@ from .support import (
     join_topology,
     left_join_dedup_topology,
     make_input,
+    make_views,
     read_topic,
+    through_the_test_driver,
+    views_per_window_topology,
 )
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark]
@@ -201,6 +206,40 @@ def test_a_task_of_two_topics_that_stopped_before_one_is_not_produced_twice_by_i
     assert 0 < first.records_in < 13  # the task stopped early, as the killed attempt did
     ids = [json.loads(record.value)["id"] for record in read_topic(kafka_settings, sink)]
     assert sorted(ids) == sorted(f"tx-{n}" for n in range(10))  # each once
+
+
+@pytest.mark.slow  # ~40 s: a child driver killed, then the rest in this process
+@pytest.mark.parametrize("step", ["during_tasks", "after_outputs"])
+@pytest.mark.child_process
+def test_a_windowed_count_killed_mid_job_gives_each_windows_final_count_once(
+    spark, kafka_settings, tmp_path, step
+):
+    """Views per user per window, final counts only (on_window_close), killed in batch 1
+    while its tasks run or after they committed their transactions: the re-run restores the
+    windows' state of batch 0 and forwards each window's final count once."""
+    app = f"eosk-win-{step.replace('_', '-')}-{uuid.uuid4().hex[:4]}"
+    source, sink = f"{app}-views", f"{app}-out"
+    create_topics(kafka_settings, [TopicSpec(source, PARTITIONS), TopicSpec(sink, PARTITIONS)])
+    sent = make_views(kafka_settings, source, 450)
+    config = job_config(kafka_settings, tmp_path, app, source) | {
+        "platform.max.records.per.batch": 50,  # per partition: 3 batches
+        "errors.dead.letter.queue.topic.name": None,
+    }
+    child = _child(config, "views_per_window_topology", (source, sink),
+                   env={"STREAMPLATFORM_FAULT": f"{step}:1"})  # fmt: skip
+    code, output = _finish(child)
+    assert code == -signal.SIGKILL, output[-3000:]
+
+    job = StreamingJob(views_per_window_topology(source, sink), config, spark=spark)
+    results = job.run_until_caught_up()
+    job.close()
+    assert results[0].batch_id == 1 and results[0].replayed
+    windowed = TimeWindowedSerde(Serdes.string(), 10_000)
+    got = [(windowed.deserialize(r.key), Serdes.long().deserialize(r.value), r.timestamp)
+           for r in read_topic(kafka_settings, sink)]  # fmt: skip
+    expected = through_the_test_driver(views_per_window_topology(source, sink), source, sink,
+                                       sent, windowed, Serdes.long())  # fmt: skip
+    assert sorted(got, key=repr) == sorted(expected, key=repr)
 
 
 def test_a_zombie_attempt_of_a_task_is_fenced_and_its_records_never_seen(

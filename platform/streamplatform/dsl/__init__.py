@@ -1,11 +1,21 @@
 """The topology DSL: StreamsBuilder, KStream, KTable, Topology and the Processor API."""
 
 from streamplatform.dsl.builder import StreamsBuilder
+from streamplatform.dsl.grouped import KGroupedStream, TimeWindowedKStream
 from streamplatform.dsl.kstream import KStream, KTable
 from streamplatform.dsl.processor import Processor, ProcessorContext, PunctuationType
 from streamplatform.dsl.topology import SubTopology, TaskId, Topology
+from streamplatform.dsl.windows import (
+    EmitStrategy,
+    TimeWindowedSerde,
+    TimeWindows,
+    Window,
+    Windowed,
+)
 
 __all__ = [
+    "EmitStrategy",
+    "KGroupedStream",
     "KStream",
     "KTable",
     "Processor",
@@ -14,5 +24,10 @@ __all__ = [
     "StreamsBuilder",
     "SubTopology",
     "TaskId",
+    "TimeWindowedKStream",
+    "TimeWindowedSerde",
+    "TimeWindows",
     "Topology",
+    "Window",
+    "Windowed",
 ]

@@ -19,10 +19,13 @@ Topologies:
 
 from __future__ import annotations
 
-from streamplatform.dsl.graph import Node, ProcessorNode, SinkNode, SourceNode
+from collections.abc import Callable
+
+from streamplatform.dsl.graph import Node, ProcessorNode, SinkNode, SourceNode, as_extractor
 from streamplatform.dsl.join import TableSource
 from streamplatform.dsl.kstream import KStream, KTable
 from streamplatform.dsl.topology import Topology
+from streamplatform.records import ConsumedRecord
 from streamplatform.serdes import Serde, Serdes
 from streamplatform.state import Stores, StoreSpec
 
@@ -77,11 +80,18 @@ class StreamsBuilder:
             raise ValueError(f"No store named {name!r}: add it with add_state_store() first")
 
     def stream(
-        self, topic: str, key_serde: Serde | None = None, value_serde: Serde | None = None
+        self,
+        topic: str,
+        key_serde: Serde | None = None,
+        value_serde: Serde | None = None,
+        timestamp_extractor: Callable[[ConsumedRecord, int], int] | None = None,
     ) -> KStream:
-        """Records of ``topic``; serdes default to bytes."""
+        """Records of ``topic``; serdes default to bytes. ``timestamp_extractor(record,
+        partition_time)`` gives a record's event time (Kafka Streams' TimestampExtractor; the
+        record's key and value deserialized); by default its Kafka timestamp."""
         key_serde, value_serde = key_serde or Serdes.bytes(), value_serde or Serdes.bytes()
-        source = SourceNode(self.new_name("SOURCE"), topic, key_serde, value_serde)
+        source = SourceNode(self.new_name("SOURCE"), topic, key_serde, value_serde,
+                            timestamp_extractor=as_extractor(timestamp_extractor))  # fmt: skip
         self.add_node(source, parents=[])
         return KStream(self, source.name, key_serde, value_serde)
 
@@ -91,11 +101,14 @@ class StreamsBuilder:
         key_serde: Serde | None = None,
         value_serde: Serde | None = None,
         store: StoreSpec | None = None,
+        timestamp_extractor: Callable[[ConsumedRecord, int], int] | None = None,
     ) -> KTable:
         """``topic`` as a table, kept in ``store`` (a plain key-value store when not given;
-        ``Stores.persistent_versioned_key_value_store`` makes joins temporal)."""
+        ``Stores.persistent_versioned_key_value_store`` makes joins temporal);
+        ``timestamp_extractor`` as for ``stream``."""
         key_serde, value_serde = key_serde or Serdes.bytes(), value_serde or Serdes.bytes()
-        source = SourceNode(self.new_name("SOURCE"), topic, key_serde, value_serde)
+        source = SourceNode(self.new_name("SOURCE"), topic, key_serde, value_serde,
+                            timestamp_extractor=as_extractor(timestamp_extractor))  # fmt: skip
         self.add_node(source, parents=[])
         spec = store or Stores.persistent_key_value_store(f"{topic}-STATE-STORE")
         store_name = self.add_store(spec)

@@ -20,6 +20,9 @@ class SourceNode:
     value_serde: Serde
     internal: bool = False  # a repartition topic: its name gets the application.id prefix
     children: list[str] = field(default_factory=list)
+    # The records' event time: extract(record, partition_time) -> ms; None: the Kafka
+    # record's timestamp (or default.timestamp.extractor).
+    timestamp_extractor: Callable[[Any, int], int] | None = None
 
 
 @dataclass
@@ -45,6 +48,21 @@ class SinkNode:
 
 
 Node = SourceNode | ProcessorNode | SinkNode
+
+
+def as_extractor(given: Any) -> Callable[[Any, int], int] | None:
+    """A TimestampExtractor as a callable ``extract(record, partition_time)``: an object with
+    ``extract`` (Kafka Streams' interface; a class is instantiated first), or a callable."""
+    if given is None:
+        return None
+    if isinstance(given, type) and callable(getattr(given, "extract", None)):
+        given = given()
+    extract = getattr(given, "extract", None)
+    if callable(extract):
+        return extract  # type: ignore[no-any-return]
+    if not callable(given):
+        raise TypeError(f"a timestamp extractor must be callable or have extract(), got {given!r}")
+    return given  # type: ignore[no-any-return]
 
 
 def topic_name(topic: str, internal: bool, application_id: str) -> str:

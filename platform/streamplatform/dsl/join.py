@@ -43,6 +43,7 @@ class TableSource(Processor):
                 log_version(self.store_name, key, value, record.timestamp)
         else:
             self.store.transaction.put(key, value)
+        self.context.forward(record)  # the table's update, for to_stream() and its operators
 
 
 class StreamTableJoin(Processor):

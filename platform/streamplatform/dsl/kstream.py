@@ -16,12 +16,16 @@ from streamplatform.dsl import processor as ops
 from streamplatform.dsl.dedup import DeduplicationProcessor
 from streamplatform.dsl.graph import REPARTITION_SUFFIX, ProcessorNode, SinkNode, SourceNode
 from streamplatform.dsl.join import StreamTableJoin
+from streamplatform.dsl.ktable import KTable
 from streamplatform.serdes import Serde
 from streamplatform.state import Stores
 from streamplatform.state.stores import duration_ms
 
 if TYPE_CHECKING:
     from streamplatform.dsl.builder import StreamsBuilder
+    from streamplatform.dsl.grouped import KGroupedStream
+
+__all__ = ["KStream", "KTable"]
 
 
 def _interval(value: timedelta | int) -> int:
@@ -29,19 +33,6 @@ def _interval(value: timedelta | int) -> int:
     if millis < 0:
         raise ValueError(f"interval must not be negative, got {value!r}")
     return millis
-
-
-class KTable:
-    """A changelog topic materialized in a store; join it from a KStream."""
-
-    def __init__(
-        self, builder: StreamsBuilder, source: str, store: str, key_serde: Serde, value_serde: Serde
-    ) -> None:
-        self._builder = builder
-        self.source_name = source
-        self.store_name = store
-        self.key_serde = key_serde
-        self.value_serde = value_serde
 
 
 class KStream:
@@ -154,6 +145,31 @@ class KStream:
             name=base,
         )
 
+    # Grouping and aggregation --------------------------------------------------------------------
+
+    def group_by_key(self) -> KGroupedStream:
+        """Group by the current key, for ``count``, ``reduce``, ``aggregate`` or
+        ``windowed_by``; repartitioned first when an operator changed the key."""
+        from streamplatform.dsl.grouped import KGroupedStream
+
+        return KGroupedStream(self)
+
+    def group_by(
+        self,
+        selector: Callable[[Any, Any], Any],
+        key_serde: Serde | None = None,
+        value_serde: Serde | None = None,
+    ) -> KGroupedStream:
+        """Group by ``selector(key, value)``: the records are re-keyed and repartitioned, as
+        Kafka Streams does (``key_serde``/``value_serde`` write the repartition topic; the
+        stream's when not given). A None key is dropped by the aggregation, and counted."""
+        from streamplatform.dsl.grouped import KGroupedStream
+
+        keyed = self._then("KEY-SELECT", lambda: ops.SelectKey(selector), key_changed=True)
+        keyed.key_serde = key_serde or self.key_serde
+        keyed.value_serde = value_serde or self.value_serde
+        return KGroupedStream(keyed)
+
     # Joins (KIP-889 when the table is versioned) -----------------------------------------------
 
     def join(self, table: KTable, joiner: Callable[[Any, Any], Any]) -> KStream:
@@ -167,6 +183,11 @@ class KStream:
     def _join(self, table: KTable, joiner: Callable[[Any, Any], Any], left: bool) -> KStream:
         if table._builder is not self._builder:
             raise ValueError("join: the table belongs to another StreamsBuilder")
+        if not table._materialized:
+            raise ValueError(
+                "join: this table is derived (filter / map_values) and has no store of its "
+                "own; join the table it comes from and apply the operator to the stream"
+            )
         stream = self._repartition(self._builder.new_name("JOIN")) if self._key_changed else self
         return stream._then(
             "LEFTJOIN" if left else "JOIN",

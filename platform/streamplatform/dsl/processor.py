@@ -88,6 +88,10 @@ class Processor:
     #: source of the same serdes writes the bytes it read instead of serializing again.
     forwards_unchanged = False
 
+    def flush(self) -> None:
+        """Forward what the processor holds back until a commit (the aggregations' record
+        cache: one update per key per commit). The engine calls it before each commit."""
+
     def held_writes(self) -> dict[str, Callable[[], bool]]:
         """Stores whose writes this processor holds back before handing them over (at
         ``before_commit``), each with the check of the store's uncommitted limits

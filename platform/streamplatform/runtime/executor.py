@@ -620,9 +620,10 @@ class _TaskRun:
         return output
 
     def end_punctuation(self) -> pa.RecordBatch | None:
-        """Fire the wall-clock punctuations due at the end of the batch; their sink and DLQ
-        rows."""
+        """Fire the wall-clock punctuations due at the end of the batch, and forward what the
+        processors hold until the commit (flush); their sink and DLQ rows."""
         self.task.punctuate_wall_clock(self.task.wall_clock())
+        self.task.flush()
         return self._sink_rows()
 
     def finish(self) -> list[pa.RecordBatch]:

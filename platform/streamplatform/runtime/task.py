@@ -23,8 +23,8 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
-from streamplatform.config import StreamsConfig
-from streamplatform.dsl.graph import ProcessorNode, SinkNode, SourceNode, topic_name
+from streamplatform.config import StreamsConfig, load_object
+from streamplatform.dsl.graph import ProcessorNode, SinkNode, SourceNode, as_extractor, topic_name
 from streamplatform.dsl.processor import Processor, PunctuationType
 from streamplatform.dsl.topology import SubTopology, TaskId, Topology
 from streamplatform.errors.context import ErrorHandlerContext
@@ -130,6 +130,11 @@ class NodeContext:
     offset = property(lambda self: self._task.current[2] if self._task.current else None)
     headers = property(lambda self: list(self._task.current[6]) if self._task.current else [])
 
+    @property
+    def cache_max_bytes(self) -> int:
+        """``statestore.cache.max.bytes``: the aggregations' record cache (dsl/aggregate.py)."""
+        return self._task.config["statestore.cache.max.bytes"]
+
     def current_system_time_ms(self) -> int:
         """The task's wall-clock time: on Spark the batch's, fixed when it was planned (a
         replay sees the same), in TopologyTestDriver the driver's mocked time."""
@@ -210,6 +215,13 @@ class Task:
         self.wall_clock = wall_clock
         self.stream_time = UNKNOWN_TIME
         self.current: ConsumedRecord | None = None
+        # Event time from the records' payload (timestamp extractors): the largest extracted
+        # per source partition, and the extractor of sources without their own.
+        self.partition_times: dict[tuple[str, int], int] = {}
+        default_extractor = config["default.timestamp.extractor"]
+        self._default_extractor = (
+            None if default_extractor is None else as_extractor(load_object(default_extractor))
+        )
         self.output: list[ProducerRecord] = []
         # Parallel to `output`: the source record behind each (a ConsumedRecord, or a tuple
         # in its layout: topic, partition and offset come first), NO_SOURCE for none.
@@ -301,7 +313,8 @@ class Task:
         unread); otherwise returns False once every record is processed. The limits are asked
         every few records when they are far above what a record writes (see
         ``_limit_check_interval``), as Kafka Streams asks once per loop over polled records."""
-        routes: dict[str, tuple[Any, Callable, Callable, list[tuple[Callable, str | None]]]] = {}
+        routes: dict[str, tuple[Any, Callable, Callable, list[tuple[Callable, str | None]],
+                                Callable | None]] = {}  # fmt: skip
         consumed, new_record = self.consumed, _new_tuple
         checks = self._limit_checks if stop_early else ()
         every = countdown = self._check_every
@@ -321,22 +334,25 @@ class Task:
                     route = routes[topic] = (
                         source, source.key_serde.deserialize, source.value_serde.deserialize,
                         [self._entry(child) for child in source.children],
+                        source.timestamp_extractor or self._default_extractor,
                     )  # fmt: skip
                 if last is not None and (record[1] != last[1] or topic != last[0]):
                     consumed[(last[0], last[1])] = last[2] + 1
                 last = record
-                source, key_of, value_of, children = route
+                source, key_of, value_of, children, extract = route
                 self.current = record
                 processed += 1
                 try:
                     if key is _UNDECODED:
                         key = key_of(record[4])
                         value = value_of(record[5])
+                    timestamp = record[3]
+                    if extract is not None:  # event time from the record (Kafka Streams'
+                        timestamp = self._extracted(extract, record, key, value)  # extractor)
                 except Exception as exception:
                     raw = record if type(record) is ConsumedRecord else ConsumedRecord(*record)
                     self._handle(DESERIALIZATION, source.name, raw, exception)
                 else:
-                    timestamp = record[3]
                     if timestamp > self.stream_time:
                         self.stream_time = timestamp
                     typed = new_record(Record, (key, value, timestamp, record[6]))
@@ -365,6 +381,24 @@ class Task:
             self.records_in += processed
             self.current = None
         return False
+
+    def _extracted(self, extract: Callable, record: Any, key: Any, value: Any) -> int:
+        """``record``'s event time by ``extract(record, partition_time)`` (the record with
+        its key and value deserialized; partition time: the largest event time extracted on
+        its partition so far, -1 before any). A negative or missing time raises (the
+        deserialization handler takes the record, as Kafka Streams' would)."""
+        partition = (record[0], record[1])
+        partition_time = self.partition_times.get(partition, -1)
+        given = ConsumedRecord(record[0], record[1], record[2], record[3], key, value, record[6])
+        timestamp = extract(given, partition_time)
+        if type(timestamp) is not int or timestamp < 0:
+            raise ValueError(
+                f"the timestamp extractor gave {timestamp!r} for {record[0]}-{record[1]} "
+                f"offset {record[2]}: an event time must be an int >= 0 (ms)"
+            )
+        if timestamp > partition_time:
+            self.partition_times[partition] = timestamp
+        return timestamp
 
     def _decoded(self, records: Iterable[ConsumedRecord]) -> Iterator[tuple[Any, Any, Any]]:
         """``(record, key, value)`` for each of ``records``. A list of records of one source
@@ -612,6 +646,13 @@ class Task:
                 return True
         return False
 
+    def flush(self) -> None:
+        """Let processors forward what they hold until a commit (the aggregations' record
+        cache), upstream first; call before the task's output is taken for a commit."""
+        for processor in self.processors.values():
+            self.current = None  # what they forward comes from no one source record
+            processor.flush()
+
     def before_commit(self) -> None:
         """Let processors stage what they keep with a commit (the dedup's stream time); call
         before committing or preparing the stores."""
@@ -623,6 +664,7 @@ class Task:
     def commit(self) -> dict[TopicPartition, int]:
         """Commit every store with the task's consumed offsets; returns those offsets."""
         offsets = self.offsets()
+        self.flush()
         self.before_commit()
         for store in self.stores.values():
             store.commit(offsets)

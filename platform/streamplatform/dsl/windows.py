@@ -1,0 +1,147 @@
+"""Windows of a windowed aggregation, as Kafka Streams defines them, and the keys of its results.
+
+``TimeWindows`` are tumbling (advance = size) or hopping (advance < size): a record at time t
+belongs to every window [start, start + size) with start a multiple of the advance and
+start <= t < start + size. A window accepts records until stream time passes its end by the
+grace period; a record for a window already closed is dropped and counted
+(``dropped_records``), as Kafka Streams drops it. The store keeps a window for size + grace
+(Kafka Streams' default retention).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Generic, TypeVar
+
+from streamplatform.state.stores import duration_ms
+
+K = TypeVar("K")
+
+
+@dataclass(frozen=True, order=True)
+class Window:
+    """The time interval [start, end) in milliseconds."""
+
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class Windowed(Generic[K]):
+    """The key of a windowed aggregation's result: the record key and its window."""
+
+    key: K
+    window: Window
+
+    def __str__(self) -> str:
+        return f"[{self.key}@{self.window.start}/{self.window.end}]"
+
+
+def _positive(value: timedelta | int, what: str) -> int:
+    millis = duration_ms(value, what)
+    if millis <= 0:
+        raise ValueError(f"{what} must be positive, got {value!r}")
+    return millis
+
+
+def _grace(value: timedelta | int) -> int:
+    millis = duration_ms(value, "grace")
+    if millis < 0:
+        raise ValueError(f"grace must not be negative, got {value!r}")
+    return millis
+
+
+@dataclass(frozen=True)
+class TimeWindows:
+    """Fixed-size windows: tumbling, or hopping with ``advance_by``. Build them with
+    ``of_size_with_no_grace`` or ``of_size_and_grace``."""
+
+    size_ms: int
+    advance_ms: int
+    grace_ms: int
+
+    @classmethod
+    def of_size_with_no_grace(cls, size: timedelta | int) -> TimeWindows:
+        size_ms = _positive(size, "size")
+        return cls(size_ms, size_ms, 0)
+
+    @classmethod
+    def of_size_and_grace(cls, size: timedelta | int, grace: timedelta | int) -> TimeWindows:
+        size_ms = _positive(size, "size")
+        return cls(size_ms, size_ms, _grace(grace))
+
+    def advance_by(self, advance: timedelta | int) -> TimeWindows:
+        """Hopping windows that start every ``advance`` (at most the size)."""
+        advance_ms = _positive(advance, "advance")
+        if advance_ms > self.size_ms:
+            raise ValueError(
+                f"advance ({advance_ms} ms) must not be larger than the window size "
+                f"({self.size_ms} ms)"
+            )
+        return TimeWindows(self.size_ms, advance_ms, self.grace_ms)
+
+    def windows_for(self, timestamp: int) -> list[Window]:
+        """The windows a record at ``timestamp`` belongs to, earliest first."""
+        size, advance = self.size_ms, self.advance_ms
+        start = (max(0, timestamp - size + advance) // advance) * advance
+        windows = []
+        while start <= timestamp:
+            windows.append(Window(start, start + size))
+            start += advance
+        return windows
+
+    @property
+    def retention_ms(self) -> int:
+        return self.size_ms + self.grace_ms
+
+
+class EmitStrategy:
+    """When a windowed aggregation forwards its results (KIP-825)."""
+
+    ON_WINDOW_UPDATE = "on_window_update"
+    ON_WINDOW_CLOSE = "on_window_close"
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    @classmethod
+    def on_window_update(cls) -> EmitStrategy:
+        """Every update of a window, through the record cache (the default)."""
+        return cls(cls.ON_WINDOW_UPDATE)
+
+    @classmethod
+    def on_window_close(cls) -> EmitStrategy:
+        """Only a window's final result, once stream time passes its end plus grace."""
+        return cls(cls.ON_WINDOW_CLOSE)
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, EmitStrategy) and other.kind == self.kind
+
+    def __hash__(self) -> int:
+        return hash(self.kind)
+
+    def __repr__(self) -> str:
+        return f"EmitStrategy.{self.kind}()"
+
+
+class TimeWindowedSerde:
+    """Writes ``Windowed`` keys as Kafka Streams' time-windowed serde does: the key's bytes
+    then the window's start (8 bytes, big-endian); reads them back with the window's size."""
+
+    def __init__(self, inner: Any, size_ms: int) -> None:
+        self.inner = inner
+        self.size_ms = size_ms
+        self.name = f"time-windowed({inner.name}, {size_ms})"
+
+    def serialize(self, value: Windowed | None) -> bytes | None:
+        if value is None:
+            return None
+        key = self.inner.serialize(value.key)
+        return (key or b"") + value.window.start.to_bytes(8, "big", signed=True)
+
+    def deserialize(self, data: bytes | None) -> Windowed | None:
+        if data is None:
+            return None
+        start = int.from_bytes(data[-8:], "big", signed=True)
+        return Windowed(self.inner.deserialize(data[:-8]), Window(start, start + self.size_ms))
