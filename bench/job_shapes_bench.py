@@ -7,7 +7,11 @@ run on other data), the median of ``--repeats`` runs:
   and counted per user by a processor with a typed store, the counts to a Kafka topic
   (exactly_once_v2);
 - ``temporal-join``: transactions joined with the FX rate valid at their time (a versioned
-  table, KIP-889), to a Delta table.
+  table, KIP-889), to a Delta table;
+- ``repartition``: page views deduplicated by event id across users (KIP-655's
+  ``deduplicate``: a repartition by id, two sub-topologies), to a Delta table.
+
+``--shapes`` picks some of them (comma-separated).
 
 ``--before <git revision>``: the same bench also runs on that revision's library (a git
 worktree of it, on the PYTHONPATH of a child process, with this checkout's built C core), and
@@ -84,6 +88,17 @@ def build_join(transactions: str, rates: str, enriched: str):
     return b.build()
 
 
+def build_repartition(topic: str, deduplicated: str):
+    from streamplatform import StreamsBuilder
+    from streamplatform.serdes import Serdes
+
+    b = StreamsBuilder()
+    b.stream(topic, Serdes.string(), Serdes.json()).deduplicate(
+        lambda user, view: view["event_id"], 10 * 60 * 1000
+    ).to(deduplicated)
+    return b.build()
+
+
 def produce(settings: dict, topic: str, records: int, kind: str, seed: int) -> None:
     from streamplatform.kafka import producer
 
@@ -140,6 +155,9 @@ def run_shapes(args: argparse.Namespace) -> dict:
                     create_topics(settings, [TopicSpec(f"{name}-counts", PARTITIONS)])
                     topology = build_views(source, f"{name}-counts", "deduplicated")
                     sinks = ["deduplicated"]
+                elif shape == "repartition":
+                    topology = build_repartition(source, "deduplicated")
+                    sinks = ["deduplicated"]
                 else:
                     topology = build_join(source, "rates", "enriched")
                     sinks = ["enriched"]
@@ -150,7 +168,9 @@ def run_shapes(args: argparse.Namespace) -> dict:
                 job.close()
                 return seconds, {getattr(r, "path", "") or "cached" for r in results}
 
-            for shape, source in (("kafka+delta", "views"), ("temporal-join", "tx")):
+            sources = {"kafka+delta": "views", "temporal-join": "tx", "repartition": "views"}
+            for shape in args.shapes.split(","):
+                source = sources[shape]
                 run(shape, f"{shape.replace('+', '-')}-warmup", f"{source}-w")
                 seconds, paths = [], set()
                 for repeat in range(args.repeats):
@@ -179,7 +199,8 @@ def run_before(args: argparse.Namespace, revision: str) -> dict:
         env = os.environ | {"PYTHONPATH": library, "PYSPARK_PYTHON": sys.executable}
         child = subprocess.run(
             [sys.executable, __file__, "--records", str(args.records), "--batch",
-             str(args.batch), "--repeats", str(args.repeats), "--json"],
+             str(args.batch), "--repeats", str(args.repeats), "--shapes", args.shapes,
+             "--json"],
             env=env, check=True, stdout=subprocess.PIPE, text=True,
         )  # fmt: skip
         return json.loads(child.stdout.strip().splitlines()[-1])
@@ -195,6 +216,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--before", help="a git revision to compare with, in the same run")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--shapes", default="kafka+delta,temporal-join,repartition")
     parser.add_argument("--now-first", action="store_true",
                         help="run this checkout before the --before revision")  # fmt: skip
     args = parser.parse_args()

@@ -74,6 +74,15 @@ def spend_per_user_topology(source: str, sink: str):
     return b.build()
 
 
+def views_per_spend_topology(source: str, sink: str):
+    """Views counted per amount spent (group_by: a repartition, two sub-topologies)."""
+    b = StreamsBuilder()
+    views = b.stream(source, Serdes.string(), Serdes.json())
+    per_spend = views.group_by(lambda user, view: str(view["spend"])).count()
+    per_spend.to_stream().to(sink, value_serde=Serdes.long())
+    return b.build()
+
+
 def make_views(kafka_settings, source: str, count: int, seed: int = 7):
     """``count`` views of 6 users over 3 partitions (a user's views on one partition, by
     key), a second or so apart, some out of order and some later than the grace period."""

@@ -20,6 +20,7 @@ from .support import (
     read_topic,
     spend_per_user_topology,
     through_the_test_driver,
+    views_per_spend_topology,
     views_per_window_topology,
 )
 
@@ -74,3 +75,16 @@ def test_a_table_forwards_each_keys_last_update_of_a_batch_and_ends_as_in_the_te
     assert len(got) < len(expected)  # the cache dropped the intermediate updates...
     per_user = Counter(key for key, _, _ in got)
     assert max(per_user.values()) <= len(results)  # ...to at most one per user and batch
+
+
+def test_a_count_after_group_by_ends_as_in_the_test_driver(spark, kafka_settings, tmp_path):
+    """group_by re-keys: the views are repartitioned inside each micro-batch (the stages
+    path) to the task of their new key; every count in the end equals the test driver's."""
+    source, sink, sent, results = _run(spark, kafka_settings, tmp_path, views_per_spend_topology)
+    assert {r.path for r in results} == {"stages"}
+    got = [(r.key.decode(), Serdes.long().deserialize(r.value)) for r in
+           read_topic(kafka_settings, sink)]  # fmt: skip
+    expected = through_the_test_driver(views_per_spend_topology(source, sink), source, sink,
+                                       sent, Serdes.string(), Serdes.long())  # fmt: skip
+    assert {key: count for key, count in got} == {key: count for key, count, _ in expected}
+    assert sum(r.records_in for r in results) == len(sent)

@@ -36,7 +36,7 @@ from __future__ import annotations
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -147,12 +147,16 @@ class DirectPath(ExecutionPath):
         return pa.concat_tables([rows.cast(OUTPUT_ARROW), *lane]) if lane else rows
 
 
-def task_ranges(plan: BatchPlan) -> list[tuple[int, tuple[tuple[str, int, int], ...]]]:
+def task_ranges(
+    plan: BatchPlan, topics: Collection[str] | None = None
+) -> list[tuple[int, tuple[tuple[str, int, int], ...]]]:
     """The batch's tasks, by partition: each with its ranges to read, (topic, start, end) for
-    each source topic with records on that partition (co-partitioned topics, one task per
-    partition, as Kafka Streams groups them)."""
+    each source topic (of ``topics``, when given) with records on that partition
+    (co-partitioned topics, one task per partition, as Kafka Streams groups them)."""
     by_partition: dict[int, list[tuple[str, int, int]]] = {}
     for topic, ranges in sorted(plan.wanted().items()):
+        if topics is not None and topic not in topics:
+            continue
         for partition, (start, end) in ranges.items():
             by_partition.setdefault(partition, []).append((topic, start, end))
     return [(partition, tuple(ranges)) for partition, ranges in sorted(by_partition.items())]

@@ -1,6 +1,9 @@
 """The stages path: a topology with repartitions. Its sub-topologies run one after another in
 the batch, each reading its Kafka records and the records earlier ones wrote to its
-repartition topics, then the batch's outputs are written as on the cached path.
+repartition topics, then the batch's outputs are written as on the cached path. A stage that
+reads Kafka topics only (the first) has its tasks read their ranges themselves, as on the
+direct path; a stage reading repartitioned records gets them through a Spark shuffle, grouped
+by task (``applyInArrow``).
 
 Repartitioned records never leave Spark: they are shuffled to the task of their partition (the
 one the writing task chose with murmur2, as Kafka Streams would) and get offsets
@@ -16,9 +19,10 @@ from __future__ import annotations
 from functools import reduce
 from typing import Any
 
-from streamplatform.runtime.executor import INPUT_COLUMNS
+from streamplatform.runtime.executor import INPUT_COLUMNS, OUTPUT_SCHEMA
 from streamplatform.runtime.job_context import BatchPlan
 from streamplatform.runtime.paths.cached import CachedPath
+from streamplatform.runtime.paths.direct import task_ranges
 from streamplatform.runtime.paths.spark_frames import (
     headers_as_json,
     kafka_records,
@@ -54,20 +58,31 @@ class StagesPath(CachedPath):
         from pyspark.sql import functions as F
 
         context = self.context
-        records = kafka_records(context, plan.wanted())
+        records = None  # Spark's Kafka source, for stages that read Kafka and repartitions
         internal = sorted(context.internal_topics)
         base = repartition_offset_base(plan.batch_id)
         outputs, repartitioned = [], None
         for subtopology in context.topology.subtopologies:
             topics = subtopology.source_topics(context.topology, context.app)
             external = [t for t in topics if t in context.sources]
-            # Only a sub-topology with Kafka sources reads Kafka (the source pushes no filter
-            # down: a stage reading none would fetch every range again for nothing).
-            inputs = [records.where(F.col("topic").isin(external))] if external else []
-            if len(external) < len(topics) and repartitioned is not None:
-                inputs.append(repartitioned.where(F.col("topic").isin(topics)))
             runner = context.runner(plan, changelog_files, subtopology=subtopology.id)
-            stage = self.cache(run_grouped(reduce(union, inputs), runner))
+            if external and len(external) == len(topics):
+                # Kafka topics only (the first stage): its tasks read their ranges
+                # themselves, as on the direct path: no Spark Kafka source, no grouping.
+                tasks = task_ranges(plan, external)
+                run = runner.read_and_run(tasks, context.consumer_settings)
+                reads = context.spark().range(len(tasks), numPartitions=max(1, len(tasks)))
+                stage = self.cache(reads.mapInArrow(run, OUTPUT_SCHEMA))
+            else:
+                # Only a sub-topology with Kafka sources reads Kafka (the source pushes no
+                # filter down: a stage reading none would fetch every range again).
+                inputs = []
+                if external:
+                    records = records or kafka_records(context, plan.wanted())
+                    inputs.append(records.where(F.col("topic").isin(external)))
+                if repartitioned is not None:
+                    inputs.append(repartitioned.where(F.col("topic").isin(topics)))
+                stage = self.cache(run_grouped(reduce(union, inputs), runner))
             outputs.append(stage)
             order = Window.partitionBy("topic", "partition").orderBy(
                 "source_topic", "source_partition", "source_offset", "row"
