@@ -33,6 +33,7 @@ records/s of each and the price of exactly once: EOS time / ALOS time (target at
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -48,6 +49,8 @@ from streamplatform import StreamingJob, StreamsBuilder, Topology
 from streamplatform.kafka import LocalBroker, TopicSpec, create_topics, producer
 from streamplatform.serdes import Serdes
 from streamplatform.spark import spark_session
+
+REPO = Path(__file__).resolve().parents[1]
 
 INTERVAL_MS = 10 * 60 * 1000
 PARTITIONS = 3
@@ -342,6 +345,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="timed runs of each, alternating")
     parser.add_argument("--warmup-records", type=int, help="default: --records")
     parser.add_argument("--sink", choices=("delta", "kafka"), default="delta")
+    parser.add_argument("--cluster", action="store_true",
+                        help="Delta sink on a standalone master with two one-core workers "
+                             "(streamplatform.local_cluster) instead of local[2]: the "
+                             "local-master shortcuts are off")  # fmt: skip
     args = parser.parse_args()
     if args.warmup_records is None:
         args.warmup_records = args.records
@@ -352,14 +359,23 @@ def main() -> None:
     native: list[float] = []
     with tempfile.TemporaryDirectory() as directory:
         tmp = Path(directory)
-        with LocalBroker(tmp / "broker") as broker:
+        with LocalBroker(tmp / "broker") as broker, contextlib.ExitStack() as stack:
             settings = {"bootstrap.servers": broker.bootstrap_servers}
             topics = [TopicSpec(t, PARTITIONS) for t in ("bench", "latency", "warmup")]
             create_topics(settings, topics)
             produce(settings, "bench", args.records)
             produce(settings, "latency", args.latency_records, seed=9)
             produce(settings, "warmup", args.warmup_records, seed=11)
-            spark = spark_session(master="local[2]", app_name="e2e-bench")
+            cluster = None
+            master = "local[2]"
+            if args.cluster:
+                from streamplatform.local_cluster import LocalCluster
+
+                cluster = stack.enter_context(LocalCluster(
+                    tmp / "cluster", workers=2, env={"PYTHONPATH": str(REPO / "platform")},
+                    start_timeout_s=120))  # fmt: skip
+                master = cluster.master_url
+            spark = spark_session(master=master, app_name="e2e-bench")
             # Both paths once on other data first: the JVM's class loading and JIT would
             # otherwise be charged to whichever runs first.
             run_ours(spark, settings, "warmup", tmp, args.warmup_records, "warmup-ours")
@@ -389,7 +405,8 @@ def main() -> None:
             )
             spark.stop()
     n = args.records
-    print(f"{n:,} records, {PARTITIONS} partitions, local[2], median of {args.repeats} runs each "
+    where = "a standalone master, 2 workers of 1 core" if args.cluster else "local[2]"
+    print(f"{n:,} records, {PARTITIONS} partitions, {where}, median of {args.repeats} runs each "
           "(alternating order, after a warm-up of both)")  # fmt: skip
     ours_paths = ", ".join(sorted(PATHS.get("delta", ())))
     for name, runs, written, path in (
