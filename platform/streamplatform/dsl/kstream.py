@@ -145,6 +145,30 @@ class KStream:
             name=base,
         )
 
+    # Merging, branching, repartitioning ----------------------------------------------------------
+
+    def merge(self, other: KStream) -> KStream:
+        """The records of this stream and ``other``, as each arrives (Kafka Streams' merge:
+        no order between the two beyond what the task reads). The serdes are this stream's."""
+        if other._builder is not self._builder:
+            raise ValueError("merge: the other stream belongs to another StreamsBuilder")
+        node = ProcessorNode(self._builder.new_name("MERGE"), ops.PassThrough)
+        self._builder.add_node(node, parents=[self._node, other._node])
+        changed = self._key_changed or other._key_changed
+        return KStream(self._builder, node.name, self.key_serde, self.value_serde, changed)
+
+    def split(self, prefix: str = "") -> BranchedKStream:
+        """Branches of this stream: ``split().branch(predicate, name)...default_branch()``
+        returns ``{prefix + name: KStream}``; a record goes to the first branch whose
+        predicate accepts it (else to the default branch, else nowhere)."""
+        return BranchedKStream(self, prefix)
+
+    def repartition(self, name: str | None = None) -> KStream:
+        """Through a repartition topic by the current key (``<application.id>-<name>-
+        repartition``; on Spark a shuffle inside the micro-batch), as Kafka Streams'
+        ``repartition()``."""
+        return self._repartition(name or self._builder.new_name("REPARTITION"))
+
     # Grouping and aggregation --------------------------------------------------------------------
 
     def group_by_key(self) -> KGroupedStream:
@@ -229,3 +253,46 @@ class KStream:
         )
         self._builder.add_node(source, parents=[])
         return KStream(self._builder, source.name, self.key_serde, self.value_serde)
+
+
+class BranchedKStream:
+    """``KStream.split()``: branches added in order; ``default_branch``/``no_default_branch``
+    end it and return the branches by name (Kafka Streams' names: the prefix, then the
+    branch's name or its position, from 1; the default branch's position is 0)."""
+
+    def __init__(self, stream: KStream, prefix: str) -> None:
+        self._stream = stream
+        self._prefix = prefix
+        self._predicates: list[Callable[[Any, Any], bool]] = []
+        self._names: list[str] = []
+        self._children: list[str] = []  # the branches' nodes, in the predicates' order
+        predicates, children = self._predicates, self._children
+        self._node = ProcessorNode(stream._builder.new_name("BRANCH"),
+                                   lambda: ops.Branch(predicates, children))  # fmt: skip
+        stream._builder.add_node(self._node, parents=[stream._node])
+
+    def branch(
+        self, predicate: Callable[[Any, Any], bool], name: str | None = None
+    ) -> BranchedKStream:
+        self._predicates.append(predicate)
+        self._names.append(self._prefix + (name or str(len(self._predicates))))
+        return self
+
+    def default_branch(self, name: str | None = None) -> dict[str, KStream]:
+        self._predicates.append(lambda key, value: True)
+        self._names.append(self._prefix + (name or "0"))
+        return self._branches()
+
+    def no_default_branch(self) -> dict[str, KStream]:
+        return self._branches()
+
+    def _branches(self) -> dict[str, KStream]:
+        stream, builder = self._stream, self._stream._builder
+        branches = {}
+        for name in self._names:
+            child = ProcessorNode(builder.new_name("BRANCH-CHILD"), ops.PassThrough)
+            builder.add_node(child, parents=[self._node.name])
+            self._children.append(child.name)
+            branches[name] = KStream(builder, child.name, stream.key_serde, stream.value_serde,
+                                     stream._key_changed)  # fmt: skip
+        return branches

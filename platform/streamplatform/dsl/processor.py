@@ -38,7 +38,10 @@ class ProcessorContext(Protocol):
     @property
     def headers(self) -> Headers: ...
 
-    def forward(self, record: Record) -> None: ...
+    def forward(self, record: Record, child: str | None = None) -> None:
+        """Pass ``record`` to every child node, or to the child named ``child`` only."""
+        ...
+
     def current_system_time_ms(self) -> int:
         """The wall-clock time to use instead of reading the clock: on Spark the batch's,
         fixed when it was planned, so that a replayed batch sees what its first attempt saw
@@ -157,3 +160,28 @@ class Peek(Processor):
     def process(self, record: Record) -> None:
         self.action(record.key, record.value)
         self.context.forward(record)
+
+
+class PassThrough(Processor):
+    """Forwards every record unchanged (merge, the branches of split)."""
+
+    forwards_unchanged = True
+
+    def process(self, record: Record) -> None:
+        self.context.forward(record)
+
+
+class Branch(Processor):
+    """``split()``: a record goes to the child of the first predicate that accepts it."""
+
+    forwards_unchanged = True
+
+    def __init__(self, predicates: list[Callable[[Any, Any], bool]], children: list[str]) -> None:
+        self.predicates = predicates
+        self.children = children
+
+    def process(self, record: Record) -> None:
+        for predicate, child in zip(self.predicates, self.children, strict=True):
+            if predicate(record.key, record.value):
+                self.context.forward(record, child)
+                return

@@ -116,6 +116,7 @@ class NodeContext:
         self._task = task
         self._node = node
         self._children = [task._deliver[child] for child in node.children]
+        self._child = dict(zip(node.children, self._children, strict=True))
         # For the built-in processors' per-record paths (they read these directly).
         self.runtime_task = task
         self.runtime_children = self._children
@@ -144,9 +145,12 @@ class NodeContext:
         """The task's stream time: the largest record timestamp it has seen (-1 before any)."""
         return self._task.stream_time
 
-    def forward(self, record: Record) -> None:
-        for child in self._children:
-            child(record)
+    def forward(self, record: Record, child: str | None = None) -> None:
+        if child is not None:
+            self._child[child](record)
+            return
+        for deliver in self._children:
+            deliver(record)
 
     def get_state_store(self, name: str) -> Any:
         """The store as Kafka Streams gives it to a processor (state/facades.py): typed by
