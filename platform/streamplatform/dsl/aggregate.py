@@ -6,11 +6,12 @@ table's updates as records: the key (or ``Windowed(key, window)``), the new resu
 timestamp the largest timestamp of the records aggregated, as Kafka Streams does.
 
 **When updates are forwarded.** As in Kafka Streams, through a record cache
-(``statestore.cache.max.bytes``, per task here): the latest update per key waits for the next
-commit, then goes on in the order of the keys' last updates; an update the cache has no room
-for goes on at once, the least recently updated first. With the cache off (0) every update
-goes on as it is made. On Spark a commit is the end of a micro-batch, so a key updated many
-times in a batch forwards once; the test driver commits after every record by default.
+(``statestore.cache.max.bytes``, per task here; ``ResultCache``): results are kept in memory,
+the latest per key goes to the store and on at the next commit, in the order of the keys'
+last updates; what the cache has no room for goes at once, the least recently written first.
+With the cache off (0) every update goes to the store and on as it is made. On Spark a commit
+is the end of a micro-batch, so a key updated many times in a batch forwards once; the test
+driver commits after every record by default.
 
 **Windows** (windows.py): a record joins every window it falls into that has not closed
 (window end > stream time - grace; this processor's stream time, the largest timestamp it
@@ -38,40 +39,70 @@ _WINDOW_PREFIX = b"w"  # b"w" + start (8 bytes, big-endian) + key: windows in ti
 _STREAM_TIME_KEY = b"m:stream-time"  # the processor's own stream time, kept with the store
 
 
-class RecordCache:
-    """The latest update per key since the last commit (Kafka Streams' record cache for one
-    store): ``put`` keeps it, ``flush`` forwards every one in the order of their last update.
-    Over ``max_bytes`` the least recently updated are forwarded at once; ``max_bytes`` 0
-    forwards every update as it comes."""
+class ResultCache:
+    """An aggregation's results in front of its store, as Kafka Streams' caching store and its
+    record cache: results are read and written in memory; at the commit (``flush``) the ones
+    written since go to the store's transaction and their updates are forwarded, in the order
+    of their last update; over ``max_bytes`` the least recently written go at once. With
+    ``max_bytes`` 0 each result goes to the store, and its update on, as it is made.
 
-    _OVERHEAD = 64  # bytes counted per entry besides its key and value
+    An entry is ``[result, timestamp, record, window, dirty]``: the record that made the
+    result, and its window (None over all time), make the update forwarded at the flush;
+    ``record`` None: nothing is forwarded for it (results forwarded only when their window
+    closes)."""
 
-    def __init__(self, forward: Callable[[Record], None], max_bytes: int) -> None:
-        self.forward = forward
+    _ENTRY_BYTES = 96  # counted per entry besides its key (the result is not serialized)
+
+    def __init__(self, aggregation: _Aggregation, max_bytes: int) -> None:
+        self.aggregation = aggregation
         self.max_bytes = max_bytes
-        self.entries: dict[Any, tuple[Record, int]] = {}
+        self.entries: dict[bytes, list[Any]] = {}
         self.bytes = 0
 
-    def put(self, key: Any, record: Record, size: int) -> None:
+    def get(self, key: bytes) -> tuple[Any, int] | None:
+        entry = self.entries.get(key)
+        if entry is not None:
+            return entry[0], entry[1]
+        return self.aggregation._read(key)
+
+    def put(self, key: bytes, result: Any, timestamp: int, record: Record | None,
+            window: Window | None) -> None:  # fmt: skip
         if self.max_bytes <= 0:
-            self.forward(record)
+            self.aggregation._write(key, result, timestamp)
+            if record is not None:
+                self.aggregation._forward(record, window, result, timestamp)
             return
-        old = self.entries.pop(key, None)  # re-inserted: the dict's order is the update order
-        if old is not None:
-            self.bytes -= old[1]
-        size += self._OVERHEAD
-        self.entries[key] = (record, size)
-        self.bytes += size
-        while self.bytes > self.max_bytes and self.entries:
-            first = next(iter(self.entries))
-            evicted, evicted_size = self.entries.pop(first)
-            self.bytes -= evicted_size
-            self.forward(evicted)
+        entries = self.entries
+        if entries.pop(key, None) is None:  # re-inserted: the dict's order is the write order
+            self.bytes += len(key) + self._ENTRY_BYTES
+        entries[key] = [result, timestamp, record, window, True]
+        while self.bytes > self.max_bytes and entries:
+            first = next(iter(entries))
+            self._evict(first, entries.pop(first))
+
+    def pop(self, key: bytes) -> list[Any] | None:
+        entry = self.entries.pop(key, None)
+        if entry is not None:
+            self.bytes -= len(key) + self._ENTRY_BYTES
+        return entry
 
     def flush(self) -> None:
-        entries, self.entries, self.bytes = self.entries, {}, 0
-        for record, _ in entries.values():
-            self.forward(record)
+        """Write what was written since the last flush, and forward its updates."""
+        aggregation = self.aggregation
+        for key, entry in self.entries.items():
+            if entry[4]:
+                aggregation._write(key, entry[0], entry[1])
+                if entry[2] is not None:
+                    aggregation._forward(entry[2], entry[3], entry[0], entry[1])
+                entry[2] = None
+                entry[4] = False
+
+    def _evict(self, key: bytes, entry: list[Any]) -> None:
+        self.bytes -= len(key) + self._ENTRY_BYTES
+        if entry[4]:
+            self.aggregation._write(key, entry[0], entry[1])
+            if entry[2] is not None:
+                self.aggregation._forward(entry[2], entry[3], entry[0], entry[1])
 
 
 def _cache_bytes(context: ProcessorContext) -> int:
@@ -103,40 +134,44 @@ class _Aggregation(Processor):
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
         self.store = engine_store(context, self.store_name)
-        self.cache = RecordCache(context.forward, _cache_bytes(context))
+        self.cache = ResultCache(self, _cache_bytes(context))
 
     def flush(self) -> None:
-        """Before each commit: forward the cached updates."""
+        """Before each commit: the cached results to the store, their updates on."""
         self.cache.flush()
 
     def task_metrics(self) -> dict[str, int]:
         return {"dropped_records": self.dropped_records}
 
-    def _result(self, raw: bytes | None) -> tuple[Any, int] | None:
-        """A stored (result, timestamp), or None."""
-        if raw is None:
-            return None
-        return self.result_serde.deserialize(raw[8:]), _TIMESTAMP.unpack_from(raw)[0]
-
-    def _updated(self, record: Record, raw: bytes | None) -> tuple[Any, int]:
-        """The result and its timestamp after ``record``, from the stored ``raw`` (None: the
+    def _updated(self, record: Record, old: tuple[Any, int] | None) -> tuple[Any, int]:
+        """The result and its timestamp after ``record``, from the ``old`` one (None: the
         key's, or window's, first record)."""
-        old = self._result(raw)
         if old is None:
             if self.initializer is None:
                 return record.value, record.timestamp
             return self.aggregator(record.key, record.value, self.initializer()), record.timestamp
         return self.aggregator(record.key, record.value, old[0]), max(record.timestamp, old[1])
 
-    def _store(self, key: bytes, result: Any, timestamp: int) -> int:
+    def _read(self, key: bytes) -> tuple[Any, int] | None:
+        """A stored (result, timestamp), or None."""
+        raw = self.store.transaction.get(key)
+        if raw is None:
+            return None
+        return self.result_serde.deserialize(raw[8:]), _TIMESTAMP.unpack_from(raw)[0]
+
+    def _write(self, key: bytes, result: Any, timestamp: int) -> None:
         """Write ``result`` (None deletes the key, as Kafka Streams' stores take a null
-        aggregate); returns its size in bytes."""
+        aggregate)."""
         data = self.result_serde.serialize(result)
         if data is None:
             self.store.transaction.delete(key)
-            return len(key)
-        self.store.transaction.put(key, _TIMESTAMP.pack(timestamp) + data)
-        return len(key) + len(data)
+        else:
+            self.store.transaction.put(key, _TIMESTAMP.pack(timestamp) + data)
+
+    def _forward(self, record: Record, window: Window | None, result: Any, timestamp: int) -> None:
+        """The update ``record`` made: its key (in ``window``), the result, its timestamp."""
+        key = record.key if window is None else Windowed(record.key, window)
+        self.context.forward(record._replace(key=key, value=result, timestamp=timestamp))
 
 
 class StreamAggregate(_Aggregation):
@@ -147,9 +182,8 @@ class StreamAggregate(_Aggregation):
             self.dropped_records += 1
             return
         key = self.key_serde.serialize(record.key) or b""
-        result, timestamp = self._updated(record, self.store.transaction.get(key))
-        size = self._store(key, result, timestamp)
-        self.cache.put(key, record._replace(value=result, timestamp=timestamp), size)
+        result, timestamp = self._updated(record, self.cache.get(key))
+        self.cache.put(key, result, timestamp, record, None)
 
 
 class WindowedAggregate(_Aggregation):
@@ -165,11 +199,25 @@ class WindowedAggregate(_Aggregation):
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
         saved = self.store.transaction.get(_STREAM_TIME_KEY)
-        self.stream_time = -1 if saved is None else _TIMESTAMP.unpack(saved)[0]
-        self.closed_to = self._close_time()  # windows ending at or before it are gone
+        self.stream_time = self.saved_time = -1 if saved is None else _TIMESTAMP.unpack(saved)[0]
+        self.closed_to = self.stream_time - self.windows.grace_ms  # windows ending by it: gone
+        self.next_end = self._next_end()
+        self.pending_close: int | None = None
 
-    def _close_time(self) -> int:
-        return self.stream_time - self.windows.grace_ms
+    def _next_end(self) -> int:
+        """The earliest window end after ``closed_to``: closing is looked at only once stream
+        time passes a window's end (plus grace), not at every record."""
+        size, advance = self.windows.size_ms, self.windows.advance_ms
+        return (max(0, (self.closed_to - size) // advance + 1)) * advance + size
+
+    def flush(self) -> None:
+        super().flush()
+        if self.pending_close is not None:  # on update: closed windows go once forwarded
+            self._close_windows(None, self.pending_close)
+            self.pending_close = None
+        if self.stream_time != self.saved_time:  # kept with the store's commit
+            self.store.transaction.put(_STREAM_TIME_KEY, _TIMESTAMP.pack(self.stream_time))
+            self.saved_time = self.stream_time
 
     def process(self, record: Record) -> None:
         if record.key is None:
@@ -178,43 +226,48 @@ class WindowedAggregate(_Aggregation):
         timestamp = record.timestamp
         if timestamp > self.stream_time:
             self.stream_time = timestamp
-            self.store.transaction.put(_STREAM_TIME_KEY, _TIMESTAMP.pack(timestamp))
-        close = self._close_time()
+        close = self.stream_time - self.windows.grace_ms
         key = self.key_serde.serialize(record.key) or b""
-        transaction = self.store.transaction
+        cache, forwarded = self.cache, None if self.emit_final else record
         for window in self.windows.windows_for(timestamp):
             if window.end <= close:
                 self.dropped_records += 1  # its window has closed: too late
                 continue
             store_key = _WINDOW_PREFIX + _TIMESTAMP.pack(window.start) + key
-            result, result_timestamp = self._updated(record, transaction.get(store_key))
-            size = self._store(store_key, result, result_timestamp)
-            if not self.emit_final:
-                update = record._replace(key=Windowed(record.key, window), value=result,
-                                         timestamp=result_timestamp)  # fmt: skip
-                self.cache.put(store_key, update, size)
-        if close > self.closed_to:
-            self._close_windows(record, close)
+            result, result_timestamp = self._updated(record, cache.get(store_key))
+            cache.put(store_key, result, result_timestamp, forwarded, window)
+        if close >= self.next_end:
+            if self.emit_final:
+                self._close_windows(record, close)
+            else:  # their last updates go on at the flush, in their order (Kafka Streams')
+                self.pending_close = close
 
-    def _close_windows(self, record: Record, close: int) -> None:
-        """Windows that ended at or before ``close`` (and after the last close): their final
-        results go on (on_window_close), and they leave the store."""
+    def _close_windows(self, record: Record | None, close: int) -> None:
+        """Windows that ended at or before ``close``: their final results go on
+        (on_window_close; ``record`` the one that closed them), any update of theirs not
+        forwarded yet goes on, and they leave the store and the cache."""
         size = self.windows.size_ms
-        low = _WINDOW_PREFIX + _TIMESTAMP.pack(max(0, self.closed_to - size + 1))
         high = _WINDOW_PREFIX + _TIMESTAMP.pack(close - size + 1)
         self.closed_to = close
-        if close - size + 1 <= 0:
-            return  # no window has ended yet
+        self.next_end = self._next_end()
         transaction = self.store.transaction
-        closed = list(transaction.range(low, high))
-        if self.emit_final:
-            self.cache.flush()  # updates before final results, never after
-        for store_key, raw in closed:
-            start = _TIMESTAMP.unpack_from(store_key, 1)[0]
-            result, timestamp = self._result(raw)  # type: ignore[misc]
-            if self.emit_final:
-                key = self.key_serde.deserialize(store_key[9:])
-                windowed = Windowed(key, Window(start, start + size))
+        closed: dict[bytes, tuple[Any, int]] = {}
+        for store_key, raw in transaction.range(_WINDOW_PREFIX, high):
+            closed[store_key] = (self.result_serde.deserialize(raw[8:]),
+                                 _TIMESTAMP.unpack_from(raw)[0])  # fmt: skip
+        cache = self.cache
+        for store_key in [k for k in cache.entries if k < high and k[:1] == _WINDOW_PREFIX]:
+            entry = cache.pop(store_key)
+            assert entry is not None
+            if entry[4] and entry[2] is not None:  # an update not forwarded yet
+                self._forward(entry[2], entry[3], entry[0], entry[1])
+            closed[store_key] = (entry[0], entry[1])
+        for store_key in sorted(closed):  # by window start, then key, as Kafka Streams
+            if record is not None:
+                result, timestamp = closed[store_key]
+                start = _TIMESTAMP.unpack_from(store_key, 1)[0]
+                windowed = Windowed(self.key_serde.deserialize(store_key[9:]),
+                                    Window(start, start + size))  # fmt: skip
                 self.context.forward(record._replace(key=windowed, value=result,
                                                      timestamp=timestamp))  # fmt: skip
             transaction.delete(store_key)
