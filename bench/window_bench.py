@@ -45,8 +45,13 @@ def produce(settings: dict, topic: str, records: int, keys: int, seed: int) -> N
         timestamp = start + index * 10
         if rng.random() < 0.03:
             timestamp -= rng.randrange(GRACE_MS // 2)  # out of order, within the grace
-        out.produce(topic, key=f"user-{rng.randrange(keys):05d}", value=b'{"page": "/home"}',
-                    timestamp=timestamp)  # fmt: skip
+        key = f"user-{rng.randrange(keys):05d}"
+        while True:
+            try:
+                out.produce(topic, key=key, value=b'{"page": "/home"}', timestamp=timestamp)
+                break
+            except BufferError:  # the local queue is full: let deliveries drain it
+                out.poll(0.1)
         if index % 20_000 == 0:
             out.poll(0)
     assert out.flush(120) == 0
