@@ -47,7 +47,8 @@ class ResultCache:
     ``max_bytes`` 0 each result goes to the store, and its update on, as it is made.
 
     An entry is ``[result, timestamp, record, window, dirty]``: the record that made the
-    result, and its window (None over all time), make the update forwarded at the flush;
+    result, and its window's start (None over all time), make the update forwarded at the
+    flush;
     ``record`` None: nothing is forwarded for it (results forwarded only when their window
     closes)."""
 
@@ -66,7 +67,7 @@ class ResultCache:
         return self.aggregation._read(key)
 
     def put(self, key: bytes, result: Any, timestamp: int, record: Record | None,
-            window: Window | None) -> None:  # fmt: skip
+            window: int | None) -> None:  # fmt: skip
         if self.max_bytes <= 0:
             self.aggregation._write(key, result, timestamp)
             if record is not None:
@@ -168,10 +169,14 @@ class _Aggregation(Processor):
         else:
             self.store.transaction.put(key, _TIMESTAMP.pack(timestamp) + data)
 
-    def _forward(self, record: Record, window: Window | None, result: Any, timestamp: int) -> None:
-        """The update ``record`` made: its key (in ``window``), the result, its timestamp."""
-        key = record.key if window is None else Windowed(record.key, window)
+    def _forward(self, record: Record, window: int | None, result: Any, timestamp: int) -> None:
+        """The update ``record`` made: its key (in the window starting at ``window``), the
+        result, its timestamp."""
+        key = record.key if window is None else Windowed(record.key, self._window(window))
         self.context.forward(record._replace(key=key, value=result, timestamp=timestamp))
+
+    def _window(self, start: int) -> Window:
+        raise NotImplementedError  # windowed aggregations only
 
 
 class StreamAggregate(_Aggregation):
@@ -203,6 +208,12 @@ class WindowedAggregate(_Aggregation):
         self.closed_to = self.stream_time - self.windows.grace_ms  # windows ending by it: gone
         self.next_end = self._next_end()
         self.pending_close: int | None = None
+        # Windows starting before it are gone from the store: a closing scan starts there
+        # (not at the first key, past every window deleted in this batch's transaction).
+        self.gone_below = 0
+
+    def _window(self, start: int) -> Window:
+        return Window(start, start + self.windows.size_ms)
 
     def _next_end(self) -> int:
         """The earliest window end after ``closed_to``: closing is looked at only once stream
@@ -228,14 +239,15 @@ class WindowedAggregate(_Aggregation):
             self.stream_time = timestamp
         close = self.stream_time - self.windows.grace_ms
         key = self.key_serde.serialize(record.key) or b""
-        cache, forwarded = self.cache, None if self.emit_final else record
-        for window in self.windows.windows_for(timestamp):
-            if window.end <= close:
+        cache, size = self.cache, self.windows.size_ms
+        forwarded = None if self.emit_final else record  # on window close: no update goes on
+        for start in self.windows.window_starts(timestamp):
+            if start + size <= close:
                 self.dropped_records += 1  # its window has closed: too late
                 continue
-            store_key = _WINDOW_PREFIX + _TIMESTAMP.pack(window.start) + key
+            store_key = _WINDOW_PREFIX + _TIMESTAMP.pack(start) + key
             result, result_timestamp = self._updated(record, cache.get(store_key))
-            cache.put(store_key, result, result_timestamp, forwarded, window)
+            cache.put(store_key, result, result_timestamp, forwarded, start)
         if close >= self.next_end:
             if self.emit_final:
                 self._close_windows(record, close)
@@ -247,12 +259,14 @@ class WindowedAggregate(_Aggregation):
         (on_window_close; ``record`` the one that closed them), any update of theirs not
         forwarded yet goes on, and they leave the store and the cache."""
         size = self.windows.size_ms
+        low = _WINDOW_PREFIX + _TIMESTAMP.pack(self.gone_below)
         high = _WINDOW_PREFIX + _TIMESTAMP.pack(close - size + 1)
         self.closed_to = close
         self.next_end = self._next_end()
+        self.gone_below = max(self.gone_below, close - size + 1)
         transaction = self.store.transaction
         closed: dict[bytes, tuple[Any, int]] = {}
-        for store_key, raw in transaction.range(_WINDOW_PREFIX, high):
+        for store_key, raw in transaction.range(low, high):
             closed[store_key] = (self.result_serde.deserialize(raw[8:]),
                                  _TIMESTAMP.unpack_from(raw)[0])  # fmt: skip
         cache = self.cache
@@ -267,7 +281,7 @@ class WindowedAggregate(_Aggregation):
                 result, timestamp = closed[store_key]
                 start = _TIMESTAMP.unpack_from(store_key, 1)[0]
                 windowed = Windowed(self.key_serde.deserialize(store_key[9:]),
-                                    Window(start, start + size))  # fmt: skip
+                                    self._window(start))  # fmt: skip
                 self.context.forward(record._replace(key=windowed, value=result,
                                                      timestamp=timestamp))  # fmt: skip
             transaction.delete(store_key)

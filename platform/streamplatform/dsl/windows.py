@@ -83,13 +83,14 @@ class TimeWindows:
 
     def windows_for(self, timestamp: int) -> list[Window]:
         """The windows a record at ``timestamp`` belongs to, earliest first."""
-        size, advance = self.size_ms, self.advance_ms
-        start = (max(0, timestamp - size + advance) // advance) * advance
-        windows = []
-        while start <= timestamp:
-            windows.append(Window(start, start + size))
-            start += advance
-        return windows
+        size = self.size_ms
+        return [Window(start, start + size) for start in self.window_starts(timestamp)]
+
+    def window_starts(self, timestamp: int) -> range:
+        """The starts of the windows a record at ``timestamp`` belongs to, earliest first."""
+        advance = self.advance_ms
+        first = (max(0, timestamp - self.size_ms + advance) // advance) * advance
+        return range(first, timestamp + 1, advance)
 
     @property
     def retention_ms(self) -> int:
