@@ -130,9 +130,10 @@ class WorkerMemory:
         self._thread.join()
 
 
-def ours_job(spark, settings, topic, tmp: Path, per_partition_cap: int, name: str, **extra):
-    """Our dedup job on ``topic`` (exactly once, Delta sink); ``extra``: more settings."""
-    config = {
+def job_config(settings: dict, tmp: Path, name: str, per_partition_cap: int, **extra) -> dict:
+    """The settings of a bench job named ``name`` (exactly once, state and Delta under
+    ``tmp``); ``extra``: more settings."""
+    return {
         "application.id": name,
         "bootstrap.servers": settings["bootstrap.servers"],
         "processing.guarantee": "exactly_once_v2",
@@ -140,6 +141,11 @@ def ours_job(spark, settings, topic, tmp: Path, per_partition_cap: int, name: st
         "platform.delta.root": str(tmp / "delta"),
         "platform.max.records.per.batch": per_partition_cap,
     } | extra
+
+
+def ours_job(spark, settings, topic, tmp: Path, per_partition_cap: int, name: str, **extra):
+    """Our dedup job on ``topic`` (exactly once, Delta sink); ``extra``: more settings."""
+    config = job_config(settings, tmp, name, per_partition_cap, **extra)
     return StreamingJob(dedup_topology(topic), config, spark=spark, delta_sinks=["deduplicated"])
 
 

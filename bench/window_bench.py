@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from e2e_bench import PARTITIONS, kafka_stream  # noqa: E402
+from e2e_bench import PARTITIONS, job_config, kafka_stream  # noqa: E402
 
 from streamplatform import EmitStrategy, StreamingJob, StreamsBuilder, TimeWindows  # noqa: E402
 from streamplatform.kafka import LocalBroker, TopicSpec, create_topics, producer  # noqa: E402
@@ -67,14 +67,7 @@ def topology(topic: str):
 
 
 def run_ours(spark, settings, topic: str, tmp: Path, name: str) -> tuple[float, int, set[str]]:
-    config = {
-        "application.id": name,
-        "bootstrap.servers": settings["bootstrap.servers"],
-        "processing.guarantee": "exactly_once_v2",
-        "state.dir": str(tmp / name / "state"),
-        "platform.delta.root": str(tmp / "delta"),
-        "platform.max.records.per.batch": 10_000_000,  # one batch
-    }
+    config = job_config(settings, tmp, name, 10_000_000)  # one batch
     job = StreamingJob(topology(topic), config, spark=spark, delta_sinks=["counts"])
     started = time.perf_counter()
     results = job.run_until_caught_up()
