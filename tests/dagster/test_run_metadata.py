@@ -41,3 +41,9 @@ def test_the_metadata_counts_the_batches_of_each_execution_path():
         1.0, {("t", 0): 3}, {"t/0": 0},
     )  # fmt: skip
     assert metadata["execution_paths"].value == {"direct-driver": 2, "direct-spark": 1}
+
+
+def test_records_dropped_by_aggregations_are_summed_into_the_metadata():
+    metadata = run_metadata([result(0, dropped_records=4), result(1), result(2, dropped_records=1)],
+                            1.0, {("t", 0): 30}, {"t/0": 0})  # fmt: skip
+    assert metadata["dropped_records"] == 5

@@ -337,6 +337,9 @@ def run_metadata(
         # Records older than stream time - the dedup interval: forwarded, no window (KIP-655).
         "late_records": metrics.get("dedup_late", 0),
         "join_misses": metrics.get("join_misses", 0),
+        # Records aggregations dropped (late for their window, a None key or value), as Kafka
+        # Streams' dropped-records metric.
+        "dropped_records": metrics.get("dropped_records", 0),
         "dlq_records": sum(r.dlq_records for r in results),
         "restored_records": sum(r.restored_records for r in results),
         # Task batches that found their task kept open since its last one (in a Python
