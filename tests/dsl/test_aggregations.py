@@ -175,3 +175,12 @@ def test_a_reopened_task_keeps_its_windows_closed(tmp_path):
         out = driver.create_output_topic("counts", counts.key_serde, Serdes.long())
         assert out.read_records_to_list() == []
         assert driver.metrics()["dropped_records"] == 1
+
+
+def test_only_a_windowed_table_can_be_suppressed_until_its_windows_close():
+    from streamplatform import Suppressed
+
+    b = StreamsBuilder()
+    totals = b.stream("spend", Serdes.string(), Serdes.long()).group_by_key().count()
+    with pytest.raises(ValueError, match="windowed aggregation"):
+        totals.suppress(Suppressed.until_window_closes())

@@ -18,13 +18,22 @@ import random
 import pytest
 
 from streamplatform import StreamsBuilder, TopologyTestDriver
-from streamplatform.dsl import EmitStrategy, TimeWindows, Windowed
+from streamplatform.dsl import EmitStrategy, Suppressed, TimeWindows, Windowed
 from streamplatform.serdes import Serdes
 
 from .kafka_streams import run_reference
 
 NULL = "\\N"
-MODES = ["count", "reduce", "aggregate", "group_by", "tumbling", "hopping", "tumbling_final"]
+MODES = [
+    "count",
+    "reduce",
+    "aggregate",
+    "group_by",
+    "tumbling",
+    "hopping",
+    "tumbling_final",
+    "suppress",
+]
 # Kafka Streams 4.4.0's driver forwards nothing for emitStrategy(onWindowClose()) in this
 # harness (cache on or off, wall clock advanced or not), so a window's final result is
 # compared with what suppress(untilWindowCloses(unbounded())) forwards there: the same results
@@ -68,6 +77,8 @@ def _topology(mode: str):
         if mode == "tumbling_final":
             windowed = windowed.emit_strategy(EmitStrategy.on_window_close())
         table = windowed.count()
+        if mode == "suppress":
+            table = table.suppress(Suppressed.until_window_closes())
     table.to_stream().to("out")
     return b.build(), table.key_serde, table.value_serde
 

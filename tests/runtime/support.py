@@ -8,7 +8,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import NamedTuple
 
-from streamplatform import EmitStrategy, StreamsBuilder, TimeWindows, TopologyTestDriver
+from streamplatform import (
+    EmitStrategy,
+    StreamsBuilder,
+    Suppressed,
+    TimeWindows,
+    TopologyTestDriver,
+)
 from streamplatform.kafka import TopicSpec, create_topics, producer
 from streamplatform.serdes import Serdes
 from streamplatform.state import Stores
@@ -54,15 +60,23 @@ def left_join_dedup_topology(transactions: str, rates: str, sink: str):
     return b.build()
 
 
-def views_per_window_topology(source: str, sink: str):
+def views_per_window_topology(source: str, sink: str, suppress: bool = False):
     """Views per user per 10 s window (grace 5 s), each window's final count only: an
-    aggregation on window close, into ``sink``."""
+    aggregation on window close (``suppress``: every update, then suppressed until the window
+    closes), into ``sink``."""
     b = StreamsBuilder()
     views = b.stream(source, Serdes.string(), Serdes.json())
-    counts = (views.group_by_key().windowed_by(TimeWindows.of_size_and_grace(10_000, 5_000))
-              .emit_strategy(EmitStrategy.on_window_close()).count())  # fmt: skip
+    windowed = views.group_by_key().windowed_by(TimeWindows.of_size_and_grace(10_000, 5_000))
+    if suppress:
+        counts = windowed.count().suppress(Suppressed.until_window_closes())
+    else:
+        counts = windowed.emit_strategy(EmitStrategy.on_window_close()).count()
     counts.to_stream().to(sink)
     return b.build()
+
+
+def suppressed_views_per_window_topology(source: str, sink: str):
+    return views_per_window_topology(source, sink, suppress=True)
 
 
 def spend_per_user_topology(source: str, sink: str):

@@ -19,6 +19,7 @@ from .support import (
     make_views,
     read_topic,
     spend_per_user_topology,
+    suppressed_views_per_window_topology,
     through_the_test_driver,
     views_per_spend_topology,
     views_per_window_topology,
@@ -44,13 +45,17 @@ def _run(spark, kafka_settings, tmp_path, topology_of, views=600):
     return source, sink, sent, results
 
 
+@pytest.mark.parametrize(
+    "topology_of", [views_per_window_topology, suppressed_views_per_window_topology]
+)
 def test_each_windows_final_count_reaches_kafka_once_as_in_the_test_driver(
-    spark, kafka_settings, tmp_path
+    spark, kafka_settings, tmp_path, topology_of
 ):
-    source, sink, sent, results = _run(spark, kafka_settings, tmp_path, views_per_window_topology)
+    """On window close, or every update suppressed until the window closes: the same."""
+    source, sink, sent, results = _run(spark, kafka_settings, tmp_path, topology_of)
     got = [(WINDOWED.deserialize(r.key), Serdes.long().deserialize(r.value), r.timestamp)
            for r in read_topic(kafka_settings, sink)]  # fmt: skip
-    expected = through_the_test_driver(views_per_window_topology(source, sink), source, sink,
+    expected = through_the_test_driver(topology_of(source, sink), source, sink,
                                        sent, WINDOWED, Serdes.long())  # fmt: skip
     assert len(expected) > 20
     assert sorted(got, key=repr) == sorted(expected, key=repr)

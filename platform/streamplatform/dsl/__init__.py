@@ -4,6 +4,7 @@ from streamplatform.dsl.builder import StreamsBuilder
 from streamplatform.dsl.grouped import KGroupedStream, TimeWindowedKStream
 from streamplatform.dsl.kstream import KStream, KTable
 from streamplatform.dsl.processor import Processor, ProcessorContext, PunctuationType
+from streamplatform.dsl.suppress import Suppressed
 from streamplatform.dsl.topology import SubTopology, TaskId, Topology
 from streamplatform.dsl.windows import (
     EmitStrategy,
@@ -23,6 +24,7 @@ __all__ = [
     "PunctuationType",
     "StreamsBuilder",
     "SubTopology",
+    "Suppressed",
     "TaskId",
     "TimeWindowedKStream",
     "TimeWindowedSerde",

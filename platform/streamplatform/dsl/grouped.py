@@ -76,7 +76,9 @@ class _Aggregations:
         store = builder.add_store(Stores.persistent_key_value_store(f"{base}-STATE-STORE"))
         args = (store, stream.key_serde, result_serde, initializer, aggregator)
         node = keyed._then(kind, lambda: self._processor(args), stores=(store,), name=base)
-        return KTable(builder, node._node, store, self._table_key_serde(), result_serde)
+        table = KTable(builder, node._node, store, self._table_key_serde(), result_serde)
+        table._windows = getattr(self, "_windows", None)
+        return table
 
     def _processor(self, args: tuple) -> Processor:
         """The aggregation's processor, from (store, key serde, result serde, initializer,

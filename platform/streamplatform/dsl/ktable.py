@@ -14,10 +14,12 @@ from streamplatform.dsl.graph import ProcessorNode
 from streamplatform.dsl.processor import Processor
 from streamplatform.records import Record
 from streamplatform.serdes import Serde
+from streamplatform.state import Stores
 
 if TYPE_CHECKING:
     from streamplatform.dsl.builder import StreamsBuilder
     from streamplatform.dsl.kstream import KStream
+    from streamplatform.dsl.suppress import Suppressed
 
 
 class TableFilter(Processor):
@@ -56,6 +58,7 @@ class KTable:
         self._builder = builder
         self._node = node
         self._materialized = True  # the store holds this table's values (joinable)
+        self._windows: Any = None  # the TimeWindows of a windowed aggregation's table
         self.store_name = store
         self.key_serde = key_serde
         self.value_serde = value_serde
@@ -72,6 +75,25 @@ class KTable:
         table's when not given)."""
         table = self._then("KTABLE-MAPVALUES", lambda: TableMapValues(mapper))
         table.value_serde = value_serde or self.value_serde
+        return table
+
+    def suppress(self, suppressed: Suppressed) -> KTable:
+        """``Suppressed.until_window_closes()``: each window's final result only, forwarded
+        once the window closes (a windowed aggregation's table only)."""
+        from streamplatform.dsl.suppress import WindowCloseSuppression
+
+        if self._windows is None:
+            raise ValueError("suppress(until_window_closes) needs the table of a windowed "
+                             "aggregation (windowed_by(...).count() and the like)")  # fmt: skip
+        builder, grace = self._builder, self._windows.grace_ms
+        name = builder.new_name("KTABLE-SUPPRESS")
+        store = builder.add_store(Stores.persistent_key_value_store(f"{name}-STATE-STORE"))
+        key_serde, value_serde = self.key_serde, self.value_serde
+        node = ProcessorNode(name, lambda: WindowCloseSuppression(store, key_serde, value_serde,
+                                                                   grace), (store,))  # fmt: skip
+        builder.add_node(node, parents=[self._node])
+        table = KTable(builder, name, self.store_name, key_serde, value_serde)
+        table._materialized = False
         return table
 
     def to_stream(self) -> KStream:
