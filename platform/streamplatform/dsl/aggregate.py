@@ -39,6 +39,22 @@ _WINDOW_PREFIX = b"w"  # b"w" + start (8 bytes, big-endian) + key: windows in ti
 _STREAM_TIME_KEY = b"m:stream-time"  # the processor's own stream time, kept with the store
 
 
+class KeptStreamTime:
+    """A processor's own stream time (the largest timestamp it has seen), kept in its store
+    and written once per commit (``save`` from ``flush``), so that a reopened or restored
+    task goes on from it."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        saved = store.transaction.get(_STREAM_TIME_KEY)
+        self.time = self.saved = -1 if saved is None else _TIMESTAMP.unpack(saved)[0]
+
+    def save(self) -> None:
+        if self.time != self.saved:
+            self.store.transaction.put(_STREAM_TIME_KEY, _TIMESTAMP.pack(self.time))
+            self.saved = self.time
+
+
 class ResultCache:
     """An aggregation's results in front of its store, as Kafka Streams' caching store and its
     record cache: results are read and written in memory; at the commit (``flush``) the ones
@@ -203,9 +219,8 @@ class WindowedAggregate(_Aggregation):
 
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
-        saved = self.store.transaction.get(_STREAM_TIME_KEY)
-        self.stream_time = self.saved_time = -1 if saved is None else _TIMESTAMP.unpack(saved)[0]
-        self.closed_to = self.stream_time - self.windows.grace_ms  # windows ending by it: gone
+        self.stream_time = KeptStreamTime(self.store)
+        self.closed_to = self.stream_time.time - self.windows.grace_ms  # ending by it: gone
         self.next_end = self._next_end()
         self.pending_close: int | None = None
         # Windows starting before it are gone from the store: a closing scan starts there
@@ -226,18 +241,16 @@ class WindowedAggregate(_Aggregation):
         if self.pending_close is not None:  # on update: closed windows go once forwarded
             self._close_windows(None, self.pending_close)
             self.pending_close = None
-        if self.stream_time != self.saved_time:  # kept with the store's commit
-            self.store.transaction.put(_STREAM_TIME_KEY, _TIMESTAMP.pack(self.stream_time))
-            self.saved_time = self.stream_time
+        self.stream_time.save()
 
     def process(self, record: Record) -> None:
         if record.key is None:
             self.dropped_records += 1
             return
-        timestamp = record.timestamp
-        if timestamp > self.stream_time:
-            self.stream_time = timestamp
-        close = self.stream_time - self.windows.grace_ms
+        timestamp, stream_time = record.timestamp, self.stream_time
+        if timestamp > stream_time.time:
+            stream_time.time = timestamp
+        close = stream_time.time - self.windows.grace_ms
         key = self.key_serde.serialize(record.key) or b""
         cache, size = self.cache, self.windows.size_ms
         forwarded = None if self.emit_final else record  # on window close: no update goes on

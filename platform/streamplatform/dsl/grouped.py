@@ -35,6 +35,7 @@ class _Aggregations:
     """count, reduce and aggregate, for a grouped stream over all time or per window."""
 
     _stream: KStream
+    _windows: TimeWindows | None = None  # per window: the windows; over all time: None
 
     def count(self, name: str | None = None) -> KTable:
         """Records per key (per key and window). A None value is not counted over all time,
@@ -77,7 +78,7 @@ class _Aggregations:
         args = (store, stream.key_serde, result_serde, initializer, aggregator)
         node = keyed._then(kind, lambda: self._processor(args), stores=(store,), name=base)
         table = KTable(builder, node._node, store, self._table_key_serde(), result_serde)
-        table._windows = getattr(self, "_windows", None)
+        table._windows = self._windows
         return table
 
     def _processor(self, args: tuple) -> Processor:
@@ -110,6 +111,8 @@ class KGroupedStream(_Aggregations):
 
 class TimeWindowedKStream(_Aggregations):
     """A grouped stream aggregated per time window."""
+
+    _windows: TimeWindows
 
     def __init__(self, stream: KStream, windows: TimeWindows) -> None:
         self._stream = stream

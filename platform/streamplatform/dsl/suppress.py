@@ -9,15 +9,13 @@ windowed key's bytes; each with the timestamp of the update it buffered.
 
 from __future__ import annotations
 
-import struct
 from typing import Any
 
+from streamplatform.dsl.aggregate import _TIMESTAMP, KeptStreamTime
 from streamplatform.dsl.processor import Processor, ProcessorContext, engine_store
 from streamplatform.records import Record
 
-_TIMESTAMP = struct.Struct(">q")
 _BUFFER_PREFIX = b"b"  # b"b" + window end (8 bytes, big-endian) + the windowed key's bytes
-_STREAM_TIME_KEY = b"m:stream-time"
 
 
 class Suppressed:
@@ -46,15 +44,16 @@ class WindowCloseSuppression(Processor):
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
         self.store = engine_store(context, self.store_name)
-        saved = self.store.transaction.get(_STREAM_TIME_KEY)
-        self.stream_time = -1 if saved is None else _TIMESTAMP.unpack(saved)[0]
+        self.stream_time = KeptStreamTime(self.store)
         self.emitted_to = -1  # windows ending at or before it were forwarded (unknown: -1)
+
+    def flush(self) -> None:
+        self.stream_time.save()
 
     def process(self, record: Record) -> None:
         transaction = self.store.transaction
-        if record.timestamp > self.stream_time:
-            self.stream_time = record.timestamp
-            transaction.put(_STREAM_TIME_KEY, _TIMESTAMP.pack(self.stream_time))
+        if record.timestamp > self.stream_time.time:
+            self.stream_time.time = record.timestamp
         key = self.key_serde.serialize(record.key) or b""
         buffered = _BUFFER_PREFIX + _TIMESTAMP.pack(record.key.window.end) + key
         value = self.value_serde.serialize(record.value)
@@ -67,7 +66,7 @@ class WindowCloseSuppression(Processor):
     def _forward_closed(self, record: Record) -> None:
         """The buffered windows that ended at or before stream time - grace, in order. Those
         ending at or before the last expiry are gone already: the scan starts past them."""
-        expiry = self.stream_time - self.grace_ms
+        expiry = self.stream_time.time - self.grace_ms
         if expiry <= self.emitted_to or expiry <= 0:  # nothing more has closed (a window's
             return  # end is positive; a negative one would not sort as a number)
         transaction = self.store.transaction

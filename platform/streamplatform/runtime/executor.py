@@ -802,7 +802,7 @@ class _TaskRun:
             topic = record[0]
             if topic in topics:
                 sinks.append(record)
-                sink_sources.append(source[:3])
+                sink_sources.append(source)
                 sent[topic] += 1
                 continue
             if topic == dlq:

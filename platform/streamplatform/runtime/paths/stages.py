@@ -78,7 +78,8 @@ class StagesPath(CachedPath):
                 # filter down: a stage reading none would fetch every range again).
                 inputs = []
                 if external:
-                    records = records or kafka_records(context, plan.wanted())
+                    if records is None:
+                        records = kafka_records(context, plan.wanted())
                     inputs.append(records.where(F.col("topic").isin(external)))
                 if repartitioned is not None:
                     inputs.append(repartitioned.where(F.col("topic").isin(topics)))
