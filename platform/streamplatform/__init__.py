@@ -44,6 +44,7 @@ then join each with the FX rate valid at its time.
 from streamplatform.config import ConfigError, StreamsConfig
 from streamplatform.dsl import (
     EmitStrategy,
+    JoinWindows,
     KGroupedStream,
     KStream,
     KTable,
@@ -75,6 +76,7 @@ __all__ = [
     "Headers",
     "JobClaimedError",
     "JobFencedError",
+    "JoinWindows",
     "KGroupedStream",
     "KStream",
     "KTable",

@@ -2,6 +2,7 @@
 
 from streamplatform.dsl.builder import StreamsBuilder
 from streamplatform.dsl.grouped import KGroupedStream, TimeWindowedKStream
+from streamplatform.dsl.stream_join import JoinWindows
 from streamplatform.dsl.kstream import KStream, KTable
 from streamplatform.dsl.processor import Processor, ProcessorContext, PunctuationType
 from streamplatform.dsl.suppress import Suppressed
@@ -16,6 +17,7 @@ from streamplatform.dsl.windows import (
 
 __all__ = [
     "EmitStrategy",
+    "JoinWindows",
     "KGroupedStream",
     "KStream",
     "KTable",

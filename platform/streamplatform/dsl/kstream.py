@@ -17,6 +17,7 @@ from streamplatform.dsl.dedup import DeduplicationProcessor
 from streamplatform.dsl.graph import REPARTITION_SUFFIX, ProcessorNode, SinkNode, SourceNode
 from streamplatform.dsl.join import StreamTableJoin
 from streamplatform.dsl.ktable import KTable
+from streamplatform.dsl.stream_join import JoinSpec, JoinStores, JoinWindows, StreamStreamJoinSide
 from streamplatform.serdes import Serde
 from streamplatform.state import Stores
 from streamplatform.state.stores import duration_ms
@@ -196,13 +197,79 @@ class KStream:
 
     # Joins (KIP-889 when the table is versioned) -----------------------------------------------
 
-    def join(self, table: KTable, joiner: Callable[[Any, Any], Any]) -> KStream:
-        """Inner join with ``table`` on the key; ``joiner(stream_value, table_value)``."""
-        return self._join(table, joiner, left=False)
+    def join(
+        self,
+        other: KTable | KStream,
+        joiner: Callable[[Any, Any], Any],
+        windows: JoinWindows | None = None,
+    ) -> KStream:
+        """Inner join on the key; ``joiner(this_value, other_value)``. With a table: each
+        record joins the table's value (the version valid at its time for a versioned
+        table). With a stream: within ``windows`` (``JoinWindows``), every pair of records of
+        one key close enough in time."""
+        if isinstance(other, KStream):
+            return self._join_stream(other, joiner, windows, left_outer=False, right_outer=False)
+        return self._join(other, joiner, left=False)
 
-    def left_join(self, table: KTable, joiner: Callable[[Any, Any], Any]) -> KStream:
-        """Like ``join``, but a record with no table value joins None."""
-        return self._join(table, joiner, left=True)
+    def left_join(
+        self,
+        other: KTable | KStream,
+        joiner: Callable[[Any, Any], Any],
+        windows: JoinWindows | None = None,
+    ) -> KStream:
+        """Like ``join``, but a record of this stream with no match joins None (with a stream:
+        once its window has closed with no partner)."""
+        if isinstance(other, KStream):
+            return self._join_stream(other, joiner, windows, left_outer=True, right_outer=False)
+        return self._join(other, joiner, left=True)
+
+    def outer_join(
+        self, other: KStream, joiner: Callable[[Any, Any], Any], windows: JoinWindows
+    ) -> KStream:
+        """Like ``join`` with a stream, but a record of either side with no partner joins None
+        once its window has closed (``joiner(value, None)`` or ``joiner(None, value)``)."""
+        if not isinstance(other, KStream):
+            raise TypeError(f"outer_join takes a KStream, got {type(other).__name__}")
+        return self._join_stream(other, joiner, windows, left_outer=True, right_outer=True)
+
+    def _join_stream(
+        self,
+        other: KStream,
+        joiner: Callable[[Any, Any], Any],
+        windows: JoinWindows | None,
+        left_outer: bool,
+        right_outer: bool,
+    ) -> KStream:
+        """Each side through its join processor (repartitioned first when its key changed),
+        the two merged: the joined stream, with this stream's serdes."""
+        if other._builder is not self._builder:
+            raise ValueError("join: the other stream belongs to another StreamsBuilder")
+        if not isinstance(windows, JoinWindows):
+            raise TypeError("a stream-stream join needs JoinWindows "
+                            "(JoinWindows.of_time_difference_and_grace(...))")  # fmt: skip
+        builder = self._builder
+        kind = "OUTER" if right_outer else "LEFT" if left_outer else ""
+        this_name = builder.new_name(f"{kind}JOINTHIS")
+        other_name = builder.new_name(f"{kind}JOINOTHER")
+        left = self._repartition(this_name) if self._key_changed else self
+        right = other._repartition(other_name) if other._key_changed else other
+        stores = JoinStores(
+            builder.add_store(Stores.persistent_key_value_store(f"{this_name}-store")),
+            builder.add_store(Stores.persistent_key_value_store(f"{other_name}-store")),
+            builder.add_store(Stores.persistent_key_value_store(
+                builder.new_name("OUTERSHARED") + "-store")) if left_outer else None,
+        )  # fmt: skip
+        spec = JoinSpec(stores, windows, joiner, self.key_serde, self.value_serde,
+                        other.value_serde, left_outer, right_outer)  # fmt: skip
+        names = stores.names()
+        this_side = left._then("JOIN", lambda: StreamStreamJoinSide(spec, left=True),
+                               stores=names, name=this_name)  # fmt: skip
+        other_side = right._then("JOIN", lambda: StreamStreamJoinSide(spec, left=False),
+                                 stores=names, name=other_name)  # fmt: skip
+        merged = this_side.merge(other_side)
+        merged.key_serde, merged.value_serde = self.key_serde, self.value_serde
+        merged._key_changed = False
+        return merged
 
     def _join(self, table: KTable, joiner: Callable[[Any, Any], Any], left: bool) -> KStream:
         if table._builder is not self._builder:

@@ -268,6 +268,9 @@ class Task:
                 # Before the processors see the stores: the Spark runtime settles and restores
                 # them here, so that what a processor loads at init is already current.
                 stores_opened(self)
+            # What the built-in processors of this task instance share (the two sides of a
+            # stream-stream join share its stores' times), by a name of theirs.
+            self.shared: dict[str, Any] = {}
             self.processors: dict[str, Processor] = {}
             for name in subtopology.nodes:
                 if isinstance(topology.nodes[name], ProcessorNode):

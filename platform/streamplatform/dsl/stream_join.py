@@ -1,0 +1,375 @@
+"""Stream-stream joins within a time difference (``JoinWindows``), as Kafka Streams joins.
+
+Each side keeps its records in a window store for ``before + after + grace`` (its retention);
+a record of one side joins every record of the other side with the same key whose timestamp is
+within ``[t - before, t + after]`` (for the right side the other way round), and the joined
+record's timestamp is the later of the two. ``joiner(left_value, right_value)`` always gets
+the left value first.
+
+**Left and outer joins** (Kafka Streams' fix of spurious results, KIP-633): a record that
+found no partner is not forwarded with None at once; it waits in a shared "outer" store until
+its window closes (stream time passes its timestamp plus the other side's window and the
+grace), and goes on with None only if no partner came by then. The records whose windows
+closed are forwarded when a record in order (its timestamp is the join's stream time) arrives,
+in the store's order: by timestamp, right before left, then key. A record that is already past
+its window when it arrives goes on with None at once.
+
+Records with a None key or value are dropped and counted (``dropped_records``), except a left
+(outer) side's record with a None key and a value, which goes on with None at once, as Kafka
+Streams does.
+
+Where this differs from Kafka Streams: there is no wall-clock throttle on emitting the closed
+records (Kafka Streams checks at most once a second by default; its tests set it to 0), and
+the join's stream time is kept in the outer store, so a restarted task goes on from it.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from streamplatform.dsl.processor import Processor, ProcessorContext, engine_store
+from streamplatform.records import Record
+from streamplatform.serdes import Serde
+from streamplatform.state.stores import duration_ms
+
+_TIME = struct.Struct(">q")
+_LENGTH = struct.Struct(">I")
+_OBSERVED_TIME_KEY = b"m:observed-time"  # a window store's largest timestamp put
+_STREAM_TIME_KEY = b"m:stream-time"  # the join's stream time, in the outer store
+_RECORD_PREFIX = b"w"  # window store: b"w" + segment + key + timestamp -> values
+_OUTER_PREFIX = b"o"  # outer store: b"o" + timestamp + side + key -> values
+_LEFT, _RIGHT = b"\x01", b"\x00"  # at one timestamp right sorts first, as in Kafka Streams
+_MIN_SEGMENT_MS = 60_000  # Kafka Streams' smallest segment interval
+
+
+@dataclass(frozen=True)
+class JoinWindows:
+    """How far apart in time two records may be to join: a left record at t joins right
+    records in ``[t - before, t + after]``; records wait ``grace`` more for late partners.
+    Build them with ``of_time_difference_and_grace`` or ``of_time_difference_with_no_grace``;
+    ``before``/``after`` make them asymmetric."""
+
+    before_ms: int
+    after_ms: int
+    grace_ms: int
+
+    def __post_init__(self) -> None:
+        if self.before_ms + self.after_ms < 0:
+            raise ValueError(
+                f"the join window (before {self.before_ms} ms + after {self.after_ms} ms) "
+                "must not be negative"
+            )
+        if self.grace_ms < 0:
+            raise ValueError(f"grace must not be negative, got {self.grace_ms} ms")
+
+    @classmethod
+    def of_time_difference_and_grace(
+        cls, time_difference: timedelta | int, grace: timedelta | int
+    ) -> JoinWindows:
+        difference = duration_ms(time_difference, "time_difference")
+        return cls(difference, difference, duration_ms(grace, "grace"))
+
+    @classmethod
+    def of_time_difference_with_no_grace(cls, time_difference: timedelta | int) -> JoinWindows:
+        return cls.of_time_difference_and_grace(time_difference, 0)
+
+    def before(self, time_difference: timedelta | int) -> JoinWindows:
+        """Right records up to ``time_difference`` before a left record join it."""
+        before_ms = duration_ms(time_difference, "time_difference")
+        return JoinWindows(before_ms, self.after_ms, self.grace_ms)
+
+    def after(self, time_difference: timedelta | int) -> JoinWindows:
+        """Right records up to ``time_difference`` after a left record join it."""
+        after_ms = duration_ms(time_difference, "time_difference")
+        return JoinWindows(self.before_ms, after_ms, self.grace_ms)
+
+    @property
+    def size_ms(self) -> int:
+        return self.before_ms + self.after_ms
+
+    @property
+    def retention_ms(self) -> int:
+        """How long each side's store keeps a record (Kafka Streams': size + grace)."""
+        return self.size_ms + self.grace_ms
+
+
+def _unpack_values(raw: bytes) -> Iterator[bytes]:
+    position = 0
+    while position < len(raw):
+        (length,) = _LENGTH.unpack_from(raw, position)
+        position += 4
+        yield raw[position : position + length]
+        position += length
+
+
+class _KeptTime:
+    """A time kept in a store (written at the commit, ``save``): a reopened task goes on
+    from it."""
+
+    def __init__(self, store: Any, key: bytes) -> None:
+        self.store, self.key = store, key
+        saved = store.transaction.get(key)
+        self.time = self.saved = -1 if saved is None else _TIME.unpack(saved)[0]
+
+    def save(self) -> None:
+        if self.time != self.saved:
+            self.store.transaction.put(self.key, _TIME.pack(self.time))
+            self.saved = self.time
+
+
+class _WindowSide:
+    """One side's records, by key and timestamp, in time segments (a segment older than the
+    retention leaves the store whole, as Kafka Streams' segmented window store drops it).
+    Several records of one key and timestamp are kept in their arrival order."""
+
+    def __init__(self, store: Any, retention_ms: int) -> None:
+        self.store = store
+        self.retention_ms = retention_ms
+        self.segment_ms = max(retention_ms // 2, _MIN_SEGMENT_MS)
+        self.observed = _KeptTime(store, _OBSERVED_TIME_KEY)
+        self.dropped_below = 0  # segments before it are gone (0: not known yet, look from 0)
+
+    def _segment(self, timestamp: int) -> bytes:
+        return _RECORD_PREFIX + _TIME.pack(timestamp // self.segment_ms)
+
+    def put(self, key: bytes, timestamp: int, value: bytes) -> None:
+        observed = self.observed
+        if timestamp > observed.time:
+            observed.time = timestamp
+            self._drop_expired_segments()
+        if timestamp <= observed.time - self.retention_ms:
+            return  # already expired: no fetch could see it
+        store_key = self._segment(timestamp) + key + _TIME.pack(timestamp)
+        transaction = self.store.transaction
+        old = transaction.get(store_key)
+        packed = _LENGTH.pack(len(value)) + value
+        transaction.put(store_key, packed if old is None else old + packed)
+
+    def fetch(self, key: bytes, time_from: int, time_to: int) -> list[tuple[int, bytes]]:
+        """The records of ``key`` with timestamps in [time_from, time_to] that are not
+        expired, in time order (arrival order within one timestamp)."""
+        time_from = max(time_from, self.observed.time - self.retention_ms + 1)
+        if time_to < time_from:
+            return []
+        found: list[tuple[int, bytes]] = []
+        length = len(key) + 8
+        transaction = self.store.transaction
+        for segment in range(time_from // self.segment_ms, time_to // self.segment_ms + 1):
+            prefix = _RECORD_PREFIX + _TIME.pack(segment) + key
+            low, high = prefix + _TIME.pack(time_from), prefix + _TIME.pack(time_to + 1)
+            for store_key, raw in transaction.range(low, high):
+                if len(store_key) - 9 != length:
+                    continue  # a longer key that starts with this one
+                timestamp = _TIME.unpack_from(store_key, len(store_key) - 8)[0]
+                found.extend((timestamp, value) for value in _unpack_values(raw))
+        return found
+
+    def _drop_expired_segments(self) -> None:
+        live = max(0, (self.observed.time - self.retention_ms) // self.segment_ms)
+        if live <= self.dropped_below:
+            return
+        transaction = self.store.transaction
+        low = _RECORD_PREFIX + _TIME.pack(self.dropped_below)
+        expired = [key for key, _ in transaction.range(low, _RECORD_PREFIX + _TIME.pack(live))]
+        for store_key in expired:
+            transaction.delete(store_key)
+        self.dropped_below = live
+
+
+class _OuterRecords:
+    """Left (outer) join records that found no partner yet, by timestamp, side and key."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.stream_time = _KeptTime(store, _STREAM_TIME_KEY)
+        # The smallest timestamp that may be waiting (None: not known, look); a hint that
+        # saves looking at the store on every record, kept as Kafka Streams keeps it.
+        self.min_time: int | None = None
+
+    @staticmethod
+    def store_key(timestamp: int, side: bytes, key: bytes) -> bytes:
+        return _OUTER_PREFIX + _TIME.pack(timestamp) + side + key
+
+    def add(self, timestamp: int, side: bytes, key: bytes, value: bytes) -> None:
+        store_key = self.store_key(timestamp, side, key)
+        transaction = self.store.transaction
+        old = transaction.get(store_key)
+        packed = _LENGTH.pack(len(value)) + value
+        transaction.put(store_key, packed if old is None else old + packed)
+        self.min_time = timestamp if self.min_time is None else min(self.min_time, timestamp)
+
+    def remove(self, timestamp: int, side: bytes, key: bytes) -> None:
+        """A waiting record found its partner: it (and any other of its key, side and
+        timestamp) no longer waits."""
+        store_key = self.store_key(timestamp, side, key)
+        transaction = self.store.transaction
+        if transaction.get(store_key) is not None:
+            transaction.delete(store_key)
+
+    def records(self) -> Iterator[tuple[bytes, int, bytes, bytes, bytes]]:
+        """(store key, timestamp, side, key, value) of each waiting record, in the store's
+        order (a store key's records in their arrival order)."""
+        for store_key, raw in self.store.transaction.prefix(_OUTER_PREFIX):
+            timestamp = _TIME.unpack_from(store_key, 1)[0]
+            for value in _unpack_values(raw):
+                yield store_key, timestamp, store_key[9:10], store_key[10:], value
+
+
+class _JoinState:
+    """What the two sides of one join share in one task: both window stores and the outer
+    records (left and outer joins)."""
+
+    def __init__(self, context: ProcessorContext, stores: JoinStores, retention_ms: int) -> None:
+        self.left = _WindowSide(engine_store(context, stores.left), retention_ms)
+        self.right = _WindowSide(engine_store(context, stores.right), retention_ms)
+        self.outer = (
+            None if stores.outer is None else _OuterRecords(engine_store(context, stores.outer))
+        )
+
+    def save(self) -> None:
+        self.left.observed.save()
+        self.right.observed.save()
+        if self.outer is not None:
+            self.outer.stream_time.save()
+
+
+@dataclass(frozen=True)
+class JoinStores:
+    """The store names of one join: each side's window store, the outer records' store."""
+
+    left: str
+    right: str
+    outer: str | None
+
+    def names(self) -> tuple[str, ...]:
+        return (self.left, self.right) + (() if self.outer is None else (self.outer,))
+
+
+@dataclass(frozen=True)
+class JoinSpec:
+    """One stream-stream join, as both of its sides' processors need it."""
+
+    stores: JoinStores
+    windows: JoinWindows
+    joiner: Callable[[Any, Any], Any]
+    key_serde: Serde
+    left_serde: Serde
+    right_serde: Serde
+    left_outer: bool  # left records with no partner go on with None
+    right_outer: bool  # right records with no partner go on with None
+
+
+class StreamStreamJoinSide(Processor):
+    """One side of a stream-stream join: joins each of its records with the other side's
+    stored ones, then stores it for the other side's records to come."""
+
+    dropped_records: int = 0
+
+    def __init__(self, spec: JoinSpec, left: bool) -> None:
+        self.spec = spec
+        self.is_left = left
+        windows = spec.windows
+        # The other side's records that join this side's record at t: [t - before, t + after].
+        if left:
+            self.join_before, self.join_after = windows.before_ms, windows.after_ms
+            self.outer, self.side, self.serde = spec.left_outer, _LEFT, spec.left_serde
+        else:
+            self.join_before, self.join_after = windows.after_ms, windows.before_ms
+            self.outer, self.side, self.serde = spec.right_outer, _RIGHT, spec.right_serde
+        self.other_side = _RIGHT if left else _LEFT
+        self.other_serde = spec.right_serde if left else spec.left_serde
+
+    def init(self, context: ProcessorContext) -> None:
+        super().init(context)
+        # Both sides' processors of one task share the join's state: the first creates it.
+        task = getattr(context, "runtime_task", None)
+        shared: dict[str, Any] = task.shared if task is not None else {}
+        name = self.spec.stores.left
+        if name not in shared:
+            shared[name] = _JoinState(context, self.spec.stores, self.spec.windows.retention_ms)
+        self.state: _JoinState = shared[name]
+        self.own = self.state.left if self.is_left else self.state.right
+        self.others = self.state.right if self.is_left else self.state.left
+
+    def flush(self) -> None:
+        self.state.save()
+
+    def task_metrics(self) -> dict[str, int]:
+        return {"dropped_records": self.dropped_records}
+
+    def _joined(self, this: Any, other: Any) -> Any:
+        joiner = self.spec.joiner
+        return joiner(this, other) if self.is_left else joiner(other, this)
+
+    def process(self, record: Record) -> None:
+        timestamp, outer = record.timestamp, self.state.outer
+        if outer is not None and timestamp > outer.stream_time.time:
+            outer.stream_time.time = timestamp
+        if record.key is None or record.value is None:
+            if self.outer and record.key is None and record.value is not None:
+                self.context.forward(record._replace(value=self._joined(record.value, None)))
+            else:
+                self.dropped_records += 1
+            return
+        key = self.spec.key_serde.serialize(record.key) or b""
+        if outer is not None and timestamp == outer.stream_time.time:
+            self._emit_closed(record)
+        time_from = max(0, timestamp - self.join_before)
+        time_to = max(0, timestamp + self.join_after)
+        partners = self.others.fetch(key, time_from, time_to)
+        deserialize = self.other_serde.deserialize
+        for other_timestamp, other_raw in partners:
+            if outer is not None:
+                outer.remove(other_timestamp, self.other_side, key)
+            joined = self._joined(record.value, deserialize(other_raw))
+            later = max(timestamp, other_timestamp)
+            self.context.forward(record._replace(value=joined, timestamp=later))
+        value = self.serde.serialize(record.value) or b""
+        if self.outer and not partners:
+            if outer is None or time_to < outer.stream_time.time:
+                self.context.forward(record._replace(value=self._joined(record.value, None)))
+            else:
+                outer.add(timestamp, self.side, key, value)
+        self.own.put(key, timestamp, value)
+
+    def _emit_closed(self, record: Record) -> None:
+        """Forward, with None, the waiting records whose windows have closed."""
+        outer = self.state.outer
+        assert outer is not None
+        windows, stream_time = self.spec.windows, outer.stream_time.time
+        if outer.min_time is not None and \
+                outer.min_time + self.join_after + windows.grace_ms >= stream_time:  # fmt: skip
+            return  # nothing waiting can have closed yet
+        outer.min_time = None
+        left_open = right_open = False
+        emitted: list[bytes] = []
+        # One step per waiting record (several may share a store key), as Kafka Streams
+        # iterates its list-valued store: the hint ends at the record it stopped at.
+        for store_key, timestamp, side, key, raw in outer.records():
+            outer.min_time = timestamp
+            if left_open and right_open:
+                break
+            # A left record waits for right records up to `after` later, a right one for
+            # left records up to `before` later.
+            look = windows.after_ms if side == _LEFT else windows.before_ms
+            if timestamp + look + windows.grace_ms >= stream_time:
+                if side == _LEFT:
+                    left_open = True
+                else:
+                    right_open = True
+                continue
+            key_value = self.spec.key_serde.deserialize(key)
+            if side == _LEFT:
+                joined = self.spec.joiner(self.spec.left_serde.deserialize(raw), None)
+            else:
+                joined = self.spec.joiner(None, self.spec.right_serde.deserialize(raw))
+            self.context.forward(record._replace(key=key_value, value=joined, timestamp=timestamp))
+            if not emitted or emitted[-1] != store_key:
+                emitted.append(store_key)
+        transaction = outer.store.transaction
+        for store_key in emitted:
+            transaction.delete(store_key)
