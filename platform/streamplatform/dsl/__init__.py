@@ -2,9 +2,10 @@
 
 from streamplatform.dsl.builder import StreamsBuilder
 from streamplatform.dsl.grouped import KGroupedStream, TimeWindowedKStream
-from streamplatform.dsl.stream_join import JoinWindows
+from streamplatform.dsl.grouped_table import KGroupedTable
 from streamplatform.dsl.kstream import KStream, KTable
 from streamplatform.dsl.processor import Processor, ProcessorContext, PunctuationType
+from streamplatform.dsl.stream_join import JoinWindows
 from streamplatform.dsl.suppress import Suppressed
 from streamplatform.dsl.topology import SubTopology, TaskId, Topology
 from streamplatform.dsl.windows import (
@@ -19,6 +20,7 @@ __all__ = [
     "EmitStrategy",
     "JoinWindows",
     "KGroupedStream",
+    "KGroupedTable",
     "KStream",
     "KTable",
     "Processor",

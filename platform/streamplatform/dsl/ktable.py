@@ -11,13 +11,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from streamplatform.dsl.graph import ProcessorNode
-from streamplatform.dsl.processor import Processor
+from streamplatform.dsl.processor import PassThrough, Processor
+from streamplatform.dsl.table_join import INNER, LEFT, LEFT_JOIN, OUTER, RIGHT, TableJoinSide
 from streamplatform.records import Record
 from streamplatform.serdes import Serde
 from streamplatform.state import Stores
 
 if TYPE_CHECKING:
     from streamplatform.dsl.builder import StreamsBuilder
+    from streamplatform.dsl.grouped_table import KGroupedTable
     from streamplatform.dsl.kstream import KStream
     from streamplatform.dsl.suppress import Suppressed
 
@@ -48,6 +50,22 @@ class TableMapValues(Processor):
         self.context.forward(record._replace(value=None if value is None else self.mapper(value)))
 
 
+def _join_side(
+    store: str,
+    kind: str,
+    side: bytes,
+    key_serde: Serde,
+    serdes: dict[bytes, Serde],
+    joiner: Callable[[Any, Any], Any],
+    filters: tuple[dict[str, bool], ...],
+) -> Callable[[], Processor]:
+    """The supplier of one side of a table-table join. Whether its input's filters send old
+    values is read when the task is created: operators added after the join may ask for them
+    (KTable._send_old_values)."""
+    return lambda: TableJoinSide(store, kind, side, key_serde, serdes, joiner,
+                                 drops_unchanged=any(f["old_values"] for f in filters))  # fmt: skip
+
+
 class KTable:
     """A table: its updates come from node ``node``; ``store`` holds its current values
     (the table's own store for a table topic or an aggregation)."""
@@ -59,16 +77,21 @@ class KTable:
         self._node = node
         self._materialized = True  # the store holds this table's values (joinable)
         self._windows: Any = None  # the TimeWindows of a windowed aggregation's table
+        # For table-table joins (table_join.py): the tables this one is derived from, and the
+        # settings of the filters between it and the last table that has values of its own
+        # (a source, an aggregation, a join), which Kafka Streams' "send old values" changes.
+        self._upstream: tuple[KTable, ...] = ()
+        self._filters: tuple[dict[str, bool], ...] = ()
         self.store_name = store
         self.key_serde = key_serde
         self.value_serde = value_serde
 
     def filter(self, predicate: Callable[[Any, Any], bool]) -> KTable:
         """Keys whose value passes ``predicate(key, value)``; the others become tombstones."""
-        return self._then("KTABLE-FILTER", lambda: TableFilter(predicate, negate=False))
+        return self._then("KTABLE-FILTER", lambda: TableFilter(predicate, negate=False), True)
 
     def filter_not(self, predicate: Callable[[Any, Any], bool]) -> KTable:
-        return self._then("KTABLE-FILTER", lambda: TableFilter(predicate, negate=True))
+        return self._then("KTABLE-FILTER", lambda: TableFilter(predicate, negate=True), True)
 
     def map_values(self, mapper: Callable[[Any], Any], value_serde: Serde | None = None) -> KTable:
         """``mapper(value)`` for each update; ``value_serde`` writes the new values (the
@@ -96,13 +119,132 @@ class KTable:
         table._materialized = False
         return table
 
+    def join(
+        self,
+        other: KTable,
+        joiner: Callable[[Any, Any], Any],
+        value_serde: Serde | None = None,
+        name: str | None = None,
+    ) -> KTable:
+        """Inner join with ``other`` on the key: ``joiner(value, other_value)`` for every key
+        both tables have (table_join.py). ``value_serde`` writes the results (this table's
+        when not given). Both tables must be co-partitioned (the same key, the same partition
+        count); any table of the same builder can be joined, derived ones too."""
+        return self._join(other, joiner, INNER, value_serde, name)
+
+    def left_join(
+        self,
+        other: KTable,
+        joiner: Callable[[Any, Any], Any],
+        value_serde: Serde | None = None,
+        name: str | None = None,
+    ) -> KTable:
+        """Like ``join``, for every key this table has: ``other_value`` None when ``other``
+        has none."""
+        return self._join(other, joiner, LEFT_JOIN, value_serde, name)
+
+    def outer_join(
+        self,
+        other: KTable,
+        joiner: Callable[[Any, Any], Any],
+        value_serde: Serde | None = None,
+        name: str | None = None,
+    ) -> KTable:
+        """Like ``join``, for every key either table has (None for the side that has none)."""
+        return self._join(other, joiner, OUTER, value_serde, name)
+
+    def _join(
+        self,
+        other: KTable,
+        joiner: Callable[[Any, Any], Any],
+        kind: str,
+        value_serde: Serde | None,
+        name: str | None,
+    ) -> KTable:
+        """A processor per side and a merge node, as Kafka Streams' KTableKTableJoinNode; the
+        result is not materialized (Kafka Streams does not materialize it by default): its
+        store is the join's own, which holds both sides, not the results."""
+        if not isinstance(other, KTable):
+            raise TypeError(f"join: a table joins a KTable, got {type(other).__name__}")
+        if other._builder is not self._builder:
+            raise ValueError("join: the other table belongs to another StreamsBuilder")
+        if other is self or other._node == self._node:
+            raise ValueError("join: a table cannot be joined with itself")
+        if not callable(joiner):
+            raise TypeError("join: joiner must be callable (left_value, right_value) -> value")
+        self._refuse_versioned("join")
+        other._refuse_versioned("join")
+        if kind in (LEFT_JOIN, OUTER):
+            self._send_old_values()
+        if kind == OUTER:
+            other._send_old_values()
+        builder = self._builder
+        base = name or builder.new_name("KTABLE-MERGE")
+        store = builder.add_store(Stores.persistent_key_value_store(f"{base}-STATE-STORE"))
+        key_serde = self.key_serde
+        serdes = {LEFT: self.value_serde, RIGHT: other.value_serde}
+        sides = []
+        for side, parent, kind_name in ((LEFT, self, "JOINTHIS"), (RIGHT, other, "JOINOTHER")):
+            supplier = _join_side(store, kind, side, key_serde, serdes, joiner, parent._filters)
+            node = ProcessorNode(builder.new_name(f"KTABLE-{kind_name}"), supplier, (store,))
+            builder.add_node(node, parents=[parent._node])
+            sides.append(node.name)
+        merge = ProcessorNode(base, PassThrough)
+        builder.add_node(merge, parents=sides)
+        table = KTable(builder, merge.name, store, key_serde, value_serde or self.value_serde)
+        table._materialized = False
+        table._upstream = (self, other)
+        return table
+
+    def group_by(
+        self,
+        selector: Callable[[Any, Any], tuple[Any, Any]],
+        key_serde: Serde | None = None,
+        value_serde: Serde | None = None,
+    ) -> KGroupedTable:
+        """Group by ``selector(key, value) -> (new_key, new_value)``, for ``count``,
+        ``reduce(adder, subtractor)`` or ``aggregate(initializer, adder, subtractor)``: each
+        update of this table subtracts the key's previous pair from its group and adds the new
+        one (grouped_table.py). ``key_serde``/``value_serde`` write the repartition topic (this
+        table's when not given). A pair with a None key or value is in no group."""
+        from streamplatform.dsl.grouped_table import KGroupedTable
+
+        if not callable(selector):
+            raise TypeError("group_by: selector must be callable (key, value) -> (key, value)")
+        self._refuse_versioned("group_by")
+        self._send_old_values()
+        return KGroupedTable(self, selector, key_serde or self.key_serde,
+                             value_serde or self.value_serde)  # fmt: skip
+
     def to_stream(self) -> KStream:
         """The table's updates as a stream (tombstones included)."""
         from streamplatform.dsl.kstream import KStream
 
         return KStream(self._builder, self._node, self.key_serde, self.value_serde)
 
-    def _then(self, kind: str, supplier: Callable[[], Processor]) -> KTable:
+    def _refuse_versioned(self, operation: str) -> None:
+        """A versioned table (or one derived from it) is refused: Kafka Streams drops its
+        out-of-order updates in table-table joins and groupings (KIP-914), and our table
+        source forwards every update without telling whether it is the key's latest."""
+        spec = self._builder._stores.get(self.store_name)
+        if getattr(spec, "kind", None) == "versioned":
+            raise ValueError(
+                f"{operation}: the table is versioned ({self.store_name!r}); table-table "
+                "joins and group_by take tables with a plain key-value store"
+            )
+
+    def _send_old_values(self) -> None:
+        """Kafka Streams' ``enableSendingOldValues``, asked of a table by a left or outer
+        join, a join whose result needs them, and a grouping: a filter that sends old values
+        forwards no update that leaves a key without a value before and after (a tombstone
+        for a key that had none, or a value it filters out); the joins drop those updates
+        from such a filter (table_join.py)."""
+        for settings in self._filters:
+            settings["old_values"] = True
+        for table in self._upstream:
+            table._send_old_values()
+
+    def _then(self, kind: str, supplier: Callable[[], Processor], filters: bool = False) -> KTable:
         builder = self._builder
         node = ProcessorNode(builder.new_name(kind), supplier)
         builder.add_node(node, parents=[self._node])
@@ -110,4 +252,6 @@ class KTable:
         # demand): it cannot be joined (KStream.join refuses it).
         table = KTable(builder, node.name, self.store_name, self.key_serde, self.value_serde)
         table._materialized = False
+        table._upstream = (self,)
+        table._filters = self._filters + (({"old_values": False},) if filters else ())
         return table
