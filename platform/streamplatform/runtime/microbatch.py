@@ -42,7 +42,14 @@ from streamplatform.dsl.topology import Topology
 from streamplatform.home import data_dir, default_state_dir
 from streamplatform.kafka.clients import describe_topics
 from streamplatform.placement import Placement
-from streamplatform.runtime import changelog, kafka_input, kafka_output, paths, task_cache
+from streamplatform.runtime import (
+    changelog,
+    kafka_input,
+    kafka_output,
+    paths,
+    state_tables,
+    task_cache,
+)
 from streamplatform.runtime.claim import JobClaim
 from streamplatform.runtime.errors import JobFencedError
 from streamplatform.runtime.executor import BATCH_MARKER, ChangelogWrites
@@ -55,6 +62,7 @@ from streamplatform.runtime.planning import Planner, consumed_offsets, offset_ga
 from streamplatform.runtime.replay import ReplayPolicy
 from streamplatform.runtime.signals import StopOnSignals
 from streamplatform.runtime.standby import InstanceLayout, StandbySync
+from streamplatform.runtime.state_tables import STATE_SUFFIX, StateTable
 
 log = logging.getLogger(__name__)
 _UNREAD = object()
@@ -86,6 +94,9 @@ class StreamingJob:
 
     ``delta_sinks``: output topics written to Delta tables (``<root>/<application.id>/<topic>``)
     instead of Kafka. Everything else the topology writes, and the DLQ, goes to Kafka.
+    ``delta_state_tables``: sink topics of a table's updates whose Delta table also keeps the
+    table's current state, one row per key (``<topic>_state``, state_tables.py); they are
+    Delta sinks too.
     """
 
     def __init__(
@@ -96,6 +107,7 @@ class StreamingJob:
         spark: Any = None,
         delta_sinks: Iterable[str] = (),
         placement: Placement | None = None,
+        delta_state_tables: Iterable[str] = (),
     ) -> None:
         self.topology = topology
         self.config = config if isinstance(config, StreamsConfig) else StreamsConfig(config)
@@ -109,7 +121,8 @@ class StreamingJob:
         # Unset, ``state.dir`` is resolved where each task runs (home.default_state_dir): a
         # cluster's executors keep their tasks' state on their own local disks.
         self.state_dir = self.config["state.dir"] or str(default_state_dir())
-        self.delta_sinks = set(delta_sinks)
+        self.state_tables = [StateTable.of(topology, topic) for topic in delta_state_tables]
+        self.delta_sinks = set(delta_sinks) | {table.topic for table in self.state_tables}
         # Repartition topics are not Kafka topics here: a Spark shuffle inside the batch
         # carries their records from one sub-topology's tasks to the next (paths/stages.py).
         internal_topics = set(topology.repartition_topics(self.app))
@@ -126,7 +139,10 @@ class StreamingJob:
         )  # fmt: skip
         self.offset_log = OffsetLog(f"{self.root}/_offsets", self.app)
         self.commit_log = CommitLog(f"{self.root}/_commits", self.app, self.claim)
-        self.fingerprint = job_fingerprint(topology, self.config.to_dict(), self.delta_sinks)
+        self.fingerprint = job_fingerprint(
+            topology, self.config.to_dict(),
+            self.delta_sinks | {f"{t.topic}{STATE_SUFFIX}" for t in self.state_tables},
+        )  # fmt: skip
         # With a placement, each task's state lives in its instance's root, and standbys
         # keep warm copies (standby.py); without one, every task uses state.dir.
         self.layout = (
@@ -319,6 +335,11 @@ class StreamingJob:
                 log.info("%s batch %d: task %s restored its state on %s (%d changelog rows)",
                          self.app, plan.batch_id, task, where, rows)  # fmt: skip
             crash_point("after_outputs", plan.batch_id)
+            if self.state_tables:  # before the commit: a batch run again merges once
+                merged = state_tables.merge_all(self.root, self.app, self.state_tables,
+                                                plan.batch_id)  # fmt: skip
+                progress.metrics["state_table_rows_merged"] = merged
+                crash_point("after_state_merge", plan.batch_id)
             consumed = consumed_offsets(plan.ranges, progress)
             metrics = progress.metrics
             metrics |= offset_gaps(self.app, plan.batch_id, plan.ranges, consumed, last, metrics)
