@@ -388,3 +388,27 @@ def test_py4j_reports_of_an_interrupted_call_are_dropped_and_its_real_errors_kep
     assert not shown("py4j.clientserver", logging.INFO)  # a connection closed
     assert shown("py4j.java_gateway", logging.ERROR, RuntimeError("the JVM died"))
     assert shown("streamplatform.cli", logging.INFO, path="/platform/streamplatform/cli.py")
+
+
+def test_run_takes_state_tables_as_the_python_and_dagster_declarations_do(monkeypatch):
+    """``--delta-state-table`` is StreamingJob's ``delta_state_tables`` (and the Dagster
+    spec's): the same name, the same meaning."""
+    made = {}
+    monkeypatch.setattr("streamplatform.runtime.microbatch.StreamingJob",
+                        lambda topology, settings, **kwargs: made.update(kwargs))  # fmt: skip
+    args = cli.build_parser().parse_args([
+        "run", "--topology", "tests.test_cli:_counts_topology", "--delta-sink", "copy",
+        "--delta-state-table", "counts",
+    ])  # fmt: skip
+    cli._job(args)
+    assert made == {"delta_sinks": ["copy"], "delta_state_tables": ["counts"]}
+
+
+def _counts_topology():
+    from streamplatform import StreamsBuilder
+
+    b = StreamsBuilder()
+    stream = b.stream("in")
+    stream.to("copy")
+    stream.group_by_key().count().to_stream().to("counts")
+    return b.build()

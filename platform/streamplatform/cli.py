@@ -9,6 +9,7 @@ streamplatform topics consume|tail TOPIC [--from-end] [--max-messages N] [--foll
 streamplatform placement plan --instances FILE [--standbys N] [--awareness zone,cluster]
                               [--tasks N] [--strict]
 streamplatform run --topology pkg.module:name --set KEY=VALUE ... [--delta-sink TOPIC]
+                    [--delta-state-table TOPIC]
                    [--trigger-interval-ms MS] [--until-caught-up]
                    exit 0 stopped, 1 batch failed, 2 bad settings, 3 claimed elsewhere,
                    4 replay refused (a person must decide), 130 interrupted (batch replayed)
@@ -175,7 +176,8 @@ def topology_importable_from_cwd() -> None:
 
 
 def _job(args: argparse.Namespace) -> Any:
-    """The StreamingJob of ``--topology``, ``--set`` and ``--delta-sink``."""
+    """The StreamingJob of ``--topology``, ``--set``, ``--delta-sink`` and
+    ``--delta-state-table``."""
     from streamplatform.config import load_object
     from streamplatform.runtime.microbatch import StreamingJob
 
@@ -184,7 +186,8 @@ def _job(args: argparse.Namespace) -> Any:
     if callable(topology):
         topology = topology()
     settings = dict(setting.split("=", 1) for setting in args.set)
-    return StreamingJob(topology, settings, delta_sinks=args.delta_sink)
+    return StreamingJob(topology, settings, delta_sinks=args.delta_sink,
+                        delta_state_tables=args.delta_state_table)  # fmt: skip
 
 
 # Exit codes of `streamplatform run`, for a supervisor (systemd, Kubernetes) to act on.
@@ -594,6 +597,14 @@ def _job_arguments(command: argparse.ArgumentParser) -> None:
         default=[],
         metavar="TOPIC",
         help="a sink topic written to a Delta table instead of Kafka",
+    )
+    command.add_argument(
+        "--delta-state-table",
+        action="append",
+        default=[],
+        metavar="TOPIC",
+        help="a sink topic of a table's updates whose Delta table also keeps the table's "
+        "current state, one row per key (<topic>_state)",
     )
 
 

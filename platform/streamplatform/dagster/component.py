@@ -93,6 +93,11 @@ class StreamingJobComponent(dg.Component, dg.Model, dg.Resolvable):
     delta_sinks: list[str] = Field(
         default_factory=list, description="Sink topics written to Delta."
     )
+    delta_state_tables: list[str] = Field(
+        default_factory=list,
+        description="Sink topics of a table's updates also kept as the table's current state "
+        "in Delta (<topic>_state, one row per key).",
+    )
     dlq_topic: str | None = Field(default=None, description="errors.dead.letter.queue.topic.name")
     settings: dict[str, Any] = Field(
         default_factory=dict, description="More StreamsConfig settings."
@@ -129,7 +134,8 @@ class StreamingJobComponent(dg.Component, dg.Model, dg.Resolvable):
     def _build_spec(self) -> StreamingJobSpec:
         return StreamingJobSpec(
             name=self.name, topology=self.topology, application_id=self.application_id,
-            delta_sinks=tuple(self.delta_sinks), dlq_topic=self.dlq_topic,
+            delta_sinks=tuple(self.delta_sinks),
+            delta_state_tables=tuple(self.delta_state_tables), dlq_topic=self.dlq_topic,
             settings=dict(self.settings), group_name=self.group_name,
             description=self.description,
             freshness=None if self.freshness_minutes is None

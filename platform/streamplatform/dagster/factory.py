@@ -61,9 +61,11 @@ from streamplatform.dagster.checks import dlq_ratio, lag_by_partition, offset_lo
 from streamplatform.dagster.resource import StreamplatformResource
 from streamplatform.dagster.spec import AsOfJoin, StreamingJobSpec
 from streamplatform.dlq import DlqReplayer
+from streamplatform.runtime import delta_direct
 from streamplatform.runtime.logs import CommitLog
 from streamplatform.runtime.maintenance import maintain
 from streamplatform.runtime.microbatch import BatchResult, StreamingJob
+from streamplatform.runtime.state_tables import STATE_SUFFIX, state_table_path
 from streamplatform.runtime.task import add_metrics
 
 RESOURCE_KEY = "streamplatform"
@@ -197,6 +199,7 @@ def streaming_asset(job: StreamingJobSpec, max_dlq_ratio: float = 0.01) -> dg.As
     sinks = ", ".join(
         [f"Kafka topic `{t}`" for t in job.kafka_sink_topics()]
         + [f"Delta table `{t}`" for t in job.delta_sinks]
+        + [f"Delta table `{t}_state` (its current state)" for t in job.delta_state_tables]
     )  # fmt: skip
     description = job.description or (
         f"Runs the streaming job `{job.app_id}` until caught up: "
@@ -276,7 +279,8 @@ def run_until_caught_up(
     spark = resource.spark_session
     started = time.monotonic()
     streaming = StreamingJob(job.load_topology(), settings, spark=spark,
-                             delta_sinks=job.delta_sinks)  # fmt: skip
+                             delta_sinks=job.delta_sinks,
+                             delta_state_tables=job.delta_state_tables)  # fmt: skip
     results: list[BatchResult] = []
     try:
         while (result := streaming.run_batch()) is not None:
@@ -293,12 +297,16 @@ def run_until_caught_up(
     last = CommitLog(f"{app_root}/_commits", job.app_id).last()
     consumed = {} if last is None else dict(last.consumed)
     lag = lag_by_partition(resource.end_offsets, job.source_topics(), consumed)
-    metadata = run_metadata(results, seconds, consumed, lag) | {
-        "application_id": job.app_id,
-        "processing.guarantee": streaming.config["processing.guarantee"],
-        "committed_batch_id": -1 if last is None else last.batch_id,
-        "commit_log": dg.MetadataValue.path(f"{app_root}/_commits"),
-    }
+    metadata = (
+        run_metadata(results, seconds, consumed, lag)
+        | {
+            "application_id": job.app_id,
+            "processing.guarantee": streaming.config["processing.guarantee"],
+            "committed_batch_id": -1 if last is None else last.batch_id,
+            "commit_log": dg.MetadataValue.path(f"{app_root}/_commits"),
+        }
+        | state_table_rows(app_root, job.delta_state_tables)
+    )
     records_in = int(metadata["rows_in"])
     ratio = dlq_ratio(records_in, int(metadata["dlq_records"]))
     batches, problems = offset_log_problems(spark, app_root)
@@ -315,6 +323,16 @@ def run_until_caught_up(
                                       "problems": dg.MetadataValue.json(problems[:20])}),
     ]  # fmt: skip
     return metadata, checks
+
+
+def state_table_rows(app_root: str, topics: Sequence[str]) -> dict[str, int]:
+    """The rows (keys, or keys and windows) of each state table: ``<topic>_state_rows``."""
+    rows = {}
+    for topic in topics:
+        table = delta_direct.table_or_none(state_table_path(app_root, topic))
+        count = 0 if table is None else table.to_pyarrow_dataset().count_rows()
+        rows[f"{topic}{STATE_SUFFIX}_rows"] = count
+    return rows
 
 
 def run_metadata(

@@ -58,7 +58,9 @@ class StreamingJobSpec:
 
     ``name``: the streaming asset's name, and the ``application.id`` unless ``application_id``
     is given. ``delta_sinks``: output topics written to Delta tables under
-    ``<delta root>/<application.id>/<topic>`` instead of Kafka. ``dlq_topic``: the DLQ topic
+    ``<delta root>/<application.id>/<topic>`` instead of Kafka. ``delta_state_tables``: sink
+    topics of a table's updates whose Delta table also keeps the table's current state, one
+    row per key (per key and window), in ``<topic>_state``. ``dlq_topic``: the DLQ topic
     (KIP-1034); with one, poison records and failing records go there and the job continues,
     unless ``settings`` choose other handlers. ``settings``: more StreamsConfig settings.
     ``freshness``: the asset's freshness policy, a materialization at least this often.
@@ -72,6 +74,7 @@ class StreamingJobSpec:
     topology: Topology | Callable[[], Topology] | str
     application_id: str | None = None
     delta_sinks: Sequence[str] = ()
+    delta_state_tables: Sequence[str] = ()
     dlq_topic: str | None = None
     settings: Mapping[str, Any] = field(default_factory=dict)
     group_name: str = "streaming"
@@ -99,12 +102,14 @@ class StreamingJobSpec:
             self._checked_config  # noqa: B018
         except ConfigError as error:
             raise ConfigError(f"{self.name}: {error}") from None
-        unknown = set(self.delta_sinks) - set(self.load_topology().sink_topics(self.app_id))
-        if unknown:
-            raise ConfigError(
-                f"{self.name}: delta_sinks {sorted(unknown)} are not sink topics of the "
-                f"topology (its sinks: {self.load_topology().sink_topics(self.app_id)})"
-            )
+        sinks = self.load_topology().sink_topics(self.app_id)
+        for field_name in ("delta_sinks", "delta_state_tables"):
+            unknown = set(getattr(self, field_name)) - set(sinks)
+            if unknown:
+                raise ConfigError(
+                    f"{self.name}: {field_name} {sorted(unknown)} are not sink topics of the "
+                    f"topology (its sinks: {sinks})"
+                )
         not_kafka_sinks = set(self.shared_sinks) - set(self.kafka_sink_topics())
         if not_kafka_sinks:
             raise ConfigError(
@@ -185,7 +190,7 @@ class StreamingJobSpec:
         return [
             t
             for t in dict.fromkeys(topology.sink_topics(self.app_id))
-            if t not in internal and t not in self.delta_sinks
+            if t not in internal and t not in self.delta_sinks and t not in self.delta_state_tables
         ]
 
     def topic_assets(self) -> list[str]:
