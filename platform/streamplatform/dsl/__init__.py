@@ -1,7 +1,7 @@
 """The topology DSL: StreamsBuilder, KStream, KTable, Topology and the Processor API."""
 
 from streamplatform.dsl.builder import StreamsBuilder
-from streamplatform.dsl.grouped import KGroupedStream, TimeWindowedKStream
+from streamplatform.dsl.grouped import KGroupedStream, SessionWindowedKStream, TimeWindowedKStream
 from streamplatform.dsl.grouped_table import KGroupedTable
 from streamplatform.dsl.kstream import KStream, KTable
 from streamplatform.dsl.processor import Processor, ProcessorContext, PunctuationType
@@ -10,6 +10,9 @@ from streamplatform.dsl.suppress import Suppressed
 from streamplatform.dsl.topology import SubTopology, TaskId, Topology
 from streamplatform.dsl.windows import (
     EmitStrategy,
+    SessionWindowedSerde,
+    SessionWindows,
+    SlidingWindows,
     TimeWindowedSerde,
     TimeWindows,
     Window,
@@ -26,6 +29,10 @@ __all__ = [
     "Processor",
     "ProcessorContext",
     "PunctuationType",
+    "SessionWindowedKStream",
+    "SessionWindowedSerde",
+    "SessionWindows",
+    "SlidingWindows",
     "StreamsBuilder",
     "SubTopology",
     "Suppressed",

@@ -44,14 +44,16 @@ class KeptStreamTime:
     and written once per commit (``save`` from ``flush``), so that a reopened or restored
     task goes on from it."""
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: Any, key: bytes = _STREAM_TIME_KEY) -> None:
+        """``key``: where in the store (another key keeps another time of the processor)."""
         self.store = store
-        saved = store.transaction.get(_STREAM_TIME_KEY)
+        self.key = key
+        saved = store.transaction.get(key)
         self.time = self.saved = -1 if saved is None else _TIMESTAMP.unpack(saved)[0]
 
     def save(self) -> None:
         if self.time != self.saved:
-            self.store.transaction.put(_STREAM_TIME_KEY, _TIMESTAMP.pack(self.time))
+            self.store.transaction.put(self.key, _TIMESTAMP.pack(self.time))
             self.saved = self.time
 
 
@@ -83,11 +85,9 @@ class ResultCache:
         return self.aggregation._read(key)
 
     def put(self, key: bytes, result: Any, timestamp: int, record: Record | None,
-            window: int | None) -> None:  # fmt: skip
+            window: Any) -> None:  # fmt: skip
         if self.max_bytes <= 0:
-            self.aggregation._write(key, result, timestamp)
-            if record is not None:
-                self.aggregation._forward(record, window, result, timestamp)
+            self.aggregation._store(key, result, timestamp, record, window)
             return
         entries = self.entries
         if entries.pop(key, None) is None:  # re-inserted: the dict's order is the write order
@@ -108,18 +108,14 @@ class ResultCache:
         aggregation = self.aggregation
         for key, entry in self.entries.items():
             if entry[4]:
-                aggregation._write(key, entry[0], entry[1])
-                if entry[2] is not None:
-                    aggregation._forward(entry[2], entry[3], entry[0], entry[1])
+                aggregation._store(key, entry[0], entry[1], entry[2], entry[3])
                 entry[2] = None
                 entry[4] = False
 
     def _evict(self, key: bytes, entry: list[Any]) -> None:
         self.bytes -= len(key) + self._ENTRY_BYTES
         if entry[4]:
-            self.aggregation._write(key, entry[0], entry[1])
-            if entry[2] is not None:
-                self.aggregation._forward(entry[2], entry[3], entry[0], entry[1])
+            self.aggregation._store(key, entry[0], entry[1], entry[2], entry[3])
 
 
 def _cache_bytes(context: ProcessorContext) -> int:
@@ -168,6 +164,14 @@ class _Aggregation(Processor):
                 return record.value, record.timestamp
             return self.aggregator(record.key, record.value, self.initializer()), record.timestamp
         return self.aggregator(record.key, record.value, old[0]), max(record.timestamp, old[1])
+
+    def _store(self, key: bytes, result: Any, timestamp: int, record: Record | None,
+               window: Any) -> None:  # fmt: skip
+        """A result leaves the cache: to the store, and the update ``record`` made (None:
+        nothing to forward) goes on."""
+        self._write(key, result, timestamp)
+        if record is not None:
+            self._forward(record, window, result, timestamp)
 
     def _read(self, key: bytes) -> tuple[Any, int] | None:
         """A stored (result, timestamp), or None."""
@@ -298,3 +302,199 @@ class WindowedAggregate(_Aggregation):
                 self.context.forward(record._replace(key=windowed, value=result,
                                                      timestamp=timestamp))  # fmt: skip
             transaction.delete(store_key)
+
+
+# Sliding windows and sessions (sliding_aggregate.py, session_aggregate.py) look up a key's
+# windows by time, as Kafka Streams' window and session stores do, so their store is laid out
+# twice: b"k" + key length (4 bytes) + key + window suffix -> timestamp + result (a key's
+# windows in time order), and b"t" + window suffix + key -> b"" (every window in time order:
+# expiry, and final results on window close). The suffix is the window's time (8 bytes,
+# big-endian: its start for sliding windows, its end for sessions), then for sessions the
+# start. Timestamps are not negative (Kafka Streams drops such records), so the
+# big-endian bytes sort as the numbers.
+_KEYED_PREFIX = b"k"
+_TIME_PREFIX = b"t"
+_STORE_TIME_KEY = b"m:store-time"  # the largest window time written: what retention counts from
+_EMITTED_KEY = b"m:emitted-to"  # on window close: the window close time last emitted to
+_LATEST = 2**63 - 1
+
+
+def keyed_prefix(key: bytes) -> bytes:
+    """Where a key's windows start in a ``KeyedWindowAggregation``'s store."""
+    return _KEYED_PREFIX + len(key).to_bytes(4, "big") + key
+
+
+class KeyedWindowCache(ResultCache):
+    """The record cache of a ``KeyedWindowAggregation``: also finds a key's cached windows
+    (``by_prefix``), since its lookups are ranges of a key's windows, not single keys."""
+
+    def __init__(self, aggregation: _Aggregation, max_bytes: int) -> None:
+        super().__init__(aggregation, max_bytes)
+        self.by_prefix: dict[bytes, set[bytes]] = {}
+
+    def put(self, key: bytes, result: Any, timestamp: int, record: Record | None,
+            window: Any) -> None:  # fmt: skip
+        if self.max_bytes > 0 and key not in self.entries:
+            self.by_prefix.setdefault(_prefix_of(key), set()).add(key)
+        super().put(key, result, timestamp, record, window)
+
+    def pop(self, key: bytes) -> list[Any] | None:
+        entry = super().pop(key)
+        if entry is not None:
+            self._unindex(key)
+        return entry
+
+    def _evict(self, key: bytes, entry: list[Any]) -> None:
+        self._unindex(key)
+        super()._evict(key, entry)
+
+    def _unindex(self, key: bytes) -> None:
+        prefix = _prefix_of(key)
+        keys = self.by_prefix.get(prefix)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self.by_prefix[prefix]
+
+
+def _prefix_of(store_key: bytes) -> bytes:
+    return store_key[: 5 + int.from_bytes(store_key[1:5], "big")]
+
+
+class KeyedWindowAggregation(_Aggregation):
+    """What sliding-window and session aggregations share: a key's windows found by time
+    through the record cache and the store, Kafka Streams' retention (a window whose time is
+    ``retention_ms`` behind the largest window time written is no longer seen, as Kafka
+    Streams' segmented stores hide it), expiry of those windows from the store at the commit,
+    and the final results of ``EmitStrategy.on_window_close()``.
+
+    A subclass sets ``retention_ms``, ``emit_final`` and ``suffix_tail`` (the bytes of the
+    window suffix after its time: 8 for sessions, 0 for sliding windows)."""
+
+    retention_ms: int
+    emit_final: bool
+    suffix_tail: int
+    # Kafka Streams' time-first store (sliding windows on window close) hides a window only
+    # once it is a whole retention behind, not retention - 1 as its other stores do.
+    time_first: bool = False
+
+    def init(self, context: ProcessorContext) -> None:
+        super().init(context)
+        # On window close Kafka Streams' store has no cache: every write goes to it at once,
+        # where the final results are found.
+        self.cache = KeyedWindowCache(self, 0 if self.emit_final else _cache_bytes(context))
+        self.stream_time = KeptStreamTime(self.store)
+        self.store_time = KeptStreamTime(self.store, _STORE_TIME_KEY)
+        self.emitted_to = KeptStreamTime(self.store, _EMITTED_KEY)
+        self.expired_below = 0  # window times below it are gone from the store
+
+    def flush(self) -> None:
+        super().flush()
+        self._expire()
+        self.stream_time.save()
+        self.store_time.save()
+        self.emitted_to.save()
+
+    def _visible_from(self) -> int:
+        """The earliest window time still seen: Kafka Streams' store stream time - retention
+        + 1 (+ 0 in its time-first store)."""
+        return max(0, self.store_time.time - self.retention_ms + (0 if self.time_first else 1))
+
+    def _key_windows(self, prefix: bytes, low: int, high: int) -> list[tuple[bytes, Any, int]]:
+        """The key's windows (``prefix``) whose time is in [low, high) and still seen, in time
+        order: (store key, result, timestamp), the cache's over the store's."""
+        low = max(low, self._visible_from())
+        if high <= low:
+            return []
+        found: dict[bytes, tuple[Any, int]] = {}
+        deserialize = self.result_serde.deserialize
+        for store_key, raw in self.store.transaction.range(
+            prefix + _TIMESTAMP.pack(low), prefix + _TIMESTAMP.pack(high)
+        ):
+            found[store_key] = (deserialize(raw[8:]), _TIMESTAMP.unpack_from(raw)[0])
+        entries, at = self.cache.entries, len(prefix)
+        for store_key in self.cache.by_prefix.get(prefix, ()):  # type: ignore[attr-defined]
+            if low <= _TIMESTAMP.unpack_from(store_key, at)[0] < high:
+                entry = entries[store_key]
+                found[store_key] = (entry[0], entry[1])
+        return [(k, *found[k]) for k in sorted(found) if found[k][0] is not None]
+
+    def _put(self, store_key: bytes, time: int, result: Any, timestamp: int,
+             record: Record | None, window: Window) -> None:  # fmt: skip
+        """Write a window's result (None: delete the window), its update forwarded unless
+        only final results are."""
+        # Kafka Streams' store counts the window's time at every write reaching it: with a
+        # cache, a deletion of a window the store never had does not.
+        if (result is not None or self.cache.max_bytes <= 0) and time > self.store_time.time:
+            self.store_time.time = time
+        forwarded = None if self.emit_final else record
+        self.cache.put(store_key, result, timestamp, forwarded, window)
+
+    def _store(self, key: bytes, result: Any, timestamp: int, record: Record | None,
+               window: Any) -> None:  # fmt: skip
+        # Kafka Streams' caching store: deleting a window its store never had (created and
+        # deleted in the cache) neither writes nor forwards anything. Without the cache the
+        # deletion goes on all the same.
+        if result is None and self.cache.max_bytes > 0 and self.store.transaction.get(key) is None:
+            return
+        super()._store(key, result, timestamp, record, window)
+
+    def _write(self, key: bytes, result: Any, timestamp: int) -> None:
+        super()._write(key, result, timestamp)
+        index = self._time_key(key)
+        if self.result_serde.serialize(result) is None:
+            self.store.transaction.delete(index)
+        else:
+            self.store.transaction.put(index, b"")
+
+    def _forward(self, record: Record, window: Any, result: Any, timestamp: int) -> None:
+        self.context.forward(record._replace(key=Windowed(record.key, window), value=result,
+                                             timestamp=timestamp))  # fmt: skip
+
+    def _time_key(self, store_key: bytes) -> bytes:
+        """The time index's key of the window at ``store_key``: b"t" + suffix + key, the
+        order of Kafka Streams' time-first stores ([start][key] for windows, [end][start]
+        [key] for sessions)."""
+        suffix_at = len(store_key) - 8 - self.suffix_tail
+        return _TIME_PREFIX + store_key[suffix_at:] + store_key[5:suffix_at]
+
+    def _store_key(self, time_key: bytes) -> tuple[bytes, bytes, bytes]:
+        """The time index's key back to (store key, key bytes, suffix)."""
+        key_at = 9 + self.suffix_tail
+        key, suffix = time_key[key_at:], time_key[1:key_at]
+        return keyed_prefix(key) + suffix, key, suffix
+
+    def _closed_windows(self, low: int, high: int) -> list[tuple[bytes, bytes, Any, int]]:
+        """Every key's windows with time in [low, high], in time then key order, as Kafka
+        Streams' time-ordered store gives them: (key bytes, suffix, result, timestamp). With
+        no cache (on window close) the store has them all. Its time-first window store hides
+        those a retention behind; its session store shows them all."""
+        if self.time_first:
+            low = max(low, self._visible_from())
+        if high < low:
+            return []
+        transaction, out = self.store.transaction, []
+        bounds = _TIME_PREFIX + _TIMESTAMP.pack(low), _TIME_PREFIX + _TIMESTAMP.pack(high + 1)
+        for time_key, _ in list(transaction.range(*bounds)):
+            store_key, key, suffix = self._store_key(time_key)
+            raw = transaction.get(store_key)
+            if raw is not None:
+                out.append((key, suffix, self.result_serde.deserialize(raw[8:]),
+                            _TIMESTAMP.unpack_from(raw)[0]))  # fmt: skip
+        return out
+
+    def _expire(self) -> None:
+        """Windows no longer seen leave the store (and the cache; their updates went on at the
+        flush before). Those at the time-first retention bound stay: a final result may still
+        be read there."""
+        below = self.store_time.time - self.retention_ms
+        if below <= self.expired_below:
+            return
+        transaction = self.store.transaction
+        low = _TIME_PREFIX + _TIMESTAMP.pack(self.expired_below)
+        for time_key, _ in list(transaction.range(low, _TIME_PREFIX + _TIMESTAMP.pack(below))):
+            store_key = self._store_key(time_key)[0]
+            transaction.delete(store_key)
+            transaction.delete(time_key)
+            self.cache.pop(store_key)
+        self.expired_below = below

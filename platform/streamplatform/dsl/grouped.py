@@ -2,20 +2,31 @@
 
 ``stream.group_by_key()`` (or ``group_by(selector)``, which re-keys and so repartitions) gives
 a ``KGroupedStream``; ``count()``, ``reduce(reducer)`` and ``aggregate(initializer,
-aggregator)`` give a ``KTable`` of the results, ``windowed_by(TimeWindows...)`` a
-``TimeWindowedKStream`` whose results are keyed by ``Windowed(key, window)``. The processors
-are in aggregate.py.
+aggregator)`` give a ``KTable`` of the results, ``windowed_by(TimeWindows...)`` or
+``windowed_by(SlidingWindows...)`` a ``TimeWindowedKStream`` and ``windowed_by(SessionWindows
+...)`` a ``SessionWindowedKStream``, whose results are keyed by ``Windowed(key, window)``. The
+processors are in aggregate.py, sliding_aggregate.py and session_aggregate.py.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, overload
 
 from streamplatform.dsl.aggregate import StreamAggregate, WindowedAggregate
 from streamplatform.dsl.ktable import KTable
 from streamplatform.dsl.processor import Processor
-from streamplatform.dsl.windows import EmitStrategy, TimeWindowedSerde, TimeWindows
+from streamplatform.dsl.session_aggregate import SessionWindowAggregate
+from streamplatform.dsl.sliding_aggregate import SlidingWindowAggregate
+from streamplatform.dsl.windows import (
+    EmitStrategy,
+    SessionWindowedSerde,
+    SessionWindows,
+    SlidingWindows,
+    TimeWindowedSerde,
+    TimeWindows,
+)
 from streamplatform.serdes import Serde, Serdes
 from streamplatform.state import Stores
 
@@ -35,7 +46,7 @@ class _Aggregations:
     """count, reduce and aggregate, for a grouped stream over all time or per window."""
 
     _stream: KStream
-    _windows: TimeWindows | None = None  # per window: the windows; over all time: None
+    _windows: Any = None  # per window: the windows; over all time: None
 
     def count(self, name: str | None = None) -> KTable:
         """Records per key (per key and window). A None value is not counted over all time,
@@ -96,10 +107,21 @@ class KGroupedStream(_Aggregations):
     def __init__(self, stream: KStream) -> None:
         self._stream = stream
 
-    def windowed_by(self, windows: TimeWindows) -> TimeWindowedKStream:
-        """Aggregate per time window (tumbling or hopping)."""
-        if not isinstance(windows, TimeWindows):
-            raise TypeError(f"windowed_by takes TimeWindows, got {type(windows).__name__}")
+    @overload
+    def windowed_by(self, windows: TimeWindows | SlidingWindows) -> TimeWindowedKStream: ...
+    @overload
+    def windowed_by(self, windows: SessionWindows) -> SessionWindowedKStream: ...
+
+    def windowed_by(
+        self, windows: TimeWindows | SlidingWindows | SessionWindows
+    ) -> TimeWindowedKStream | SessionWindowedKStream:
+        """Aggregate per time window (tumbling or hopping), per sliding window or per
+        session."""
+        if isinstance(windows, SessionWindows):
+            return SessionWindowedKStream(self._stream, windows)
+        if not isinstance(windows, TimeWindows | SlidingWindows):
+            raise TypeError("windowed_by takes TimeWindows, SlidingWindows or SessionWindows, "
+                            f"got {type(windows).__name__}")  # fmt: skip
         return TimeWindowedKStream(self._stream, windows)
 
     def _processor(self, args: tuple) -> Processor:
@@ -110,11 +132,13 @@ class KGroupedStream(_Aggregations):
 
 
 class TimeWindowedKStream(_Aggregations):
-    """A grouped stream aggregated per time window."""
+    """A grouped stream aggregated per time window or sliding window (Kafka Streams'
+    ``TimeWindowedKStream`` too, for both). A None value is counted per time window, and
+    dropped (and counted in ``dropped_records``) per sliding window, as in Kafka Streams."""
 
-    _windows: TimeWindows
+    _windows: TimeWindows | SlidingWindows
 
-    def __init__(self, stream: KStream, windows: TimeWindows) -> None:
+    def __init__(self, stream: KStream, windows: TimeWindows | SlidingWindows) -> None:
         self._stream = stream
         self._windows = windows
         self._emit = EmitStrategy.on_window_update()
@@ -126,7 +150,92 @@ class TimeWindowedKStream(_Aggregations):
         return windowed
 
     def _processor(self, args: tuple) -> Processor:
+        if isinstance(self._windows, SlidingWindows):
+            return SlidingWindowAggregate(self._windows, self._emit, *args)
         return WindowedAggregate(self._windows, self._emit, *args)
 
     def _table_key_serde(self) -> Serde:
-        return TimeWindowedSerde(self._stream.key_serde, self._windows.size_ms)
+        # A sliding window [start, start + d] is written as a time window of size d, as
+        # Kafka Streams writes it.
+        windows = self._windows
+        if isinstance(windows, SlidingWindows):
+            return TimeWindowedSerde(self._stream.key_serde, windows.time_difference_ms)
+        return TimeWindowedSerde(self._stream.key_serde, windows.size_ms)
+
+
+@dataclass(frozen=True)
+class _SessionClose:
+    """What ``KTable.suppress`` reads of a session table's windows: a session closes gap +
+    grace after its end (its ``grace_ms`` there), as Kafka Streams' suppression counts it."""
+
+    grace_ms: int
+
+
+def _add(key: Any, one: int, two: int) -> int:
+    return one + two
+
+
+class SessionWindowedKStream(_Aggregations):
+    """A grouped stream aggregated per session (``SessionWindows``): results keyed by
+    ``Windowed(key, Window(start, end))`` (end inclusive: the session's last record), written
+    by ``SessionWindowedSerde``. A None value is aggregated, as in Kafka Streams."""
+
+    _windows: SessionWindows
+
+    def __init__(self, stream: KStream, windows: SessionWindows) -> None:
+        self._stream = stream
+        self._windows = windows
+        self._emit = EmitStrategy.on_window_update()
+        self._merger: Callable[[Any, Any, Any], Any] = _add
+
+    def emit_strategy(self, strategy: EmitStrategy) -> SessionWindowedKStream:
+        """``EmitStrategy.on_window_close()``: forward each session's final result only."""
+        return self._copy(strategy, self._merger)
+
+    def count(self, name: str | None = None) -> KTable:
+        """Records per session, None values too; merged sessions' counts add up."""
+        return self._copy(self._emit, _add)._aggregate("COUNT", name, _zero, _count,
+                                                      Serdes.long())  # fmt: skip
+
+    def reduce(self, reducer: Callable[[Any, Any], Any], name: str | None = None) -> KTable:
+        """``reducer(aggregate, value)``; a session's first value is its first result, and
+        merged sessions reduce as ``reducer(earlier, later)`` (Kafka Streams' merger for a
+        reduce)."""
+
+        def merger(key: Any, one: Any, two: Any) -> Any:
+            return two if one is None else reducer(one, two)
+
+        return self._copy(self._emit, merger)._aggregate(
+            "REDUCE", name, None, lambda k, v, agg: reducer(agg, v), self._stream.value_serde
+        )
+
+    def aggregate(  # type: ignore[override]  # a session aggregation needs a merger
+        self,
+        initializer: Callable[[], Any],
+        aggregator: Callable[[Any, Any, Any], Any],
+        merger: Callable[[Any, Any, Any], Any],
+        value_serde: Serde | None = None,
+        name: str | None = None,
+    ) -> KTable:
+        """``aggregator(key, value, aggregate)`` from ``initializer()``; ``merger(key, agg1,
+        agg2)`` joins two sessions' results when a record bridges them."""
+        return self._copy(self._emit, merger)._aggregate(
+            "AGGREGATE", name, initializer, aggregator, value_serde or Serdes.json()
+        )
+
+    def _copy(self, emit: EmitStrategy, merger: Callable[[Any, Any, Any], Any]
+              ) -> SessionWindowedKStream:  # fmt: skip
+        windowed = SessionWindowedKStream(self._stream, self._windows)
+        windowed._emit, windowed._merger = emit, merger
+        return windowed
+
+    def _aggregate(self, *args: Any) -> KTable:
+        table = super()._aggregate(*args)
+        table._windows = _SessionClose(self._windows.close_after_end_ms)
+        return table
+
+    def _processor(self, args: tuple) -> Processor:
+        return SessionWindowAggregate(self._windows, self._emit, self._merger, *args)
+
+    def _table_key_serde(self) -> Serde:
+        return SessionWindowedSerde(self._stream.key_serde)

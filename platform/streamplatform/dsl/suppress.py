@@ -61,16 +61,19 @@ class WindowCloseSuppression(Processor):
             transaction.delete(buffered)  # a tombstone takes the window's result back
         else:
             transaction.put(buffered, _TIMESTAMP.pack(record.timestamp) + value)
-        self._forward_closed(record)
+        self._forward_closed(record, record.key.window.end)
 
-    def _forward_closed(self, record: Record) -> None:
+    def _forward_closed(self, record: Record, end: int) -> None:
         """The buffered windows that ended at or before stream time - grace, in order. Those
-        ending at or before the last expiry are gone already: the scan starts past them."""
+        ending at or before the last expiry are gone already: the scan starts past them, or
+        at ``end``, the window just buffered, when it had closed already (a sliding window
+        made late, a session: Kafka Streams forwards it at once)."""
         expiry = self.stream_time.time - self.grace_ms
-        if expiry <= self.emitted_to or expiry <= 0:  # nothing more has closed (a window's
-            return  # end is positive; a negative one would not sort as a number)
+        late = 0 <= end <= self.emitted_to
+        if (expiry <= self.emitted_to and not late) or expiry <= 0:  # nothing more has closed
+            return  # (a window's end is positive; a negative one would not sort as a number)
         transaction = self.store.transaction
-        low = _BUFFER_PREFIX + _TIMESTAMP.pack(max(0, self.emitted_to + 1))
+        low = _BUFFER_PREFIX + _TIMESTAMP.pack(end if late else max(0, self.emitted_to + 1))
         high = _BUFFER_PREFIX + _TIMESTAMP.pack(expiry + 1)
         for buffered, raw in list(transaction.range(low, high)):
             value = self.value_serde.deserialize(raw[8:])

@@ -6,6 +6,13 @@ start <= t < start + size. A window accepts records until stream time passes its
 grace period; a record for a window already closed is dropped and counted
 (``dropped_records``), as Kafka Streams drops it. The store keeps a window for size + grace
 (Kafka Streams' default retention).
+
+``SlidingWindows`` (KIP-450) hold the records within ``time_difference`` of each other: a window
+[start, start + time_difference], both ends inclusive, exists for each record as its end and
+just after it as its start, as far as other records fall into it. ``SessionWindows`` hold a
+key's records separated by less than the inactivity gap: a session [first, last] (inclusive)
+grows and merges as records come. The processors are in sliding_aggregate.py and
+session_aggregate.py.
 """
 
 from __future__ import annotations
@@ -21,7 +28,8 @@ K = TypeVar("K")
 
 @dataclass(frozen=True, order=True)
 class Window:
-    """The time interval [start, end) in milliseconds."""
+    """A window's interval in milliseconds: [start, end) for ``TimeWindows``; [start, end],
+    both inclusive, for sliding windows and sessions (as Kafka Streams' windows)."""
 
     start: int
     end: int
@@ -49,6 +57,13 @@ def _grace(value: timedelta | int) -> int:
     millis = duration_ms(value, "grace")
     if millis < 0:
         raise ValueError(f"grace must not be negative, got {value!r}")
+    return millis
+
+
+def _not_negative(value: timedelta | int, what: str) -> int:
+    millis = duration_ms(value, what)
+    if millis < 0:
+        raise ValueError(f"{what} must not be negative, got {value!r}")
     return millis
 
 
@@ -95,6 +110,65 @@ class TimeWindows:
     @property
     def retention_ms(self) -> int:
         return self.size_ms + self.grace_ms
+
+
+@dataclass(frozen=True)
+class SlidingWindows:
+    """Windows of a fixed ``time_difference`` that slide with the records (Kafka Streams'
+    ``SlidingWindows``): a record at t makes the window [t - time_difference, t] and, when a
+    later record of its key falls within the time difference, [t + 1, t + 1 +
+    time_difference]. Build them with ``of_time_difference_with_no_grace`` or
+    ``of_time_difference_and_grace``. A time difference of 0 is allowed, as in Kafka Streams."""
+
+    time_difference_ms: int
+    grace_ms: int
+
+    @classmethod
+    def of_time_difference_with_no_grace(cls, time_difference: timedelta | int) -> SlidingWindows:
+        return cls(_not_negative(time_difference, "time_difference"), 0)
+
+    @classmethod
+    def of_time_difference_and_grace(
+        cls, time_difference: timedelta | int, grace: timedelta | int
+    ) -> SlidingWindows:
+        return cls(_not_negative(time_difference, "time_difference"), _grace(grace))
+
+    @property
+    def retention_ms(self) -> int:
+        """Kafka Streams' default: twice the time difference plus grace, so that every window
+        a new record may need (starting from its time - 2 * time difference) is still there."""
+        return 2 * self.time_difference_ms + self.grace_ms
+
+
+@dataclass(frozen=True)
+class SessionWindows:
+    """Sessions of activity (Kafka Streams' ``SessionWindows``): a key's records less than
+    ``inactivity_gap`` apart (at most the gap) share a session [first, last]. Build them with
+    ``of_inactivity_gap_with_no_grace`` or ``of_inactivity_gap_and_grace``."""
+
+    inactivity_gap_ms: int
+    grace_ms: int
+
+    @classmethod
+    def of_inactivity_gap_with_no_grace(cls, inactivity_gap: timedelta | int) -> SessionWindows:
+        return cls(_positive(inactivity_gap, "inactivity_gap"), 0)
+
+    @classmethod
+    def of_inactivity_gap_and_grace(
+        cls, inactivity_gap: timedelta | int, grace: timedelta | int
+    ) -> SessionWindows:
+        return cls(_positive(inactivity_gap, "inactivity_gap"), _grace(grace))
+
+    @property
+    def retention_ms(self) -> int:
+        """Kafka Streams' default: the gap plus grace after a session's end."""
+        return self.inactivity_gap_ms + self.grace_ms
+
+    @property
+    def close_after_end_ms(self) -> int:
+        """How long after a session's end it closes: the gap (a record may still extend it)
+        plus grace; what ``suppress(until_window_closes())`` waits, as in Kafka Streams."""
+        return self.inactivity_gap_ms + self.grace_ms
 
 
 class EmitStrategy:
@@ -146,3 +220,31 @@ class TimeWindowedSerde:
             return None
         start = int.from_bytes(data[-8:], "big", signed=True)
         return Windowed(self.inner.deserialize(data[:-8]), Window(start, start + self.size_ms))
+
+
+class SessionWindowedSerde:
+    """Writes session ``Windowed`` keys as Kafka Streams' session-windowed serde does
+    (``SessionKeySchema``): the key's bytes, then the session's end, then its start (8 bytes
+    each, big-endian)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.name = f"session-windowed({inner.name})"
+
+    def serialize(self, value: Windowed | None) -> bytes | None:
+        if value is None:
+            return None
+        key = self.inner.serialize(value.key) or b""
+        window = value.window
+        return (
+            key
+            + window.end.to_bytes(8, "big", signed=True)
+            + window.start.to_bytes(8, "big", signed=True)
+        )
+
+    def deserialize(self, data: bytes | None) -> Windowed | None:
+        if data is None:
+            return None
+        end = int.from_bytes(data[-16:-8], "big", signed=True)
+        start = int.from_bytes(data[-8:], "big", signed=True)
+        return Windowed(self.inner.deserialize(data[:-16]), Window(start, end))
