@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from streamplatform import StreamsBuilder, TopologyTestDriver
+from streamplatform import StreamsBuilder, TimeWindows, TopologyTestDriver
 from streamplatform.serdes import Serdes
 from streamplatform.state import Stores
 
@@ -101,3 +101,34 @@ def test_a_task_counts_joins_misses_and_its_stream_time(left):
     assert (metrics["join_joined"], metrics["join_misses"]) == (1, 2)
     assert metrics["stream_time_max"] == 2_000  # the largest timestamp read, not the last
     assert metrics["records_out"] == (3 if left else 1)
+
+
+@pytest.mark.parametrize("commit_every", [1, None])
+def test_a_stream_joins_an_aggregations_table_through_its_record_cache(commit_every):
+    """The table of an aggregation (spend per user): each purchase joins the user's total as
+    it is at that moment, also while the total is only in the record cache (no commit yet),
+    as Kafka Streams' join reads through the caching store."""
+    b = StreamsBuilder()
+    spend = b.stream("spend", Serdes.string(), Serdes.long())
+    totals = spend.group_by_key().reduce(lambda total, amount: total + amount)
+    purchases = b.stream("purchases", Serdes.string(), Serdes.string())
+    purchases.left_join(totals, lambda item, total: f"{item}@{total}").to("out")
+    with TopologyTestDriver(b.build(), {"application.id": "agg-join"},
+                            commit_every=commit_every) as driver:  # fmt: skip
+        spent = driver.create_input_topic("spend", Serdes.string(), Serdes.long())
+        bought = driver.create_input_topic("purchases", Serdes.string(), Serdes.string())
+        bought.pipe_input("u1", "hat", timestamp=1)
+        spent.pipe_input("u1", 5, timestamp=2)
+        spent.pipe_input("u1", 7, timestamp=3)
+        bought.pipe_input("u1", "cap", timestamp=4)
+        spent.pipe_input("u2", 1, timestamp=5)
+        bought.pipe_input("u2", "pen", timestamp=6)
+        out = driver.create_output_topic("out", Serdes.string(), Serdes.string())
+        assert out.read_values_to_list() == ["hat@None", "cap@12", "pen@1"]
+
+
+def test_a_windowed_table_cannot_be_joined_by_a_stream():
+    b = StreamsBuilder()
+    counts = b.stream("views").group_by_key().windowed_by(TimeWindows.of_size_with_no_grace(10))
+    with pytest.raises(ValueError, match="a windowed table's keys are"):
+        b.stream("clicks").join(counts.count(), lambda click, count: count)

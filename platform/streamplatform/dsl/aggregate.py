@@ -64,11 +64,13 @@ class ResultCache:
     of their last update; over ``max_bytes`` the least recently written go at once. With
     ``max_bytes`` 0 each result goes to the store, and its update on, as it is made.
 
-    An entry is ``[result, timestamp, record, window, dirty]``: the record that made the
-    result, and its window's start (None over all time), make the update forwarded at the
+    An entry is ``[result, timestamp, record, window, dirty, source]``: the record that made
+    the result, and its window's start (None over all time), make the update forwarded at the
     flush;
     ``record`` None: nothing is forwarded for it (results forwarded only when their window
-    closes)."""
+    closes). ``source`` is the task's source record then (its topic, partition, offset and
+    headers): an update forwarded later goes on with it, as Kafka Streams' cache keeps each
+    entry's record context, so that it is written as coming from that record."""
 
     _ENTRY_BYTES = 96  # counted per entry besides its key (the result is not serialized)
 
@@ -77,6 +79,7 @@ class ResultCache:
         self.max_bytes = max_bytes
         self.entries: dict[bytes, list[Any]] = {}
         self.bytes = 0
+        self.task = getattr(getattr(aggregation, "context", None), "runtime_task", None)
 
     def get(self, key: bytes) -> tuple[Any, int] | None:
         entry = self.entries.get(key)
@@ -92,7 +95,8 @@ class ResultCache:
         entries = self.entries
         if entries.pop(key, None) is None:  # re-inserted: the dict's order is the write order
             self.bytes += len(key) + self._ENTRY_BYTES
-        entries[key] = [result, timestamp, record, window, True]
+        source = None if self.task is None else self.task.current
+        entries[key] = [result, timestamp, record, window, True, source]
         while self.bytes > self.max_bytes and entries:
             first = next(iter(entries))
             self._evict(first, entries.pop(first))
@@ -105,22 +109,38 @@ class ResultCache:
 
     def flush(self) -> None:
         """Write what was written since the last flush, and forward its updates."""
-        aggregation = self.aggregation
         for key, entry in self.entries.items():
             if entry[4]:
-                aggregation._store(key, entry[0], entry[1], entry[2], entry[3])
+                self._store(key, entry)
                 entry[2] = None
                 entry[4] = False
 
     def _evict(self, key: bytes, entry: list[Any]) -> None:
         self.bytes -= len(key) + self._ENTRY_BYTES
         if entry[4]:
+            self._store(key, entry)
+
+    def _store(self, key: bytes, entry: list[Any]) -> None:
+        """The entry to the store, its update on as coming from its source record."""
+        task = self.task
+        if task is None:
             self.aggregation._store(key, entry[0], entry[1], entry[2], entry[3])
+            return
+        current, task.current = task.current, entry[5]
+        try:
+            self.aggregation._store(key, entry[0], entry[1], entry[2], entry[3])
+        finally:
+            task.current = current
 
 
 def _cache_bytes(context: ProcessorContext) -> int:
     """This task's ``statestore.cache.max.bytes`` (0 in a context that has none)."""
     return int(getattr(context, "cache_max_bytes", 0))
+
+
+def results_name(store_name: str) -> str:
+    """What a task shares an aggregation's results (its record cache) under."""
+    return f"results:{store_name}"
 
 
 class _Aggregation(Processor):
@@ -148,6 +168,11 @@ class _Aggregation(Processor):
         super().init(context)
         self.store = engine_store(context, self.store_name)
         self.cache = ResultCache(self, _cache_bytes(context))
+        # A stream joined with this table reads its results through the cache, as Kafka
+        # Streams' join reads through the caching store (join.py).
+        task = getattr(context, "runtime_task", None)
+        if task is not None:
+            task.shared[results_name(self.store_name)] = self.cache
 
     def flush(self) -> None:
         """Before each commit: the cached results to the store, their updates on."""

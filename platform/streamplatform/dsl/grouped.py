@@ -90,6 +90,7 @@ class _Aggregations:
         node = keyed._then(kind, lambda: self._processor(args), stores=(store,), name=base)
         table = KTable(builder, node._node, store, self._table_key_serde(), result_serde)
         table._windows = self._windows
+        table._aggregated = True
         return table
 
     def _processor(self, args: tuple) -> Processor:

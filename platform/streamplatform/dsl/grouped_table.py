@@ -290,4 +290,6 @@ class KGroupedTable:
             stores=(store,),
             name=base,
         )
-        return KTable(builder, node._node, store, key_serde, result_serde)
+        table = KTable(builder, node._node, store, key_serde, result_serde)
+        table._aggregated = True
+        return table

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from streamplatform.dsl.aggregate import results_name
 from streamplatform.dsl.processor import Processor, ProcessorContext, engine_store
 from streamplatform.records import Record
 from streamplatform.serdes import Serde
@@ -59,17 +60,23 @@ class StreamTableJoin(Processor):
         value_serde: Serde,
         joiner: Callable[[Any, Any], Any],
         left: bool,
+        aggregated: bool = False,
     ) -> None:
         self.store_name = store_name
         self.key_serde = key_serde
         self.value_serde = value_serde
         self.joiner = joiner
         self.left = left
+        # The table of an aggregation: its latest results are in the aggregation's record
+        # cache, the others in its store after an 8-byte timestamp (aggregate.py).
+        self.aggregated = aggregated
+        self.results: Any = None
 
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
         self.store = engine_store(context, self.store_name)
         self.versioned = isinstance(self.store, VersionedKeyValueStore)
+        self.task = getattr(context, "runtime_task", None)
 
     def metrics(self) -> dict[str, int]:
         """Stream records joined, and those that found no table value (dropped by an inner
@@ -85,12 +92,25 @@ class StreamTableJoin(Processor):
         raw_key = self.key_serde.serialize(key)
         if raw_key is None:
             return None
+        if self.aggregated:
+            return self._result(raw_key)
         if self.versioned:
             version = self.store.get(raw_key, timestamp)
             raw = None if version is None else version.value
         else:
             raw = self.store.transaction.get(raw_key)
         return self.value_serde.deserialize(raw)
+
+    def _result(self, raw_key: bytes) -> Any:
+        """An aggregation's latest result for the key: through its record cache (the
+        aggregation inits after this processor when it comes later in the topology)."""
+        if self.results is None and self.task is not None:
+            self.results = self.task.shared.get(results_name(self.store_name))
+        if self.results is not None:
+            found = self.results.get(raw_key)
+            return None if found is None else found[0]
+        raw = self.store.transaction.get(raw_key)
+        return None if raw is None else self.value_serde.deserialize(raw[8:])
 
     def process(self, record: Record) -> None:
         table_value = self._table_value(record.key, record.timestamp)

@@ -279,11 +279,15 @@ class KStream:
                 "join: this table is derived (filter / map_values) and has no store of its "
                 "own; join the table it comes from and apply the operator to the stream"
             )
+        if getattr(table.key_serde, "inner", None) is not None:
+            raise ValueError("join: a windowed table's keys are (key, window); a stream joins "
+                             "a table of plain keys")  # fmt: skip
         stream = self._repartition(self._builder.new_name("JOIN")) if self._key_changed else self
+        aggregated = table._aggregated
         return stream._then(
             "LEFTJOIN" if left else "JOIN",
             lambda: StreamTableJoin(
-                table.store_name, table.key_serde, table.value_serde, joiner, left
+                table.store_name, table.key_serde, table.value_serde, joiner, left, aggregated
             ),
             stores=(table.store_name,),
         )

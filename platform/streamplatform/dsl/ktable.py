@@ -77,6 +77,9 @@ class KTable:
         self._node = node
         self._materialized = True  # the store holds this table's values (joinable)
         self._windows: Any = None  # the TimeWindows of a windowed aggregation's table
+        # An aggregation's store: each value is its timestamp (8 bytes), then its bytes; the
+        # latest results are in the aggregation's record cache (join.py reads through it).
+        self._aggregated = False
         # For table-table joins (table_join.py): the tables this one is derived from, and the
         # settings of the filters between it and the last table that has values of its own
         # (a source, an aggregation, a join), which Kafka Streams' "send old values" changes.
