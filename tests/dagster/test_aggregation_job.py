@@ -42,6 +42,7 @@ def test_the_yaml_components_fields_declare_state_tables():
     assert spec.kafka_sink_topics() == ["spend"]  # counts is a Delta table, not a Kafka topic
 
 
+@pytest.mark.slow  # ~1 min: a Dagster run of a Spark job
 @pytest.mark.broker
 @pytest.mark.spark
 def test_an_aggregation_job_reports_dropped_records_and_its_state_tables_rows(

@@ -93,6 +93,7 @@ SMALL = [("left", "a", "L1", 1), ("right", "a", "R1", 3), ("left", "b", "L2", 4)
          ("right", "a", None, 32), ("right", "a", "R3", 2)]  # fmt: skip
 
 
+@pytest.mark.slow  # the random inputs of the first seed run in `make test`
 @pytest.mark.parametrize("mode", MODES)
 def test_a_small_input_joins_as_in_kafka_streams(tmp_path, mode):
     expected = kafka_streams(mode, SMALL, tmp_path)
@@ -100,7 +101,10 @@ def test_a_small_input_joins_as_in_kafka_streams(tmp_path, mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("seed", [1, 2, 3])
+# The first seed in `make test`; the others in the slow tier (each mode is a JVM run).
+@pytest.mark.parametrize(
+    "seed", [1, pytest.param(2, marks=pytest.mark.slow), pytest.param(3, marks=pytest.mark.slow)]
+)
 def test_random_input_with_late_records_joins_as_in_kafka_streams(tmp_path, mode, seed):
     records = random_input(seed)
     expected = kafka_streams(mode, records, tmp_path)

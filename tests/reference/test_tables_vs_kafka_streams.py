@@ -127,6 +127,7 @@ def _small(mode: str):
     return [record for record in SMALL if _uses_right(mode) or record[0] == "left"]
 
 
+@pytest.mark.slow  # the random inputs of the first seed run in `make test`
 @pytest.mark.parametrize("mode", MODES)
 def test_a_small_input_gives_what_kafka_streams_gives(tmp_path, mode):
     records = _small(mode)
@@ -136,7 +137,8 @@ def test_a_small_input_gives_what_kafka_streams_gives(tmp_path, mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("seed", [1, 2])
+# The first seed in `make test`; the others in the slow tier (each mode is a JVM run).
+@pytest.mark.parametrize("seed", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_random_updates_and_tombstones_give_what_kafka_streams_gives(tmp_path, mode, seed):
     records = random_input(seed, mode)
     expected = kafka_streams(mode, records, tmp_path)

@@ -133,6 +133,7 @@ def ours(mode: str, records, commit_every, cache_bytes=None) -> list[tuple[str, 
     return [(_printed(r.key), _text(r.value), r.timestamp) for r in out]
 
 
+@pytest.mark.slow  # the random inputs of the first seed run in `make test`
 @pytest.mark.parametrize("mode", MODES)
 def test_a_small_input_aggregates_as_in_kafka_streams(tmp_path, mode):
     made = kafka_streams(mode, SMALL, tmp_path)
@@ -141,7 +142,10 @@ def test_a_small_input_aggregates_as_in_kafka_streams(tmp_path, mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("seed", [1, 2, 3])
+# The first seed in `make test`; the others in the slow tier (each mode is a JVM run).
+@pytest.mark.parametrize(
+    "seed", [1, pytest.param(2, marks=pytest.mark.slow), pytest.param(3, marks=pytest.mark.slow)]
+)
 def test_random_input_with_late_records_aggregates_as_in_kafka_streams(tmp_path, mode, seed):
     records = random_input(seed)
     made = kafka_streams(mode, records, tmp_path)

@@ -21,7 +21,7 @@ from .support import PARTITIONS, job_config, make_views, read_topic, through_the
 from .test_stream_joins_on_spark import make_orders_and_payments, orders_with_payments_topology
 from .test_stream_joins_on_spark import through_the_test_driver as joins_through_the_driver
 
-pytestmark = [pytest.mark.broker, pytest.mark.spark]
+pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.slow]  # ~45 s each
 
 
 def sessions_topology(source: str, sink: str):
