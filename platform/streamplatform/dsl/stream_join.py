@@ -29,6 +29,7 @@ import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
+from operator import itemgetter
 from typing import Any
 
 from streamplatform.dsl.processor import Processor, ProcessorContext, engine_store
@@ -40,7 +41,7 @@ _TIME = struct.Struct(">q")
 _LENGTH = struct.Struct(">I")
 _OBSERVED_TIME_KEY = b"m:observed-time"  # a window store's largest timestamp put
 _STREAM_TIME_KEY = b"m:stream-time"  # the join's stream time, in the outer store
-_RECORD_PREFIX = b"w"  # window store: b"w" + segment + key + timestamp -> values
+_RECORD_PREFIX = b"w"  # window store: b"w" + segment + key -> (timestamp, value)s
 _OUTER_PREFIX = b"o"  # outer store: b"o" + timestamp + side + key -> values
 _LEFT, _RIGHT = b"\x01", b"\x00"  # at one timestamp right sorts first, as in Kafka Streams
 _MIN_SEGMENT_MS = 60_000  # Kafka Streams' smallest segment interval
@@ -122,9 +123,10 @@ class _KeptTime:
 
 
 class _WindowSide:
-    """One side's records, by key and timestamp, in time segments (a segment older than the
-    retention leaves the store whole, as Kafka Streams' segmented window store drops it).
-    Several records of one key and timestamp are kept in their arrival order."""
+    """One side's records, by time segment and key: one store entry per segment and key
+    holds that key's records of the segment (timestamp, value), in their arrival order, so
+    a fetch is a point read per segment, not a scan. A segment older than the retention
+    leaves the store whole, as Kafka Streams' segmented window store drops it."""
 
     def __init__(self, store: Any, retention_ms: int) -> None:
         self.store = store
@@ -143,29 +145,35 @@ class _WindowSide:
             self._drop_expired_segments()
         if timestamp <= observed.time - self.retention_ms:
             return  # already expired: no fetch could see it
-        store_key = self._segment(timestamp) + key + _TIME.pack(timestamp)
+        store_key = self._segment(timestamp) + key
         transaction = self.store.transaction
         old = transaction.get(store_key)
-        packed = _LENGTH.pack(len(value)) + value
+        packed = _TIME.pack(timestamp) + _LENGTH.pack(len(value)) + value
         transaction.put(store_key, packed if old is None else old + packed)
 
     def fetch(self, key: bytes, time_from: int, time_to: int) -> list[tuple[int, bytes]]:
         """The records of ``key`` with timestamps in [time_from, time_to] that are not
-        expired, in time order (arrival order within one timestamp)."""
+        expired, in time order (arrival order within one timestamp), as Kafka Streams'
+        window store fetches them."""
         time_from = max(time_from, self.observed.time - self.retention_ms + 1)
         if time_to < time_from:
             return []
         found: list[tuple[int, bytes]] = []
-        length = len(key) + 8
-        transaction = self.store.transaction
+        get = self.store.transaction.get
         for segment in range(time_from // self.segment_ms, time_to // self.segment_ms + 1):
-            prefix = _RECORD_PREFIX + _TIME.pack(segment) + key
-            low, high = prefix + _TIME.pack(time_from), prefix + _TIME.pack(time_to + 1)
-            for store_key, raw in transaction.range(low, high):
-                if len(store_key) - 9 != length:
-                    continue  # a longer key that starts with this one
-                timestamp = _TIME.unpack_from(store_key, len(store_key) - 8)[0]
-                found.extend((timestamp, value) for value in _unpack_values(raw))
+            raw = get(_RECORD_PREFIX + _TIME.pack(segment) + key)
+            if raw is None:
+                continue
+            records = []
+            position, size = 0, len(raw)
+            while position < size:
+                timestamp = _TIME.unpack_from(raw, position)[0]
+                (length,) = _LENGTH.unpack_from(raw, position + 8)
+                position += 12 + length
+                if time_from <= timestamp <= time_to:
+                    records.append((timestamp, raw[position - length : position]))
+            records.sort(key=itemgetter(0))  # stable: arrival order within a timestamp
+            found += records
         return found
 
     def _drop_expired_segments(self) -> None:

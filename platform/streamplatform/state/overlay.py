@@ -9,13 +9,16 @@ are appended and merged by the next scan's sort (one pass over two sorted runs).
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, insort
 from collections.abc import Generator, Iterable, Mapping
 from typing import Protocol
 
 import rocksdict
 
 __all__ = ["ABSENT", "Overlay", "StagedWrites", "merge_with_stored"]
+
+# Keys added since the last scan that the next scan inserts one by one (more: one sort).
+_INSERT_AT_MOST = 64
 
 ABSENT = object()
 """Marks a key a transaction did not touch (None in `Overlay.writes` is a staged delete)."""
@@ -91,7 +94,17 @@ class Overlay:
         if keys is None:
             keys = self._sorted_keys = sorted(self.writes)
         elif self._sorted_upto < len(keys):
-            keys.sort()
+            added = len(keys) - self._sorted_upto
+            if added <= _INSERT_AT_MOST:
+                # A few keys since the last scan (a scan after every write or so, as a
+                # stream-stream join's): each into place by bisection, not a pass over all
+                # the staged keys, which made a batch of such scans quadratic.
+                appended = keys[self._sorted_upto :]
+                del keys[self._sorted_upto :]
+                for key in appended:
+                    insort(keys, key)
+            else:
+                keys.sort()
         self._sorted_upto = len(keys)
         lo = 0 if start is None else bisect_left(keys, start)
         hi = len(keys) if end is None else bisect_left(keys, end)
