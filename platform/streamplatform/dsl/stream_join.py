@@ -134,6 +134,7 @@ class _WindowSide:
         self.segment_ms = max(retention_ms // 2, _MIN_SEGMENT_MS)
         self.observed = _KeptTime(store, _OBSERVED_TIME_KEY)
         self.dropped_below = 0  # segments before it are gone (0: not known yet, look from 0)
+        self.next_drop_at = 0  # the observed time at which a segment may expire next
 
     def _segment(self, timestamp: int) -> bytes:
         return _RECORD_PREFIX + _TIME.pack(timestamp // self.segment_ms)
@@ -142,7 +143,8 @@ class _WindowSide:
         observed = self.observed
         if timestamp > observed.time:
             observed.time = timestamp
-            self._drop_expired_segments()
+            if timestamp >= self.next_drop_at:
+                self._drop_expired_segments()
         if timestamp <= observed.time - self.retention_ms:
             return  # already expired: no fetch could see it
         store_key = self._segment(timestamp) + key
@@ -178,6 +180,7 @@ class _WindowSide:
 
     def _drop_expired_segments(self) -> None:
         live = max(0, (self.observed.time - self.retention_ms) // self.segment_ms)
+        self.next_drop_at = (live + 1) * self.segment_ms + self.retention_ms
         if live <= self.dropped_below:
             return
         transaction = self.store.transaction
