@@ -276,3 +276,41 @@ def test_processing_error_with_log_and_fail_writes_the_dlq_then_fails():
             dead.headers, "ZeroDivisionError", "integer division or modulo by zero", "in", 0, 0
         )
         assert _out(driver) == []
+
+
+def _failing_operators_topology():
+    """An aggregator that fails on amount 0 and a stream-stream joiner that fails on "bad"."""
+    from streamplatform import JoinWindows
+
+    b = StreamsBuilder()
+    amounts = b.stream("in", Serdes.string(), Serdes.json())
+    amounts.group_by_key().aggregate(lambda: 0, lambda key, v, total: total + 100 // v["amount"],
+                                     Serdes.long()).to_stream().to("out")  # fmt: skip
+    left = b.stream("left", Serdes.string(), Serdes.string())
+    right = b.stream("right", Serdes.string(), Serdes.string())
+    left.join(right, lambda x, y: x + y if y != "bad" else 1 // 0,
+              JoinWindows.of_time_difference_with_no_grace(10)).to("joined")  # fmt: skip
+    return b.build()
+
+
+def test_a_failing_aggregator_or_joiner_goes_to_the_dlq_and_leaves_no_partial_result():
+    """As Kafka Streams routes them (KIP-1033): the failing record to the DLQ, the aggregate
+    as it was before it, the next records aggregated and joined as usual."""
+    settings = {"processing.exception.handler": "log_and_continue"}
+    with _driver(settings, _failing_operators_topology()) as driver:
+        amounts = driver.create_input_topic("in", Serdes.string(), Serdes.json())
+        amounts.pipe_input("a", {"amount": 4}, timestamp=1)
+        amounts.pipe_input("a", {"amount": 0}, timestamp=2)
+        amounts.pipe_input("a", {"amount": 5}, timestamp=3)
+        left = driver.create_input_topic("left", Serdes.string(), Serdes.string())
+        right = driver.create_input_topic("right", Serdes.string(), Serdes.string())
+        left.pipe_input("k", "x", timestamp=5)
+        right.pipe_input("k", "bad", timestamp=6)
+        right.pipe_input("k", "y", timestamp=7)
+        totals = driver.create_output_topic("out", Serdes.string(), Serdes.long())
+        assert totals.read_values_to_list() == [25, 45]
+        joined = driver.create_output_topic("joined", Serdes.string(), Serdes.string())
+        assert joined.read_values_to_list() == ["xy"]
+        dead = _dlq(driver)
+        assert driver.metrics()["skipped"] == 2
+    assert [(d.key, d.value) for d in dead] == [(b"a", b'{"amount":0}'), (b"k", b"bad")]
