@@ -22,7 +22,7 @@ from streamplatform.runtime import delta_direct, state_tables
 from streamplatform.runtime.state_tables import StateTable, merge_batch
 from streamplatform.serdes import Serdes
 
-from .support import PARTITIONS, job_config, make_views
+from .support import PARTITIONS, job_config, make_views, read_topic, through_the_test_driver
 
 TESTS = os.path.dirname(os.path.dirname(__file__))
 
@@ -235,3 +235,65 @@ def test_a_job_killed_before_or_after_its_merge_keeps_each_update_once(
     updates = delta_direct.read(str(tmp_path / "delta" / app / spend)).to_pylist()
     assert {u["batch_id"] for u in updates} == {r.batch_id for r in results} | {0}
     assert len({(u["batch_id"], u["key"]) for u in updates}) == len(updates)
+
+
+@pytest.mark.slow  # ~1 min a seed: a clean run, a killed child, its restart
+@pytest.mark.parametrize("seed", [3, 8])
+@pytest.mark.child_process
+@pytest.mark.broker
+@pytest.mark.spark
+def test_a_job_killed_at_a_random_moment_keeps_windows_and_state_exactly_once(
+    spark, kafka_settings, tmp_path, seed
+):
+    """The windowed count on window close into Kafka and the filtered total as a Delta state
+    table, SIGKILLed at a random moment of its run, then restarted: each window's final count
+    once for read_committed readers, the state table equal to the test driver's."""
+    import random
+    import time
+
+    from streamplatform.runtime.microbatch import StreamingJob
+
+    app = f"state-random-{seed}-{uuid.uuid4().hex[:4]}"
+    source, counts, spend, sent = _topics(kafka_settings, app)
+    create_topics(kafka_settings, [TopicSpec(t, PARTITIONS) for t in (counts, f"{counts}-clean")])
+    config = _config(kafka_settings, tmp_path, app, source)
+    # A clean run first, of its own (application, topics), to time it: the kill lands in it.
+    clean = StreamingJob(views_and_spend_topology(source, f"{counts}-clean", f"{spend}-clean"),
+                         config | {"application.id": f"{app}-clean",
+                                   "state.dir": str(tmp_path / "clean-state")},
+                         spark=spark, delta_state_tables=[f"{spend}-clean"])  # fmt: skip
+    started = time.monotonic()
+    clean.run_until_caught_up()
+    clean.close()
+    run_s = time.monotonic() - started
+
+    script = CHILD.format(tests=TESTS, args=(source, counts, spend), config=config,
+                          tables=[spend])  # fmt: skip
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    delay = random.Random(seed).uniform(0.05, 0.95) * run_s
+    try:
+        planned = tmp_path / "delta" / app / "_offsets" / "_delta_log"
+        deadline = time.monotonic() + 240
+        while not planned.exists() and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(delay)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)
+        child.wait(60)
+
+    job = StreamingJob(views_and_spend_topology(source, counts, spend), config, spark=spark,
+                       delta_state_tables=[spend])  # fmt: skip
+    job.run_until_caught_up()
+    job.close()
+    topology = views_and_spend_topology(source, counts, spend)
+    windowed = StateTable.of(topology, counts).key_serde
+    got = [(windowed.deserialize(r.key), Serdes.long().deserialize(r.value), r.timestamp)
+           for r in read_topic(kafka_settings, counts)]  # fmt: skip
+    expected = through_the_test_driver(topology, source, counts, sent, windowed, Serdes.long())
+    what = f"killed {delay:.1f} s after the first plan"
+    assert len({key for key, _, _ in got}) == len(got), what  # each window once
+    assert sorted(got, key=repr) == sorted(expected, key=repr), what
+    root = str(tmp_path / "delta" / app)
+    assert state_rows(root, spend) == final_state(topology, source, spend, sent), what
