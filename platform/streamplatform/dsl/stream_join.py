@@ -32,6 +32,7 @@ from datetime import timedelta
 from operator import itemgetter
 from typing import Any
 
+from streamplatform.dsl.aggregate import KeptStreamTime
 from streamplatform.dsl.processor import Processor, ProcessorContext, engine_store
 from streamplatform.records import Record
 from streamplatform.serdes import Serde
@@ -40,7 +41,6 @@ from streamplatform.state.stores import duration_ms
 _TIME = struct.Struct(">q")
 _LENGTH = struct.Struct(">I")
 _OBSERVED_TIME_KEY = b"m:observed-time"  # a window store's largest timestamp put
-_STREAM_TIME_KEY = b"m:stream-time"  # the join's stream time, in the outer store
 _RECORD_PREFIX = b"w"  # window store: b"w" + segment + key -> (timestamp, value)s
 _OUTER_PREFIX = b"o"  # outer store: b"o" + timestamp + side + key -> values
 _LEFT, _RIGHT = b"\x01", b"\x00"  # at one timestamp right sorts first, as in Kafka Streams
@@ -107,21 +107,6 @@ def _unpack_values(raw: bytes) -> Iterator[bytes]:
         position += length
 
 
-class _KeptTime:
-    """A time kept in a store (written at the commit, ``save``): a reopened task goes on
-    from it."""
-
-    def __init__(self, store: Any, key: bytes) -> None:
-        self.store, self.key = store, key
-        saved = store.transaction.get(key)
-        self.time = self.saved = -1 if saved is None else _TIME.unpack(saved)[0]
-
-    def save(self) -> None:
-        if self.time != self.saved:
-            self.store.transaction.put(self.key, _TIME.pack(self.time))
-            self.saved = self.time
-
-
 class _WindowSide:
     """One side's records, by time segment and key: one store entry per segment and key
     holds that key's records of the segment (timestamp, value), in their arrival order, so
@@ -132,7 +117,7 @@ class _WindowSide:
         self.store = store
         self.retention_ms = retention_ms
         self.segment_ms = max(retention_ms // 2, _MIN_SEGMENT_MS)
-        self.observed = _KeptTime(store, _OBSERVED_TIME_KEY)
+        self.observed = KeptStreamTime(store, _OBSERVED_TIME_KEY)
         self.dropped_below = 0  # segments before it are gone (0: not known yet, look from 0)
         self.next_drop_at = 0  # the observed time at which a segment may expire next
 
@@ -196,7 +181,7 @@ class _OuterRecords:
 
     def __init__(self, store: Any) -> None:
         self.store = store
-        self.stream_time = _KeptTime(store, _STREAM_TIME_KEY)
+        self.stream_time = KeptStreamTime(store)  # the join's stream time
         # The smallest timestamp that may be waiting (None: not known, look); a hint that
         # saves looking at the store on every record, kept as Kafka Streams keeps it.
         self.min_time: int | None = None
