@@ -115,6 +115,9 @@ class _WindowSide:
 
     def __init__(self, store: Any, retention_ms: int) -> None:
         self.store = store
+        # The store's writing transaction, taken once: it stays the same while the task is
+        # open (a reopened task makes new processors, and so a new _WindowSide).
+        self.transaction = store.transaction
         self.retention_ms = retention_ms
         self.segment_ms = max(retention_ms // 2, _MIN_SEGMENT_MS)
         self.observed = KeptStreamTime(store, _OBSERVED_TIME_KEY)
@@ -133,7 +136,7 @@ class _WindowSide:
         if timestamp <= observed.time - self.retention_ms:
             return  # already expired: no fetch could see it
         store_key = self._segment(timestamp) + key
-        transaction = self.store.transaction
+        transaction = self.transaction
         old = transaction.get(store_key)
         packed = _TIME.pack(timestamp) + _LENGTH.pack(len(value)) + value
         transaction.put(store_key, packed if old is None else old + packed)
@@ -146,7 +149,7 @@ class _WindowSide:
         if time_to < time_from:
             return []
         found: list[tuple[int, bytes]] = []
-        get = self.store.transaction.get
+        get = self.transaction.get
         for segment in range(time_from // self.segment_ms, time_to // self.segment_ms + 1):
             raw = get(_RECORD_PREFIX + _TIME.pack(segment) + key)
             if raw is None:
@@ -168,7 +171,7 @@ class _WindowSide:
         self.next_drop_at = (live + 1) * self.segment_ms + self.retention_ms
         if live <= self.dropped_below:
             return
-        transaction = self.store.transaction
+        transaction = self.transaction
         low = _RECORD_PREFIX + _TIME.pack(self.dropped_below)
         expired = [key for key, _ in transaction.range(low, _RECORD_PREFIX + _TIME.pack(live))]
         for store_key in expired:
@@ -181,6 +184,7 @@ class _OuterRecords:
 
     def __init__(self, store: Any) -> None:
         self.store = store
+        self.transaction = store.transaction  # as _WindowSide takes it
         self.stream_time = KeptStreamTime(store)  # the join's stream time
         # The smallest timestamp that may be waiting (None: not known, look); a hint that
         # saves looking at the store on every record, kept as Kafka Streams keeps it.
@@ -192,7 +196,7 @@ class _OuterRecords:
 
     def add(self, timestamp: int, side: bytes, key: bytes, value: bytes) -> None:
         store_key = self.store_key(timestamp, side, key)
-        transaction = self.store.transaction
+        transaction = self.transaction
         old = transaction.get(store_key)
         packed = _LENGTH.pack(len(value)) + value
         transaction.put(store_key, packed if old is None else old + packed)
@@ -202,14 +206,14 @@ class _OuterRecords:
         """A waiting record found its partner: it (and any other of its key, side and
         timestamp) no longer waits."""
         store_key = self.store_key(timestamp, side, key)
-        transaction = self.store.transaction
+        transaction = self.transaction
         if transaction.get(store_key) is not None:
             transaction.delete(store_key)
 
     def records(self) -> Iterator[tuple[bytes, int, bytes, bytes, bytes]]:
         """(store key, timestamp, side, key, value) of each waiting record, in the store's
         order (a store key's records in their arrival order)."""
-        for store_key, raw in self.store.transaction.prefix(_OUTER_PREFIX):
+        for store_key, raw in self.transaction.prefix(_OUTER_PREFIX):
             timestamp = _TIME.unpack_from(store_key, 1)[0]
             for value in _unpack_values(raw):
                 yield store_key, timestamp, store_key[9:10], store_key[10:], value
@@ -277,6 +281,7 @@ class StreamStreamJoinSide(Processor):
             self.join_before, self.join_after = windows.after_ms, windows.before_ms
             self.outer, self.side, self.serde = spec.right_outer, _RIGHT, spec.right_serde
         self.other_side = _RIGHT if left else _LEFT
+        self.serialize_key = spec.key_serde.serialize
         self.other_serde = spec.right_serde if left else spec.left_serde
 
     def init(self, context: ProcessorContext) -> None:
@@ -311,7 +316,7 @@ class StreamStreamJoinSide(Processor):
             else:
                 self.dropped_records += 1
             return
-        key = self.spec.key_serde.serialize(record.key) or b""
+        key = self.serialize_key(record.key) or b""
         if outer is not None and timestamp == outer.stream_time.time:
             self._emit_closed(record)
         time_from = max(0, timestamp - self.join_before)
@@ -366,6 +371,6 @@ class StreamStreamJoinSide(Processor):
             self.context.forward(record._replace(key=key_value, value=joined, timestamp=timestamp))
             if not emitted or emitted[-1] != store_key:
                 emitted.append(store_key)
-        transaction = outer.store.transaction
+        transaction = outer.transaction
         for store_key in emitted:
             transaction.delete(store_key)
