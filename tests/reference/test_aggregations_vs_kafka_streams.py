@@ -90,7 +90,14 @@ def _printed(key) -> str:
 
 
 def ours(mode: str, records, commit_every, cache_bytes=None) -> list[tuple[str, str, int]]:
-    topology, key_serde, value_serde = _topology(mode)
+    return through_our_driver(_topology(mode), records, commit_every, cache_bytes)
+
+
+def through_our_driver(built, records, commit_every, cache_bytes=None):
+    """``records`` (key, value, timestamp) into topic "in" of ``built`` (topology, output key
+    serde, output value serde) through our driver: topic "out" as (key, value, timestamp)
+    text, a windowed key as "key@start/end"."""
+    topology, key_serde, value_serde = built
     config = {"application.id": "ours"}
     if cache_bytes is not None:
         config["statestore.cache.max.bytes"] = cache_bytes

@@ -20,12 +20,18 @@ from __future__ import annotations
 
 import pytest
 
-from streamplatform import StreamsBuilder, TopologyTestDriver
+from streamplatform import StreamsBuilder
 from streamplatform.dsl import EmitStrategy, SessionWindows, SlidingWindows, Suppressed
 from streamplatform.serdes import Serdes
 
 from .kafka_streams import run_reference
-from .test_aggregations_vs_kafka_streams import NULL, SMALL, _printed, _text, random_input
+from .test_aggregations_vs_kafka_streams import (
+    NULL,
+    SMALL,
+    _text,
+    random_input,
+    through_our_driver,
+)
 
 MODES = [
     "sliding_count",
@@ -120,17 +126,7 @@ def _topology(mode: str):
 
 
 def ours(mode: str, records, commit_every, cache_bytes=None) -> list[tuple[str, str, int]]:
-    topology, key_serde, value_serde = _topology(mode)
-    config = {"application.id": "ours"}
-    if cache_bytes is not None:
-        config["statestore.cache.max.bytes"] = cache_bytes
-    with TopologyTestDriver(topology, config, commit_every=commit_every) as driver:
-        source = driver.create_input_topic("in", Serdes.string(), Serdes.string())
-        for key, value, timestamp in records:
-            source.pipe_input(key, value, timestamp=timestamp)
-        driver.commit()
-        out = driver.create_output_topic("out", key_serde, value_serde).read_records_to_list()
-    return [(_printed(r.key), _text(r.value), r.timestamp) for r in out]
+    return through_our_driver(_topology(mode), records, commit_every, cache_bytes)
 
 
 @pytest.mark.slow  # the random inputs of the first seed run in `make test`
