@@ -149,12 +149,26 @@ def ours_job(spark, settings, topic, tmp: Path, per_partition_cap: int, name: st
     return StreamingJob(dedup_topology(topic), config, spark=spark, delta_sinks=["deduplicated"])
 
 
-def run_ours(spark, settings, topic, tmp: Path, per_partition_cap: int, name: str):
-    job = ours_job(spark, settings, topic, tmp, per_partition_cap, name)
+def run_to_the_end(job) -> tuple[float, list]:
+    """``job`` (a StreamingJob) run until caught up, then closed: its seconds and results."""
     started = time.perf_counter()
     results = job.run_until_caught_up()
     elapsed = time.perf_counter() - started
     job.close()
+    return elapsed, results
+
+
+def print_ratio(peer: str, ours: list[float], theirs: list[float]) -> None:
+    """The ratio of records/s, ours over the peer's, from the runs' seconds (medians), and
+    per pair of runs."""
+    ratios = sorted(t / o for o, t in zip(ours, theirs, strict=True))
+    print(f"ratio ours / {peer}: {statistics.median(theirs) / statistics.median(ours):.2f}x "
+          f"(per pair: {', '.join(f'{r:.2f}' for r in ratios)})")  # fmt: skip
+
+
+def run_ours(spark, settings, topic, tmp: Path, per_partition_cap: int, name: str):
+    elapsed, results = run_to_the_end(ours_job(spark, settings, topic, tmp, per_partition_cap,
+                                               name))  # fmt: skip
     rows = spark.read.format("delta").load(str(tmp / "delta" / name / "deduplicated")).count()
     return elapsed, rows, results
 
@@ -426,9 +440,7 @@ def main() -> None:
               f"{min(runs):.1f}-{max(runs):.1f} s; {counts} rows; path {path})")  # fmt: skip
     if len(rows["ours"]) > 1:
         print("WARNING: our runs wrote different row counts from the same data")
-    ratios = sorted(b / a for a, b in zip(ours, native, strict=True))
-    print(f"ratio ours / native: {statistics.median(native) / statistics.median(ours):.2f}x "
-          f"(per pair: {', '.join(f'{r:.2f}' for r in ratios)})")  # fmt: skip
+    print_ratio("native", ours, native)
     latencies = sorted(b.duration_ms for b in batches)
     p99 = latencies[min(len(latencies) - 1, round(0.99 * (len(latencies) - 1)))]
     print(

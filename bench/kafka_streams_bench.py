@@ -26,12 +26,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from e2e_bench import PARTITIONS, job_config  # noqa: E402
+from e2e_bench import PARTITIONS, job_config, print_ratio, run_to_the_end  # noqa: E402
 from window_bench import produce  # noqa: E402
 
 from streamplatform import EmitStrategy, StreamingJob, StreamsBuilder, TimeWindows  # noqa: E402
@@ -59,11 +58,7 @@ def run_ours(spark, settings, source: str, tmp: Path, name: str) -> tuple[float,
     create_topics(settings, [TopicSpec(sink, PARTITIONS)])
     config = job_config(settings, tmp, name, 10_000_000) | {"errors.dead.letter.queue.topic.name":
                                                             None}  # fmt: skip
-    job = StreamingJob(topology(source, sink), config, spark=spark)
-    started = time.perf_counter()
-    results = job.run_until_caught_up()
-    elapsed = time.perf_counter() - started
-    job.close()
+    elapsed, results = run_to_the_end(StreamingJob(topology(source, sink), config, spark=spark))
     return elapsed, {r.path for r in results}
 
 
@@ -123,9 +118,7 @@ def main() -> None:
           f"records/s (path {', '.join(sorted(paths))})")  # fmt: skip
     print(f"Kafka Streams 4.4.0, 2 threads:    {args.records / statistics.median(theirs):>9,.0f} "
           "records/s")  # fmt: skip
-    ratios = sorted(k / o for o, k in zip(ours, theirs, strict=True))
-    print(f"ratio ours / Kafka Streams: {statistics.median(theirs) / statistics.median(ours):.2f}x "
-          f"(per pair: {', '.join(f'{r:.2f}' for r in ratios)})")  # fmt: skip
+    print_ratio("Kafka Streams", ours, theirs)
 
 
 if __name__ == "__main__":

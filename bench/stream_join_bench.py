@@ -31,7 +31,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from e2e_bench import PARTITIONS, job_config, kafka_stream  # noqa: E402
+from e2e_bench import (  # noqa: E402
+    PARTITIONS,
+    job_config,
+    kafka_stream,
+    print_ratio,
+    run_to_the_end,
+)
 
 from streamplatform import JoinWindows, StreamingJob, StreamsBuilder  # noqa: E402
 from streamplatform.kafka import LocalBroker, TopicSpec, create_topics, producer  # noqa: E402
@@ -103,10 +109,7 @@ def topology(prefix: str):
 def run_ours(spark, settings, prefix: str, tmp: Path, name: str) -> tuple[float, int, set[str]]:
     config = job_config(settings, tmp, name, 10_000_000)  # one batch
     job = StreamingJob(topology(prefix), config, spark=spark, delta_sinks=["joined"])
-    started = time.perf_counter()
-    results = job.run_until_caught_up()
-    elapsed = time.perf_counter() - started
-    job.close()
+    elapsed, results = run_to_the_end(job)
     rows = spark.read.format("delta").load(str(tmp / "delta" / name / "joined")).count()
     return elapsed, rows, {r.path for r in results}
 
@@ -206,9 +209,7 @@ def main() -> None:
               f"{min(runs):.1f}-{max(runs):.1f} s; {counts} joined rows; path {path})")  # fmt: skip
     if len(rows["ours"]) > 1:
         print("WARNING: our runs wrote different row counts from the same data")
-    ratios = sorted(n / o for o, n in zip(ours, native, strict=True))
-    print(f"ratio ours / native: {statistics.median(native) / statistics.median(ours):.2f}x "
-          f"(per pair: {', '.join(f'{r:.2f}' for r in ratios)})")  # fmt: skip
+    print_ratio("native", ours, native)
 
 
 if __name__ == "__main__":

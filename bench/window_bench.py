@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from e2e_bench import PARTITIONS, job_config, kafka_stream  # noqa: E402
+from e2e_bench import PARTITIONS, job_config, kafka_stream, print_ratio, run_to_the_end  # noqa: E402
 
 from streamplatform import EmitStrategy, StreamingJob, StreamsBuilder, TimeWindows  # noqa: E402
 from streamplatform.kafka import LocalBroker, TopicSpec, create_topics, producer  # noqa: E402
@@ -69,10 +69,7 @@ def topology(topic: str):
 def run_ours(spark, settings, topic: str, tmp: Path, name: str) -> tuple[float, int, set[str]]:
     config = job_config(settings, tmp, name, 10_000_000)  # one batch
     job = StreamingJob(topology(topic), config, spark=spark, delta_sinks=["counts"])
-    started = time.perf_counter()
-    results = job.run_until_caught_up()
-    elapsed = time.perf_counter() - started
-    job.close()
+    elapsed, results = run_to_the_end(job)
     rows = spark.read.format("delta").load(str(tmp / "delta" / name / "counts")).count()
     return elapsed, rows, {r.path for r in results}
 
@@ -146,9 +143,7 @@ def main() -> None:
         counts = " or ".join(f"{count:,}" for count in sorted(written))
         print(f"{name}: {args.records / median:>9,.0f} records/s ({median:.1f} s; {counts} "
               f"windows; path {path})")  # fmt: skip
-    ratios = sorted(n / o for o, n in zip(ours, native, strict=True))
-    print(f"ratio ours / native: {statistics.median(native) / statistics.median(ours):.2f}x "
-          f"(per pair: {', '.join(f'{r:.2f}' for r in ratios)})")  # fmt: skip
+    print_ratio("native", ours, native)
 
 
 if __name__ == "__main__":
