@@ -139,14 +139,9 @@ def merge_batch(root: str, app: str, table: StateTable, batch_id: int) -> int:
         columns=["key", "value", "timestamp", "source_partition", "source_offset"],
     )
     if updates.num_rows == 0:
-        updates = pa.table({"key": pa.array([], pa.binary()), "value": pa.array([], pa.binary()),
-                            "timestamp": pa.array([], pa.int64()),
-                            "source_partition": pa.array([], pa.int32()),
-                            "source_offset": pa.array([], pa.int64())})  # fmt: skip
+        return 0  # nothing to merge (and a batch run again has nothing either)
     upserts, deletes = table.rows(updates, batch_id)
     existing = delta_direct.table_or_none(path)
-    if existing is not None and upserts.num_rows + deletes.num_rows == 0:
-        return 0
     commit = CommitProperties(app_transactions=[Transaction(app_id=app_id, version=batch_id)])
     if existing is None:
         from deltalake import write_deltalake
