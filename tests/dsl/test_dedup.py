@@ -301,11 +301,14 @@ def test_canonical_bytes_never_collide_across_types_and_unrolled_pairs_match_the
     assert canonical_bytes(pair) == generic
 
 
-def run_tasks(directory, interval, events, guarantee, commit_every, reopen_at):
+def run_tasks(directory, interval, events, guarantee, commit_every, reopen_at, settings=None):
     """``events`` through a Task (a new one after the first commit at or after ``reopen_at``),
-    committing every ``commit_every`` records; returns the forwarded offsets and the store."""
+    committing every ``commit_every`` records; returns the forwarded offsets and the store.
+    ``settings``: more job settings."""
     topology = _by_key(interval)
-    config = StreamsConfig({"application.id": "tasks", "processing.guarantee": guarantee})
+    config = StreamsConfig(
+        {"application.id": "tasks", "processing.guarantee": guarantee, **(settings or {})}
+    )
 
     def task():
         return Task(topology, topology.subtopologies[0], 0, config, directory, lambda topic: 1)

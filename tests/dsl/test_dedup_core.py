@@ -53,12 +53,12 @@ def _topology(interval):
     return builder.build()
 
 
-def _task(state_dir, interval):
+def _task(state_dir, interval, settings=None):
     topology = _topology(interval)
     config = StreamsConfig({
         "application.id": "core", "processing.guarantee": "exactly_once_v2",
         "errors.dead.letter.queue.topic.name": "dlq",
-        "processing.exception.handler": "log_and_continue",
+        "processing.exception.handler": "log_and_continue", **(settings or {}),
     })  # fmt: skip
     return Task(topology, topology.subtopologies[0], 0, config, state_dir, lambda topic: 1)
 
@@ -90,12 +90,13 @@ def _record(offset, key, identity, timestamp):
     return ConsumedRecord("in", 0, offset, timestamp, key, json.dumps(value).encode(), [])
 
 
-def _run(directory, interval, events, native):
+def _run(directory, interval, events, native, settings=None):
     """``events`` through a task with the C core on or off; a commit after each event marked
-    so, and a reopen after the first of those. Returns everything the two must agree on."""
+    so, and a reopen after the first of those. Returns everything the two must agree on.
+    ``settings``: more job settings."""
     seen = []
     with patch.object(dedup, "NATIVE_CORE", native):
-        task = _task(directory, interval)
+        task = _task(directory, interval, settings)
         reopened = False
         try:
             for offset, (key, identity, timestamp, commit) in enumerate(events):
@@ -106,7 +107,7 @@ def _run(directory, interval, events, native):
                     seen.append(("commit", task.commit(), task.metrics()))
                     if not reopened:
                         task.close()
-                        task, reopened = _task(directory, interval), True
+                        task, reopened = _task(directory, interval, settings), True
             seen.append(("end", task.commit(), task.metrics()))
             seen.append([tuple(record)[:4] for record in task.take_output()])
             (store,) = task.stores.values()

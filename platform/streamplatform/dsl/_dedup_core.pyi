@@ -20,6 +20,7 @@ class Core:
     in_store: set[MemoryKey]
     in_order: deque[tuple[int, MemoryKey, Entry]]
     expiry: list[tuple[int, int, MemoryKey, Entry]]
+    lookup: Callable[[MemoryKey], Entry | None] | None
     def __init__(
         self,
         *,

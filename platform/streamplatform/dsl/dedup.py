@@ -1,65 +1,82 @@
 """Deduplication within a time interval (KIP-655), with the KIP's boundary, late-record and
 replay rules as Kafka settled them.
 
-The store keeps, per id, the (timestamp, offset) of the last record it let through. Stream
-time is the task's (largest timestamp processed, None keys included); the processor saves it
-in its own store so that it survives a restart together with the entries it explains.
+The store keeps, per id, the (timestamp, offset) of the last record it let through, and an
+expiry index by timestamp (layout and purge in dedup_store.py). Stream time is the task's
+(largest timestamp processed, None keys included); the processor saves it in its own store so
+that it survives a restart together with the entries it explains.
 
-Entries older than ``stream_time - interval`` can never cause a drop again and are purged
-through a time-ordered index, in runs: once the horizon has moved on by 1/64 of the interval
-since the last purge, and exactly at every commit. The index lives in memory, rebuilt from the
-store when the task starts: a queue of the entries that arrived in timestamp order (nearly all:
-popping its head is O(1)) and a heap of the others. It costs no store write per record and no
-range scan over deletion markers, and the store stays the single source of truth. The store
-holds at most an interval's worth of ids, so rebuilding reads at most that much.
+Memory holds a bounded part of the ids: the processor's share of ``statestore.cache.max.bytes``
+(its *budget*). While every stored id fits in half of it, memory holds them all: a record's
+lookup is a dict lookup, and a miss means a new id (most are). Entries older than
+``stream_time - interval`` can never cause a drop again and leave memory through an in-memory
+time index, in runs: once the horizon has moved on by 1/64 of the interval since the last
+purge, and exactly at every commit. The index is a queue of the entries that arrived in
+timestamp order (nearly all: popping its head is O(1)) and a heap of the others.
 
-The processor is its store's only writer, so it also keeps the store's entries in a dict,
-loaded with the index: a record's lookup is a dict lookup instead of a store read (most ids are
-new, and a store read of a missing key goes down to RocksDB). Under READ_COMMITTED (exactly
-once) no one sees a write before the commit, so the writes wait in a dict until
-``before_commit()`` hands them to the store's transaction, which stays what commits, prepares
-and leaves as the changelog: an id stored and expired within one commit interval (nearly all,
-when the interval is short next to a batch) never reaches the store. The waiting writes count
-towards the store's uncommitted limits (``uncommitted_limit_exceeded``). Under
-READ_UNCOMMITTED every write goes to the store at once, as readers expect to see it.
+When the ids outgrow the budget, a commit empties memory of them (they are all in the store by
+then) and from then on a miss of the dict asks the store (RocksDB, its bloom filters and block
+cache): memory holds only the ids of the current commit. The store's own index expires what
+memory no longer holds, at every commit. The budget bounds the ids held between commits too:
+past 15/16 of it the processor asks for an early commit, as the uncommitted limits do. So the
+memory of a deduplication is bounded by its budget, whatever the interval and the rate.
+
+Under READ_COMMITTED (exactly once) no one sees a write before the commit, so the writes wait
+in a dict until ``before_commit()`` hands them to the store's transaction, which stays what
+commits, prepares and leaves as the changelog: an id stored and expired within one commit
+interval (nearly all, when the interval is short next to a batch) never reaches the store. The
+waiting writes count towards the store's uncommitted limits (``uncommitted_limit_exceeded``).
+Under READ_UNCOMMITTED every write goes to the store at once, as readers expect to see it,
+and its index key at the commit.
 
 The per-record part (the rule, the index, the held writes) is ``_DedupCore``, the reference;
 ``_dedup_core.Core`` does the same in C for held writes with the runtime's task, when the
 package was built with a C compiler (``tests/dsl/test_dedup_core.py`` holds the two to the
 same results). The processor calls neither per record: the task calls the core's ``process``.
-
-In memory an id is held by the cheapest exact key (``memory_key``): a str id as the str, a
-pair of strs (deduplicate_by_key_value's (key, id) over string keys and ids) as the tuple,
-anything else as its store key; its entry as a ``(timestamp, offset)`` tuple. Store keys and
-packed entries are built only for the writes handed to the store, and most ids expire before
-that. The held writes are counted towards the byte limit by characters, not UTF-8 bytes.
-
-Store layout (one transactional key-value store, bytes keys):
-
-    b"i" + canonical_bytes(id)   -> timestamp (8 bytes) + offset (8 bytes; -1 = no offset)
-    b"m"                         -> saved stream time
+Store keys and packed entries are built only for the writes handed to the store, and most ids
+expire before that. The held writes are counted towards the uncommitted byte limit by
+characters, not UTF-8 bytes.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
-import struct
 from collections import deque
 from collections.abc import Callable
 from operator import itemgetter
 from typing import Any
 
+from streamplatform.dsl.dedup_store import (
+    ENTRY_BYTES,
+    HEAP_ITEM_BYTES,
+    INDEX_ITEM_BYTES,
+    META_KEY,
+    NO_OFFSET,
+    SLOT_BYTES,
+    DedupStore,
+    Entry,
+    MemoryKey,
+    held_size,
+    key_from_store,
+    mean_key_bytes,
+    memory_key,
+    pack_entry,
+    store_key,
+    unpack_entry,
+)
 from streamplatform.dsl.processor import Processor, ProcessorContext, engine_store
 from streamplatform.identity import canonical_bytes
 from streamplatform.records import Record
 from streamplatform.state import IsolationLevel
 
-_ENTRY = struct.Struct(">qq")
-_pack, _unpack = _ENTRY.pack, _ENTRY.unpack
-_META_KEY = b"m"
-_ID_PREFIX = b"i"
-NO_OFFSET = -1
+# Re-exported: tests and tools read the layout from here.
+__all__ = [
+    "DeduplicationProcessor", "canonical_bytes", "key_from_store", "memory_key", "should_forward",
+    "store_key",
+]  # fmt: skip
+_pack, _unpack = pack_entry, unpack_entry
+_META_KEY = META_KEY
 _PURGE_SLACK_FRACTION = 64  # entries held past expiry: at most 1/64 of an interval's worth
 _NEVER_PURGED = -(2**63)
 
@@ -89,58 +106,6 @@ def should_forward(
     )
 
 
-_U32 = struct.Struct(">I").pack
-_U32_AT = struct.Struct(">I").unpack_from
-MemoryKey = str | tuple[str, str] | bytes
-Entry = tuple[int, int]  # (timestamp, offset) of the last record forwarded for an id
-
-
-def memory_key(identity: Any) -> MemoryKey:
-    """The in-memory key of an id: the id itself when it is a str or a pair of strs (hashable,
-    immutable, and as exact as its store key), else what ``key_from_store`` gives for its
-    store key, so that a key loaded from the store always equals the key of its id."""
-    kind = type(identity)
-    if kind is str:
-        return identity  # type: ignore[no-any-return]
-    if kind is tuple and len(identity) == 2:
-        first, second = identity
-        if type(first) is str and type(second) is str:
-            return identity  # type: ignore[no-any-return]
-    return key_from_store(_ID_PREFIX + canonical_bytes(identity))
-
-
-def store_key(key: MemoryKey) -> bytes:
-    """The store key of an in-memory key (``_ID_PREFIX + canonical_bytes(id)``)."""
-    return key if type(key) is bytes else _ID_PREFIX + canonical_bytes(key)
-
-
-def key_from_store(stored: bytes) -> MemoryKey:
-    """The in-memory key of a store key: the inverse of ``store_key``."""
-    if stored[1:2] == b"s":
-        return stored[2:].decode()
-    if stored[1:2] == b"(" and len(stored) >= 12 and stored[6:7] == b"s":
-        # b"i(" + size(first) + b"s" + first + size(second) + b"s" + second, where a size
-        # is 4 bytes big-endian and counts the b"s" too (canonical_bytes).
-        first_end = 6 + _U32_AT(stored, 2)[0]
-        second_start = first_end + 4
-        if (
-            second_start < len(stored)
-            and stored[second_start : second_start + 1] == b"s"
-            and second_start + _U32_AT(stored, first_end)[0] == len(stored)
-        ):
-            return (stored[7:first_end].decode(), stored[second_start + 1 :].decode())
-    return stored
-
-
-def _held_size(key: MemoryKey) -> int:
-    """Approximately ``len(store_key(key))`` (characters for bytes), without building it."""
-    if type(key) is str:
-        return len(key) + 2
-    if type(key) is tuple:
-        return len(key[0]) + len(key[1]) + 12
-    return len(key)
-
-
 class _DedupCore:
     """The in-memory half of a DeduplicationProcessor: KIP-655's rule per record, the expiry
     index and the writes waiting for the commit. This is the reference implementation;
@@ -156,7 +121,7 @@ class _DedupCore:
     __slots__ = (
         "interval", "purge_slack", "purge_after", "id_of", "per_key", "forward", "task",
         "context", "put", "entries", "pending", "in_store", "in_order", "expiry", "_pushed",
-        "forwarded", "dropped", "late", "pending_entries", "pending_bytes",
+        "forwarded", "dropped", "late", "pending_entries", "pending_bytes", "lookup",
     )  # fmt: skip
 
     def __init__(
@@ -192,6 +157,9 @@ class _DedupCore:
         self.pending_entries = self.pending_bytes = 0  # every write counted, as a store does
         self.forwarded = self.dropped = 0
         self.late = 0  # forwarded but too old to open a window
+        # Set by the processor once `entries` no longer holds every stored id: the store's
+        # answer for an id missing from `entries`.
+        self.lookup: Callable[[MemoryKey], Entry | None] | None = None
 
     def process(self, record: Record) -> None:
         # should_forward(), inlined: this runs once per record. The id's in-memory key is
@@ -225,6 +193,8 @@ class _DedupCore:
         interval = self.interval
         entries = self.entries
         stored = entries.get(id_key)
+        if stored is None and self.lookup is not None:
+            stored = self.lookup(id_key)
         timestamp = record[2]
         if stored is not None:
             entry_ts, entry_offset = stored
@@ -242,11 +212,11 @@ class _DedupCore:
             if self.put is None:
                 self.pending[id_key] = entry
                 self.pending_entries += 1
-                # _held_size(id_key) + 16, inlined for the (str key, str id) pair.
+                # held_size(id_key) + 16, inlined for the (str key, str id) pair.
                 self.pending_bytes += (
                     len(id_key[0]) + len(id_key[1]) + 28
                     if type(id_key) is tuple
-                    else _held_size(id_key) + 16
+                    else held_size(id_key) + 16
                 )
             else:
                 self.put(store_key(id_key), _pack(*entry))
@@ -281,7 +251,7 @@ class _DedupCore:
             nbytes += (
                 len(id_key[0]) + len(id_key[1]) + 12
                 if type(id_key) is tuple
-                else _held_size(id_key)
+                else held_size(id_key)
             )  # fmt: skip
         self.pending_entries += len(expired)
         self.pending_bytes += nbytes
@@ -332,20 +302,34 @@ class DeduplicationProcessor(Processor):
         super().init(context)
         self._state_store = engine_store(context, self.store_name)
         self.store = self._state_store.transaction
+        self._dedup_store = DedupStore(self.store, self.interval)
         saved = self.store.get(_META_KEY)
         if saved is not None:
+            stream_time = _unpack(saved)[0]
+            # The last commit purged the store's index up to its horizon.
+            self._dedup_store.purged_to = stream_time - self.interval
             restore = getattr(context, "restore_stream_time", None)
             if restore is not None:
-                restore(_ENTRY.unpack(saved)[0])
+                restore(stream_time)
         self._saved_stream_time: int | None = None
-        entries: dict[MemoryKey, Entry] = {
-            key_from_store(key): _unpack(value) for key, value in self.store.prefix(_ID_PREFIX)
-        }
+        self._dedup_store.index_missing_entries()
+        # The processor's budget (module docstring); past `_early_commit_at` it asks for a
+        # commit. A budget of 0 keeps no id in memory past a commit and asks for none.
+        self.budget = dedup_budget(context)
+        self._early_commit_at = self.budget - self.budget // 16 if self.budget > 0 else None
+        self.peak_memory_bytes = 0
+        # Every stored id, when they fit in half the budget (the other half is for the ids
+        # of the next commits); else none, and misses ask the store.
+        loaded = self._dedup_store.load(self.budget // 2)
+        entries: dict[MemoryKey, Entry] = {} if loaded is None else loaded
         in_order: deque[tuple[int, MemoryKey, Entry]] = deque(
             sorted(((entry[0], key, entry) for key, entry in entries.items()), key=itemgetter(0))
         )
         # Under READ_COMMITTED the writes wait in the core until before_commit().
         buffered = self.store.isolation_level is IsolationLevel.READ_COMMITTED
+        # Under READ_UNCOMMITTED: the store keys written since the last commit, and the
+        # timestamp of each one's last put, for their index keys at the commit.
+        self._written: dict[bytes, int] = {}
         # The runtime's own context lets the per-record path read the task's stream time and
         # current record directly, and call a single child without the forward loop; any
         # other ProcessorContext goes through the protocol.
@@ -369,9 +353,12 @@ class DeduplicationProcessor(Processor):
             self._core = _DedupCore(
                 interval=self.interval, purge_slack=purge_slack, purge_after=_NEVER_PURGED,
                 id_of=self.id_of, per_key=self.per_key, forward=forward, task=task,
-                context=context, put=None if buffered else self.store.put, entries=entries,
+                context=context, put=None if buffered else self._put_through, entries=entries,
                 in_order=in_order, in_store=in_store,
             )  # fmt: skip
+        if loaded is None:
+            self._core.lookup = self._dedup_store.lookup
+        self._key_bytes = mean_key_bytes(entries)
         # The task calls the core's process directly: no Python frame of this class per
         # record.
         self.process = self._core.process  # type: ignore[method-assign]
@@ -394,42 +381,85 @@ class DeduplicationProcessor(Processor):
     def task_metrics(self) -> dict[str, int]:
         return {f"dedup_{name}": value for name, value in self.metrics().items()}
 
-    def uncommitted_limit_exceeded(self) -> bool:
-        """The store's uncommitted limits, counting the writes still waiting here (the task
-        asks this instead of the store)."""
+    def memory_bytes(self) -> int:
+        """What memory holds of the ids now, in bytes: the entries, their index items, the
+        writes held for the commit and the in-store set, counted per object as CPython
+        allocates them (dedup_store.py) with the keys' mean size. This is what the budget
+        bounds."""
         core = self._initialised()
+        return (
+            len(core.entries) * (ENTRY_BYTES + self._key_bytes)
+            + len(core.in_order) * INDEX_ITEM_BYTES
+            + len(core.expiry) * HEAP_ITEM_BYTES
+            + (len(core.pending) + len(core.in_store) + len(self._written)) * SLOT_BYTES
+        )
+
+    def uncommitted_limit_exceeded(self) -> bool:
+        """The store's uncommitted limits, counting the writes still waiting here, and the
+        budget (the task asks this instead of the store)."""
+        core = self._initialised()
+        if self._early_commit_at is not None:
+            used = self.memory_bytes()
+            if used > self.peak_memory_bytes:
+                self.peak_memory_bytes = used
+            if used > self._early_commit_at and (core.pending or self._written or core.entries):
+                return True
         return self._state_store.uncommitted_limit_exceeded(
             core.pending_entries, core.pending_bytes
         )
 
-    def _hand_over(self) -> None:
-        """Give the waiting writes to the store's transaction."""
-        core = self._initialised()
-        pending, in_store, put = core.pending, core.in_store, self.store.put
-        for id_key, entry in pending.items():
-            if entry is None:
-                put(store_key(id_key), None)
-                in_store.discard(id_key)
-            else:
-                put(store_key(id_key), _pack(*entry))
-                in_store.add(id_key)
-        pending.clear()
-        core.pending_entries = core.pending_bytes = 0
+    def _put_through(self, stored: bytes, value: bytes | None) -> None:
+        """READ_UNCOMMITTED: a write to the store at once; a put's index key waits for the
+        commit (``DedupStore.index_written``)."""
+        self.store.put(stored, value)
+        if value is not None:
+            self._written[stored] = _unpack(value)[0]
 
     def before_commit(self) -> None:
-        """Hand the waiting writes to the store and save the task's stream time with the
-        entries it explains (the task calls this before committing or preparing)."""
+        """Hand the waiting writes to the store, purge the store's index, save the task's
+        stream time with the entries it explains, and keep memory within the budget (the
+        task calls this before committing or preparing)."""
         core = self._initialised()
         stream_time = self.context.stream_time
-        core.purge(stream_time - self.interval)
+        horizon = stream_time - self.interval
+        core.purge(horizon)
+        if core.pending:
+            self._key_bytes = mean_key_bytes(core.pending, self._key_bytes)
         if core.pending or core.pending_entries:
-            self._hand_over()
+            self._dedup_store.hand_over(core.pending, core.in_store)
+            core.pending.clear()
+            core.pending_entries = core.pending_bytes = 0
+        if self._written:
+            self._key_bytes = mean_key_bytes(map(key_from_store, self._written), self._key_bytes)
+            self._dedup_store.index_written(self._written, horizon)
+            self._written.clear()
+        self._dedup_store.purge(horizon)
         if stream_time != self._saved_stream_time:
-            self.store.put(_META_KEY, _ENTRY.pack(stream_time, 0))
+            self.store.put(_META_KEY, _pack(stream_time, 0))
             self._saved_stream_time = stream_time
+        used = self.memory_bytes()
+        self.peak_memory_bytes = max(self.peak_memory_bytes, used)
+        if used > self.budget // 2 and core.entries:
+            self._forget_entries()
+
+    def _forget_entries(self) -> None:
+        """Empty memory of the ids (all in the store, nothing held: this runs right after the
+        hand-over); from now on a miss of the entries asks the store."""
+        core = self._initialised()
+        core.entries.clear()
+        core.in_order.clear()
+        del core.expiry[:]
+        core.in_store.clear()
+        core.lookup = self._dedup_store.lookup
 
     def metrics(self) -> dict[str, int]:
         core = self._core
         if core is None:
             return {"forwarded": 0, "dropped": 0, "late": 0}
         return {"forwarded": core.forwarded, "dropped": core.dropped, "late": core.late}
+
+
+def dedup_budget(context: ProcessorContext) -> int:
+    """The deduplication's memory budget: its task's ``statestore.cache.max.bytes`` (0 in a
+    context that has none)."""
+    return int(getattr(context, "cache_max_bytes", 0))

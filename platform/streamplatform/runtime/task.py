@@ -292,12 +292,13 @@ class Task:
                 for processor in self.processors.values()
                 for store, check in processor.held_writes().items()
             }
+            # A holder may have a limit of its own (a deduplication's memory budget).
             self._limit_checks = (
                 [
                     holders.get(name, store.uncommitted_limit_exceeded)
                     for name, store in self.stores.items()
                 ]
-                if limited
+                if limited or holders
                 else []
             )
             self._check_every = _limit_check_interval(config)
@@ -745,14 +746,17 @@ def _limit_check_interval(config: StreamsConfig) -> int:
     """Every how many records ``process_all`` asks the stores' uncommitted limits: every
     record for small limits (a limit of 25 records stops within one record of it), every 64th
     for the default 64 MiB, where 63 records of overshoot are nothing and asking costs about
-    as much as the store write itself."""
+    as much as the store write itself. The memory budget (``statestore.cache.max.bytes``,
+    which a deduplication also asks about) counts like a byte limit."""
     every = 64
     max_records = config["statestore.uncommitted.max.records"]
     max_bytes = config["statestore.uncommitted.max.bytes"]
+    cache_bytes = config["statestore.cache.max.bytes"]
     if max_records is not None:
         every = min(every, max(1, max_records // 1024))
-    if max_bytes is not None:
-        every = min(every, max(1, max_bytes // (1024 * 1024)))
+    for limit in (max_bytes, cache_bytes or None):
+        if limit is not None:
+            every = min(every, max(1, limit // (1024 * 1024)))
     return every
 
 
