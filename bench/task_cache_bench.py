@@ -84,12 +84,14 @@ class Driver:
         self.batch_id = 0
         self.runs = ChangelogWrites(0, {})
 
-    def batch(self, batches: list[pa.RecordBatch], idle_ms: int) -> float:
-        """One batch of the task; returns its task time in seconds."""
+    def batch(
+        self, batches: list[pa.RecordBatch], idle_ms: int, extra: dict | None = None
+    ) -> float:
+        """One batch of the task (``extra``: more settings); returns its task time in s."""
         settings = {
             "application.id": "task-cache-bench", "bootstrap.servers": "unused:9092",
             "processing.guarantee": "exactly_once_v2", "state.dir": f"{self.directory}/state",
-            "platform.task.cache.idle.ms": idle_ms,
+            "platform.task.cache.idle.ms": idle_ms, **(extra or {}),
         }  # fmt: skip
         runner = TaskBatchRunner(
             self.topology, settings, batch_id=self.batch_id,

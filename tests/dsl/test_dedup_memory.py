@@ -249,3 +249,21 @@ def test_the_accounting_matches_what_python_allocates():
     processor._core.expiry, processor._core.in_store, processor._written = [], set(), {}
     processor._key_bytes = dedup.mean_key_bytes(entries)
     assert 0.75 * traced <= processor.memory_bytes() <= 1.25 * traced
+
+
+def test_the_processors_that_keep_state_in_memory_share_the_tasks_budget(tmp_path):
+    """statestore.cache.max.bytes bounds the task: a deduplication and an aggregation in one
+    task get half each; a filter gets nothing."""
+    b = StreamsBuilder()
+    (b.stream("in", Serdes.string(), Serdes.string()).deduplicate_by_key(MINUTE)
+     .filter(lambda k, v: True).group_by_key().count())  # fmt: skip
+    topology = b.build()
+    config = StreamsConfig({"application.id": "share", "statestore.cache.max.bytes": 1_000_000})
+    task = Task(topology, topology.subtopologies[0], 0, config, tmp_path, lambda topic: 1)
+    try:
+        kinds = {type(p).__name__: p for p in task.processors.values()}
+        assert kinds["DeduplicationProcessor"].budget == 500_000
+        assert kinds["StreamAggregate"].cache.max_bytes == 500_000
+        assert not kinds["Filter"].uses_record_cache()
+    finally:
+        task.close()

@@ -134,7 +134,8 @@ class ResultCache:
 
 
 def _cache_bytes(context: ProcessorContext) -> int:
-    """This task's ``statestore.cache.max.bytes`` (0 in a context that has none)."""
+    """This aggregation's share of its task's ``statestore.cache.max.bytes`` (0 in a
+    context that has none)."""
     return int(getattr(context, "cache_max_bytes", 0))
 
 
@@ -163,6 +164,9 @@ class _Aggregation(Processor):
         # initializer: a key's first value is its first result.
         self.initializer = initializer
         self.aggregator = aggregator
+
+    def uses_record_cache(self) -> bool:
+        return True
 
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
@@ -402,6 +406,9 @@ class KeyedWindowAggregation(_Aggregation):
     # Kafka Streams' time-first store (sliding windows on window close) hides a window only
     # once it is a whole retention behind, not retention - 1 as its other stores do.
     time_first: bool = False
+
+    def uses_record_cache(self) -> bool:
+        return not self.emit_final
 
     def init(self, context: ProcessorContext) -> None:
         super().init(context)

@@ -378,6 +378,9 @@ class DeduplicationProcessor(Processor):
     def held_writes(self) -> dict[str, Callable[[], bool]]:
         return {self.store_name: self.uncommitted_limit_exceeded}
 
+    def uses_record_cache(self) -> bool:
+        return True  # its ids in memory
+
     def task_metrics(self) -> dict[str, int]:
         return {f"dedup_{name}": value for name, value in self.metrics().items()}
 
@@ -460,6 +463,6 @@ class DeduplicationProcessor(Processor):
 
 
 def dedup_budget(context: ProcessorContext) -> int:
-    """The deduplication's memory budget: its task's ``statestore.cache.max.bytes`` (0 in a
-    context that has none)."""
+    """The deduplication's memory budget: its share of its task's
+    ``statestore.cache.max.bytes`` (0 in a context that has none)."""
     return int(getattr(context, "cache_max_bytes", 0))

@@ -95,6 +95,12 @@ class Processor:
         """Forward what the processor holds back until a commit (the aggregations' record
         cache: one update per key per commit). The engine calls it before each commit."""
 
+    def uses_record_cache(self) -> bool:
+        """True when the processor keeps state in memory within its share of the task's
+        ``statestore.cache.max.bytes`` (``context.cache_max_bytes``); the engine asks before
+        ``init`` and divides the budget between those that do."""
+        return False
+
     def held_writes(self) -> dict[str, Callable[[], bool]]:
         """Stores whose writes this processor holds back before handing them over (at
         ``before_commit``), each with the check of the store's uncommitted limits

@@ -133,8 +133,9 @@ class NodeContext:
 
     @property
     def cache_max_bytes(self) -> int:
-        """``statestore.cache.max.bytes``: the aggregations' record cache (dsl/aggregate.py)."""
-        return self._task.config["statestore.cache.max.bytes"]
+        """This processor's share of ``statestore.cache.max.bytes`` (Task.cache_share): its
+        record cache (dsl/aggregate.py) or its ids in memory (dsl/dedup.py)."""
+        return self._task.cache_share
 
     def current_system_time_ms(self) -> int:
         """The task's wall-clock time: on Spark the batch's, fixed when it was planned (a
@@ -275,6 +276,11 @@ class Task:
             for name in subtopology.nodes:
                 if isinstance(topology.nodes[name], ProcessorNode):
                     self.processors[name] = topology.nodes[name].supplier()  # type: ignore[union-attr]
+            # statestore.cache.max.bytes is the task's memory budget: each processor that
+            # keeps state in memory (the aggregations' record caches, the deduplications' ids)
+            # gets an equal share of it, so that together they stay within it.
+            users = sum(1 for p in self.processors.values() if p.uses_record_cache())
+            self.cache_share = config["statestore.cache.max.bytes"] // max(1, users)
             # One delivery function per node, so a record's path costs no lookups.
             self._deliver = {name: self._deliverer(name) for name in subtopology.nodes}
             for name, processor in self.processors.items():
