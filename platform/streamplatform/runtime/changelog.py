@@ -16,7 +16,9 @@ them, as one reopened from its local state does, instead of starting its stream 
 schedules over.
 
 Executors have no SparkSession: the driver resolves the live files of each task's partition
-from the Delta log (delta-rs, in milliseconds) and the executor reads them with pyarrow.
+from the Delta log (delta-rs, in milliseconds) and the executor reads them with pyarrow. A
+restore streams them into the stores a batch at a time, and a snapshot (maintenance.py) in
+chunks of ``SNAPSHOT_CHUNK_ROWS`` rows: the Python objects it holds do not grow with the store.
 """
 
 from __future__ import annotations
@@ -24,11 +26,14 @@ from __future__ import annotations
 import re
 import struct
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
-from typing import Any, NamedTuple
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import unquote, urlparse
 
 from streamplatform.records import TopicPartition
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 CHANGELOG_SCHEMA = (
     "task STRING, store STRING, batch_id LONG, seq LONG, column_family STRING, "
@@ -39,6 +44,13 @@ _TASK_DIRECTORY = re.compile(r"/task=([^/]+)/")
 # schedule) instead of store data. No store has a column family of this name.
 TASK_OFFSETS = "__task_offsets__"
 _OFFSET = struct.Struct(">q")
+SNAPSHOT_CHUNK_ROWS = 50_000
+"""Rows of a snapshot per write when a restore applies it, and rows per Arrow record batch
+read: bounds the Python objects of a restore (a few hundred bytes a row) whatever the store's
+size."""
+_COLUMNS = ["store", "batch_id", "seq", "column_family", "key", "value"]
+_ROW_ORDER = [("batch_id", "ascending"), ("store", "ascending"), ("seq", "ascending")]
+_Writes = list[tuple[str, bytes, bytes | None]]
 
 
 def task_offset_rows(offsets: Mapping[Any, int]) -> list[tuple[str, bytes, bytes]]:
@@ -105,27 +117,73 @@ def _local(uri: str) -> str:
     return unquote(parsed.path) if parsed.scheme in ("file", "") else uri
 
 
-def read_rows(
+def read_batches(
     files: Iterable[ChangelogFile], after_batch: int, up_to_batch: int
-) -> list[dict[str, Any]]:
-    """Changelog rows of batches in (after_batch, up_to_batch], in batch and write order. Only
-    the files whose batches overlap that range are read: a copy that is a few batches behind
-    reads the tail, not the task's whole history."""
+) -> Iterator[tuple[int, Iterator[pa.RecordBatch]]]:
+    """The changelog batches in (after_batch, up_to_batch], in batch order: each as its batch
+    id and its rows, in (store, seq) order, as Arrow record batches of at most
+    ``SNAPSHOT_CHUNK_ROWS`` rows read as they are asked for (take a batch's rows before the
+    next batch). Only the files whose batches overlap that range are read: a copy that is a
+    few batches behind reads the tail, not the task's whole history.
+
+    A snapshot file (one batch, maybe millions of rows) is streamed from the file. Other files
+    hold a batch or a few each: they are read whole, with the files their batches overlap, and
+    sorted (in Arrow) as the order asks."""
+    for group in _file_groups(files, after_batch, up_to_batch):
+        only = group[0]
+        if len(group) == 1 and only.snapshot and only.first_batch == only.last_batch:
+            # Its rows are of one batch and each key's once (the snapshot's order, by store and
+            # key, is its seq order): no filter or sort needed.
+            yield only.last_batch, _file_record_batches(only.path)
+        else:
+            yield from _sorted_batches(group, after_batch, up_to_batch)
+
+
+def _file_groups(
+    files: Iterable[ChangelogFile], after_batch: int, up_to_batch: int
+) -> list[list[ChangelogFile]]:
+    """The files to read, in batch order, grouped where their batch ranges overlap: the rows
+    of one group are sorted together, and one group's batches all come before the next's."""
+    wanted = sorted(
+        (f for f in files if f.overlaps(after_batch, up_to_batch)),
+        key=lambda f: (f.first_batch, f.last_batch),
+    )
+    groups: list[list[ChangelogFile]] = []
+    end = -(2**63)
+    for file in wanted:
+        if groups and file.first_batch <= end:
+            groups[-1].append(file)
+        else:
+            groups.append([file])
+        end = max(end, file.last_batch)
+    return groups
+
+
+def _file_record_batches(path: str) -> Iterator[pa.RecordBatch]:
+    import pyarrow.parquet as pq
+
+    with pq.ParquetFile(path) as parquet:
+        yield from parquet.iter_batches(batch_size=SNAPSHOT_CHUNK_ROWS, columns=_COLUMNS)
+
+
+def _sorted_batches(
+    group: list[ChangelogFile], after_batch: int, up_to_batch: int
+) -> Iterator[tuple[int, Iterator[pa.RecordBatch]]]:
+    import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    rows: list[dict[str, Any]] = []
-    for file in files:
-        if not file.overlaps(after_batch, up_to_batch):
-            continue
-        table = pq.read_table(file.path)
-        keep = pc.and_(
-            pc.greater(table["batch_id"], after_batch),
-            pc.less_equal(table["batch_id"], up_to_batch),
-        )
-        rows += table.filter(keep).to_pylist()
-    rows.sort(key=lambda r: (r["batch_id"], r["store"], r["seq"]))
-    return rows
+    in_range = [("batch_id", ">", after_batch), ("batch_id", "<=", up_to_batch)]
+    tables = [pq.read_table(f.path, columns=_COLUMNS, filters=in_range) for f in group]
+    rows = pa.concat_tables(tables, promote_options="permissive").sort_by(_ROW_ORDER)
+    counts = pc.value_counts(rows.column("batch_id"))
+    start = 0
+    for batch_id, count in sorted(
+        zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True)
+    ):
+        batch = rows.slice(start, count)
+        yield batch_id, iter(batch.to_batches(max_chunksize=SNAPSHOT_CHUNK_ROWS))
+        start += count
 
 
 def replay(
@@ -139,43 +197,128 @@ def replay(
     Each batch is applied to a store in one atomic write, with the batch marker as its
     offset, so a restore interrupted half-way resumes where it stopped. A snapshot (the
     changelog compacted up to batch S, maintenance.py) holds every live key as of S and no
-    delete: an empty store takes it like any batch, a store that holds a batch before S is
-    replaced by it (``replace_with_changelog``), a store at S or later skips it.
+    delete: a store before S (an empty one too) is replaced by it, a store at S or later skips
+    it. A snapshot may hold millions of rows: it is written in chunks, with the batch marker
+    in the last write only (`_take_snapshot`). The rows are read a batch, or a chunk, at a
+    time (`read_batches`), so the Python objects of a restore do not grow with the store.
     """
-    replayed = 0
-    positions = {name: store.committed_offset(batch_marker) for name, store in stores.items()}
-    positions = {name: -1 if held is None else held for name, held in positions.items()}
-    oldest = min(positions.values())
+    positions = {name: _position(store, batch_marker) for name, store in stores.items()}
     snapshot = max(  # -1: no snapshot
         (f.last_batch for f in files if f.snapshot and f.last_batch <= up_to_batch), default=-1
     )
-    by_batch: dict[tuple[str, int], list[tuple[str, bytes, bytes | None]]] = defaultdict(list)
-    offsets: dict[tuple[str, int], dict[TopicPartition, int]] = defaultdict(dict)
-    # Stores older than the snapshot: its batch replaces their data, even without a row.
-    replaced = {name for name, held in positions.items() if 0 <= held < snapshot}
-    for name in replaced:
-        by_batch[(name, snapshot)] = []
-    for row in read_rows(files, oldest, up_to_batch):
-        name = row["store"]
-        if name in stores and row["batch_id"] > positions[name]:
-            batch = (name, row["batch_id"])
-            if row["column_family"] == TASK_OFFSETS:  # committed with the batch, as offsets
-                topic_partition, offset = _task_offset(row["key"], row["value"])
-                offsets[batch][topic_partition] = offset
-                by_batch.setdefault(batch, [])  # a batch of offsets only is applied too
-            else:
-                by_batch[batch].append((row["column_family"], row["key"], row["value"]))
-    for (name, batch_id), writes in sorted(by_batch.items(), key=lambda item: item[0][1]):
-        if name in replaced and batch_id < snapshot:
-            continue  # superseded by the snapshot
-        applied = offsets.get((name, batch_id), {}) | {batch_marker: batch_id}
-        if name in replaced and batch_id == snapshot:
-            stores[name].replace_with_changelog(writes, applied)
-        else:
-            stores[name].apply_changelog(writes, applied)
-        replayed += len(writes)
+    _check_parts_can_be_redone(stores, snapshot)
+    # A store before the snapshot starts from it: the batches before it are in it.
+    start = min((max(held, snapshot - 1) for held in positions.values()), default=up_to_batch)
+    replayed = 0
+    for batch_id, chunks in read_batches(files, start, up_to_batch):
+        if batch_id == snapshot:
+            takers = [name for name, held in positions.items() if held < snapshot]
+            replayed += _take_snapshot(stores, takers, chunks, snapshot, batch_marker)
+        elif batch_id > snapshot:
+            takers = [name for name, held in positions.items() if held < batch_id]
+            replayed += _apply_batch(stores, takers, chunks, batch_id, batch_marker)
+        # A batch before the snapshot (a file without batch statistics spans every batch):
+        # every store either takes the snapshot, which holds it, or is past it.
     for store in stores.values():  # batches that wrote nothing to a store move it on too
-        held = store.committed_offset(batch_marker)
-        if (-1 if held is None else held) < up_to_batch:
+        if _position(store, batch_marker) < up_to_batch:
             store.apply_changelog([], {batch_marker: up_to_batch})
     return replayed
+
+
+def _position(store: Any, batch_marker: tuple[str, int]) -> int:
+    held = store.committed_offset(batch_marker)
+    return -1 if held is None else int(held)
+
+
+def _check_parts_can_be_redone(stores: Mapping[str, Any], snapshot: int) -> None:
+    """A store left holding part of a snapshot is made whole by taking a snapshot again (it
+    is before every snapshot since, see `_take_snapshot`); files listed without one (a listing
+    older than that snapshot's) cannot."""
+    if snapshot >= 0:
+        return
+    for name, store in stores.items():
+        if store.changelog_part_applied:
+            raise RuntimeError(
+                f"Store {name} at {store.path} holds part of a changelog snapshot from an "
+                "interrupted restore, and the changelog files given have no snapshot to "
+                "restore it from: list the changelog's files again (files_by_task)"
+            )
+
+
+def _apply_batch(
+    stores: Mapping[str, Any],
+    takers: Collection[str],
+    chunks: Iterator[pa.RecordBatch],
+    batch_id: int,
+    batch_marker: tuple[str, int],
+) -> int:
+    """One batch (a few thousand rows at most: one micro-batch's writes of one task), each
+    store's writes and task offsets in one atomic write with the batch marker."""
+    writes: dict[str, _Writes] = defaultdict(list)
+    offsets: dict[str, dict[TopicPartition, int]] = defaultdict(dict)
+    for rows in chunks:
+        _collect(rows, takers, writes, offsets)
+    for name in sorted(writes.keys() | offsets.keys()):  # a batch of offsets only too
+        stores[name].apply_changelog(writes[name], offsets[name] | {batch_marker: batch_id})
+    return sum(len(found) for found in writes.values())
+
+
+def _take_snapshot(
+    stores: Mapping[str, Any],
+    takers: Collection[str],
+    chunks: Iterator[pa.RecordBatch],
+    snapshot: int,
+    batch_marker: tuple[str, int],
+) -> int:
+    """The snapshot (batch ``snapshot``) replaces the data of each store in ``takers``, a
+    chunk of rows per write (`apply_changelog_chunk`, the first one deleting what the store
+    held); the batch marker and task offsets come with a last write once every chunk is in.
+
+    A crash between two chunks leaves a store with part of the snapshot, and its committed
+    position unchanged (and `changelog_part_applied` set). Whatever it held before, that
+    position is before this snapshot and before any later one (maintenance only replaces a
+    snapshot by a later one), so the next restore replaces the store again, from its first
+    chunk: an empty store (no position) takes the snapshot from scratch; a store older than
+    the snapshot is wiped again, not left with keys of its older data or of the part applied;
+    a store at the snapshot or after it never takes it, so it has no part to leave.
+    """
+    if not takers:
+        return 0
+    offsets: dict[str, dict[TopicPartition, int]] = {name: {} for name in takers}
+    replayed, first = 0, True
+    for rows in chunks:
+        writes: dict[str, _Writes] = defaultdict(list)
+        _collect(rows, takers, writes, offsets)
+        for name in takers:
+            if first or writes[name]:
+                stores[name].apply_changelog_chunk(writes[name], replace=first)
+            replayed += len(writes[name])
+        first = False
+    for name in takers:
+        applied = offsets[name] | {batch_marker: snapshot}
+        if first:  # not a row read: a snapshot of nothing still replaces
+            stores[name].replace_with_changelog([], applied)
+        else:
+            stores[name].apply_changelog([], applied)
+    return replayed
+
+
+def _collect(
+    rows: pa.RecordBatch,
+    names: Collection[str],
+    writes: dict[str, _Writes],
+    offsets: Mapping[str, dict[TopicPartition, int]],
+) -> None:
+    """Add the rows of the stores ``names`` to ``writes`` (per store, in order) and their
+    task offsets (``TASK_OFFSETS``, committed with the batch as offsets) to ``offsets``. Only
+    these rows become Python objects: a record batch's, not a file's."""
+    columns = [rows.column(name).to_pylist() for name in ("store", "column_family", "key",
+                                                          "value")]  # fmt: skip
+    for name, column_family, key, value in zip(*columns, strict=True):
+        if name not in names:
+            continue
+        if column_family == TASK_OFFSETS:
+            topic_partition, offset = _task_offset(key, value)
+            offsets[name][topic_partition] = offset
+        else:
+            writes[name].append((column_family, key, value))

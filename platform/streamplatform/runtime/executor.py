@@ -411,10 +411,13 @@ class TaskBatchRunner:
         if files is None:
             writes = self.changelog_writes
             if writes is not None and all(
-                writes.none_after(str(task.task_id), _batch_held(store)) for _, store in behind
+                writes.none_after(str(task.task_id), _batch_held(store))
+                and not store.changelog_part_applied
+                for _, store in behind
             ):
                 # Behind only because the task had no records in the batches since: nothing
-                # to replay, the stores just move on to the last committed batch.
+                # to replay, the stores just move on to the last committed batch. (A store
+                # holding part of a snapshot, from a restore cut short, must replay it whole.)
                 for _, store in behind:
                     store.apply_changelog([], {BATCH_MARKER: last})
                 return 0

@@ -10,20 +10,53 @@ from __future__ import annotations
 
 import os
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import ClassVar, Self
 
+import rocksdict
+
 from streamplatform.records import TopicPartition
 from streamplatform.state.checks import check_limit
-from streamplatform.state.db import Offsets, StateDB, normalize_offsets
+from streamplatform.state.db import META, Offsets, StateDB, normalize_offsets
 from streamplatform.state.errors import StateStoreError
-from streamplatform.state.overlay import Overlay
+from streamplatform.state.overlay import Overlay, StagedWrites
 from streamplatform.state.rocks import StoreOptions
 from streamplatform.state.transaction import IsolationLevel, Transaction
 
 __all__ = ["StoreBase"]
+
+# In the ``meta`` column family while the store holds part of a changelog batch applied in
+# chunks (`apply_changelog_chunk`), until the last part writes the batch's offsets.
+_CHANGELOG_PART = b"changelog_part_applied"
+
+
+class _Wipe:
+    """Deletes every stored key of some column families: one range delete per family from
+    its first key to its last, plus the last key. A replace reads those two keys into Python,
+    not one per stored key, however large the store."""
+
+    num_bytes = 0
+
+    def __init__(self, bounds: list[tuple[str, bytes, bytes]]) -> None:
+        self._bounds = bounds  # (column family, first key, last key)
+
+    def __len__(self) -> int:
+        return len(self._bounds)
+
+    def entries(self) -> Iterable[tuple[str, bytes, bytes | None]]:
+        raise TypeError("a wipe is a range delete, written by a commit: it has no entries")
+
+    def write_to(
+        self, batch: rocksdict.WriteBatch, handles: Mapping[str, rocksdict.ColumnFamily]
+    ) -> None:
+        for column_family, first, last in self._bounds:
+            batch.delete_range(first, last, handles[column_family])  # [first, last)
+            batch.delete(last, handles[column_family])
+
+    def clear(self) -> None:
+        self._bounds = []
 
 
 class StoreBase:
@@ -75,6 +108,11 @@ class StoreBase:
     @property
     def isolation_level(self) -> IsolationLevel:
         return self._isolation_level
+
+    @property
+    def options(self) -> StoreOptions:
+        """The options the store was opened with."""
+        return self._options
 
     @property
     def closed(self) -> bool:
@@ -136,15 +174,11 @@ class StoreBase:
         self, writes: Iterable[tuple[str, bytes, bytes | None]], offsets: Offsets | None = None
     ) -> None:
         """Apply writes captured by `staged_writes` (of this store's kind, elsewhere) and
-        `offsets` in one atomic commit: how a restore or a standby replays the changelog."""
+        `offsets` in one atomic commit: how a restore or a standby replays the changelog.
+        Also the last part of a batch applied in chunks (`apply_changelog_chunk`): the one
+        that writes the batch's offsets."""
         self._check_open()
-        staged: dict[str, Overlay] = {}
-        for column_family, key, value in writes:
-            if column_family not in staged:
-                staged[column_family] = Overlay(column_family)
-            staged[column_family].put(key, value)
-        self._db.commit(staged.values(), normalize_offsets(offsets))
-        self._after_settle()
+        self._commit_changelog(_overlays(writes), offsets)
 
     def replace_with_changelog(
         self, writes: Iterable[tuple[str, bytes, bytes | None]], offsets: Offsets | None = None
@@ -154,20 +188,55 @@ class StoreBase:
         that ``writes`` does not put is deleted. How a restore brings a copy that is older
         than the changelog's snapshot up to it (the snapshot keeps no deletes)."""
         self._check_open()
-        staged: dict[str, Overlay] = {}
+        self._commit_changelog([self._wipe(), *_overlays(writes)], offsets)
+
+    def apply_changelog_chunk(
+        self, writes: Iterable[tuple[str, bytes, bytes | None]], *, replace: bool = False
+    ) -> None:
+        """Apply part of a changelog batch too large for one write (a snapshot of millions of
+        keys), in one atomic commit without offsets; ``replace``: delete every stored key
+        first (the first part of a `replace_with_changelog`). `apply_changelog` with the
+        batch's offsets writes its last part.
+
+        Until then the store keeps its committed offsets while its data is part of the way to
+        the batch, and `changelog_part_applied` says so: only a restore that applies the
+        whole batch again may use the store (changelog.replay)."""
+        self._check_open()
+        part = Overlay(META)
+        part.put(_CHANGELOG_PART, b"\x01")
+        staged: list[StagedWrites] = [self._wipe()] if replace else []
+        self._db.commit([*staged, *_overlays(writes), part], {})
+        self._after_changelog_chunk()
+
+    @property
+    def changelog_part_applied(self) -> bool:
+        """True while the store holds part of a changelog batch (`apply_changelog_chunk`)
+        whose last part, with the offsets, is not written: its data is then neither that of
+        its committed offsets nor the batch's, also after a crash and reopen."""
+        self._check_open()
+        return self._db.columns[META].get(_CHANGELOG_PART) is not None
+
+    def _commit_changelog(self, staged: list[StagedWrites], offsets: Offsets | None) -> None:
+        applied = normalize_offsets(offsets)
+        if self.changelog_part_applied:  # this commit writes the offsets: the batch is whole
+            done = Overlay(META)
+            done.put(_CHANGELOG_PART, None)
+            staged.append(done)
+        self._db.commit(staged, applied)
+        self._after_settle()
+
+    def _wipe(self) -> _Wipe:
+        """What deletes every stored key of the store's data column families."""
+        bounds = []
         for column_family in self.COLUMN_FAMILIES:
-            overlay = staged[column_family] = Overlay(column_family)
             stored = self._db.iterator(column_family)
             stored.seek_to_first()
-            while stored.valid():
-                overlay.put(stored.key(), None)
-                stored.next()
-        for column_family, key, value in writes:
-            if column_family not in staged:
-                staged[column_family] = Overlay(column_family)
-            staged[column_family].put(key, value)
-        self._db.commit(staged.values(), normalize_offsets(offsets))
-        self._after_settle()
+            if not stored.valid():
+                continue
+            first = stored.key()
+            stored.seek_to_last()
+            bounds.append((column_family, first, stored.key()))
+        return _Wipe(bounds)
 
     def approximate_num_uncommitted_entries(self) -> int:
         """Uncommitted writes of the writing transaction (distinct keys staged)."""
@@ -207,7 +276,12 @@ class StoreBase:
         """Called after the writing transaction prepared a batch."""
 
     def _after_settle(self) -> None:
-        """Called after a prepared batch was applied or discarded."""
+        """Called after a prepared batch was applied or discarded, and after a changelog
+        batch was applied."""
+
+    def _after_changelog_chunk(self) -> None:
+        """Called after part of a changelog batch was applied (`apply_changelog_chunk`)."""
+        self._after_settle()
 
     def close(self) -> None:
         """Discard uncommitted writes, end open scans and release the directory."""
@@ -226,3 +300,13 @@ class StoreBase:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _overlays(writes: Iterable[tuple[str, bytes, bytes | None]]) -> list[StagedWrites]:
+    """Changelog writes ``(column family, key, value)`` staged per column family, in order."""
+    staged: dict[str, Overlay] = {}
+    for column_family, key, value in writes:
+        if column_family not in staged:
+            staged[column_family] = Overlay(column_family)
+        staged[column_family].put(key, value)
+    return list(staged.values())

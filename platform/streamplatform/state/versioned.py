@@ -469,6 +469,12 @@ class VersionedKeyValueStore(StoreBase):
         self._reload_committed_view()
         self._expire()
 
+    def _after_changelog_chunk(self) -> None:
+        # No expiry part-way: stream time may come in a chunk before history segments it has
+        # expired, which an expiry run in between would count as dropped and leave until the
+        # next open. The last part (`apply_changelog`) expires on the whole batch.
+        self._reload_committed_view()
+
     def _expire(self) -> None:
         """Drop the segments behind the history retention, if stream time passed new ones.
 
