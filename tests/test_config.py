@@ -64,6 +64,14 @@ def test_kip_draft_aliases_are_accepted():
         ({"client.tag." + "k" * 21: "v"}, "tag keys are at most 20"),
         ({"errors.dead.letter.queue.topic.name": "a", "errors.deadletterqueue.topic.name": "b"}, "given twice"),
         ({"statestore.uncommitted.max.bytes": 0}, "statestore.uncommitted.max.bytes=0"),
+        ({"rocksdb.config.setter": "no.such.Setter"}, "rocksdb.config.setter='no.such.Setter': cannot import"),
+        ({"rocksdb.config.setter": "collections.OrderedDict"}, "'collections.OrderedDict' is not a class with a set_config("),
+        ({"rocksdb.config.setter": "tests.state.test_state_rocksdb_settings.NeedsArguments"}, "cannot be instantiated without arguments"),
+        ({"rocksdb.config.setter": 5}, "rocksdb.config.setter=5: expected a non-empty string"),
+        ({"platform.rocksdb.block.cache.bytes": 0}, "platform.rocksdb.block.cache.bytes=0: expected an integer >= 1"),
+        ({"platform.rocksdb.write.buffer.bytes": "16MB"}, "platform.rocksdb.write.buffer.bytes='16MB'"),
+        ({"platform.versioned.history.cache.bytes": -1}, "platform.versioned.history.cache.bytes=-1"),
+        ({"platform.rocksdb.block.cache.bytes": 1 << 20, "platform.rocksdb.write.buffer.manager.bytes": 2 << 20}, "platform.rocksdb.write.buffer.manager.bytes=2097152 is more than platform.rocksdb.block.cache.bytes=1048576"),
     ],
 )  # fmt: skip
 def test_bad_settings_stop_start_up_naming_the_setting(settings, named):
@@ -85,6 +93,23 @@ def test_at_most_five_client_tags():
     tags = {f"client.tag.t{i}": "v" for i in range(6)}
     with pytest.raises(ConfigError, match="at most 5 tags"):
         StreamsConfig({"application.id": "a", **tags})
+
+
+def test_store_option_settings_default_to_store_options_defaults():
+    from streamplatform.config import STORE_OPTION_SETTINGS
+    from streamplatform.state import StoreOptions
+
+    config = StreamsConfig({"application.id": "a"})
+    defaults = StoreOptions()
+    for name, field in STORE_OPTION_SETTINGS.items():
+        assert config[name] == getattr(defaults, field), name
+    assert config["rocksdb.config.setter"] is None
+    given = StreamsConfig({"application.id": "a", "platform.rocksdb.block.cache.bytes": "1048576",
+                           "platform.rocksdb.write.buffer.manager.bytes": "524288"})  # fmt: skip
+    assert given["platform.rocksdb.block.cache.bytes"] == 1 << 20  # typed from a --set string
+    assert StreamsConfig(given.to_dict()) == given
+    small = StreamsConfig({"application.id": "a", "platform.rocksdb.block.cache.bytes": 1 << 20})
+    assert small["platform.rocksdb.write.buffer.manager.bytes"] == 1 << 19  # half the cache
 
 
 def test_custom_handler_import_path_is_checked_at_start():

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import inspect
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -120,6 +121,30 @@ def _optional_import_path(value: Any) -> str | None:
     return value
 
 
+def _optional_config_setter(value: Any) -> str | None:
+    """``rocksdb.config.setter``: checked at start, as far as can be without a store."""
+    if value is None:
+        return None
+    path = _string(value)
+    setter = load_object(path)
+    if not isinstance(setter, type) or not callable(getattr(setter, "set_config", None)):
+        raise ValueError(
+            f"{path!r} is not a class with a set_config(store_name, options, configs) method"
+        )
+    try:
+        inspect.signature(setter).bind()
+    except TypeError:
+        raise ValueError(
+            f"{path!r} cannot be instantiated without arguments (one instance per store)"
+        ) from None
+    except ValueError:
+        pass  # no signature to read (a class implemented in C): found out at the first store
+    return path
+
+
+_MiB = 1024 * 1024
+
+
 @dataclass(frozen=True)
 class Setting:
     name: str
@@ -182,6 +207,31 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("statestore.uncommitted.max.bytes", _optional_limit, 64 * 1024 * 1024,
             "Commit early when a task's stores hold more uncommitted bytes than this (KIP-892). "
             "-1: no limit.", "bytes or -1"),
+    Setting("rocksdb.config.setter", _optional_config_setter, None, "Import path of a class "
+            "that tunes each RocksDB store, as Kafka Streams' RocksDBConfigSetter: one instance "
+            "per store open, set_config(store_name, options, configs) changes options (a "
+            "streamplatform.state.RocksDBOptions: StoreOptions' fields) in place, after the "
+            "platform.rocksdb.* and platform.versioned.* settings; configs is a copy of the "
+            "job's settings; close(store_name, options), if defined, runs when the store "
+            "closes. See docs/memory.md.", "import path"),
+    Setting("platform.rocksdb.block.cache.bytes", _int(1), 128 * _MiB, "Capacity of the "
+            "LRU block cache that every RocksDB store of a worker process shares; the "
+            "memtables are charged to it (platform.rocksdb.write.buffer.manager.bytes). "
+            "Process-wide: the last store opened sets it. See docs/memory.md.", "bytes >= 1"),
+    Setting("platform.rocksdb.write.buffer.manager.bytes", _int(1), None, "Memtable "
+            "memory of all RocksDB stores of a worker process, charged to the block cache; "
+            "past it RocksDB flushes memtables. At most platform.rocksdb.block.cache.bytes. "
+            "Process-wide. Default: half the block cache (64 MiB for the default cache).",
+            "bytes >= 1"),
+    Setting("platform.rocksdb.write.buffer.bytes", _int(1), 16 * _MiB, "Size of one memtable "
+            "(per column family of each store) before RocksDB flushes it.", "bytes >= 1"),
+    Setting("platform.versioned.latest.cache.entries", _int(0), 10_000, "Latest versions each "
+            "versioned store keeps decoded in memory (entries, per store). 0: none.",
+            "int >= 0"),
+    Setting("platform.versioned.history.cache.bytes", _int(0), 64 * _MiB, "Memory of each "
+            "versioned store for the older versions of keys read often at older times (per "
+            "store; values plus ~190 bytes per version and ~400 per key). 0: none.",
+            "bytes >= 0"),
     Setting("platform.delta.root", _string, None, "Root of the runtime's Delta tables (offset "
             "and commit logs, changelogs, snapshots, DLQ mirror). Default: .data/delta.", "path"),
     Setting("platform.spark.master", _string, None, "Spark master for the job. Default: "
@@ -222,6 +272,20 @@ SETTINGS: tuple[Setting, ...] = (
             "0: fail at once.", "ms >= 0"),
 )  # fmt: skip
 
+# The settings that set a field of each store's StoreOptions (state/rocks.py, TaskStoreOptions);
+# rocksdb.config.setter sees them and may change them per store.
+STORE_OPTION_SETTINGS: Mapping[str, str] = {
+    "platform.rocksdb.block.cache.bytes": "block_cache_bytes",
+    "platform.rocksdb.write.buffer.manager.bytes": "write_buffer_manager_bytes",
+    "platform.rocksdb.write.buffer.bytes": "write_buffer_bytes",
+    "platform.versioned.latest.cache.entries": "latest_cache_entries",
+    "platform.versioned.history.cache.bytes": "history_cache_bytes",
+}
+
+_CACHE_AND_BUFFERS = (
+    "platform.rocksdb.block.cache.bytes",
+    "platform.rocksdb.write.buffer.manager.bytes",
+)
 _BY_NAME = {setting.name: setting for setting in SETTINGS}
 _ALIASES = {alias: setting.name for setting in SETTINGS for alias in setting.aliases}
 
@@ -278,6 +342,15 @@ class StreamsConfig(Mapping[str, Any]):
             values.setdefault(setting.name, setting.default)
         if len(tags) > MAX_CLIENT_TAGS:
             errors.append(f"client.tag.*: at most {MAX_CLIENT_TAGS} tags, got {len(tags)}")
+        cache, buffers = (values[name] for name in _CACHE_AND_BUFFERS)
+        if buffers is None and isinstance(cache, int):
+            values[_CACHE_AND_BUFFERS[1]] = max(1, cache // 2)
+        elif isinstance(cache, int) and isinstance(buffers, int) and buffers > cache:
+            errors.append(
+                f"{_CACHE_AND_BUFFERS[1]}={buffers} is more than {_CACHE_AND_BUFFERS[0]}="
+                f"{cache}: the memtables are charged to the block cache, which they would "
+                "overfill"
+            )
         if errors:
             raise ConfigError("Invalid streamplatform settings:\n  " + "\n  ".join(errors))
         for name in DLQ_DEFAULTED_HANDLERS:
@@ -350,7 +423,8 @@ def reference_markdown() -> str:
     for s in SETTINGS:
         default = "required" if s.required else ("" if s.default is None else repr(s.default))
         aliases = ", ".join(f"`{a}`" for a in s.aliases)
-        lines.append(f"| `{s.name}` | {s.type_doc} | {default} | {aliases} | {s.doc} |")
+        type_doc = s.type_doc.replace("|", "\\|")  # a | would end the table cell
+        lines.append(f"| `{s.name}` | {type_doc} | {default} | {aliases} | {s.doc} |")
     lines += [
         f"| `client.tag.<key>` | string | | `instance.tag.<key>` | This instance's tags for "
         f"rack-aware standby placement: at most {MAX_CLIENT_TAGS} tags, keys at most "
@@ -359,6 +433,19 @@ def reference_markdown() -> str:
         "Handlers: `log_and_fail`, `log_and_continue`, or an import path `package.module.Class`.",
         "Kafka client settings pass through: `client.id`, `security.protocol`, `sasl.*`, "
         "`ssl.*`, and `producer.*` / `consumer.*` / `admin.*` for one client only.",
+        "",
+        "## Memory",
+        "",
+        "A worker process's peak memory is about B + R + the sum of T over the tasks it holds "
+        "open: B the interpreter and libraries (~125 MiB for a Spark Python worker); R "
+        "RocksDB's block cache shared by all its stores (`platform.rocksdb.block.cache.bytes`, "
+        "memtables included) plus ~1.9 bytes per stored key of index and filter blocks; T per "
+        "task: `statestore.cache.max.bytes`, which its record caches and deduplications share "
+        "(a record cache's Python objects take ~5 times what it counts), its stores' "
+        "uncommitted writes (at most `statestore.uncommitted.max.bytes` each, times the Python "
+        "objects' factor) and its versioned stores' caches (`platform.versioned.*`). The "
+        "measured factors, the tuning of each store through "
+        "`rocksdb.config.setter`, and a worked example: [memory.md](memory.md).",
         "",
         "## Defaults that differ from Kafka Streams, and why",
         "",

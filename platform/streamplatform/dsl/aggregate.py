@@ -72,7 +72,11 @@ class ResultCache:
     headers): an update forwarded later goes on with it, as Kafka Streams' cache keeps each
     entry's record context, so that it is written as coming from that record."""
 
-    _ENTRY_BYTES = 96  # counted per entry besides its key (the result is not serialized)
+    # Counted per entry besides its key's length: what CPython 3.11 allocates for an entry of a
+    # count() (its dict slot, the entry list, the key object, the result, the record that
+    # made it and the task's source record), measured with tracemalloc (docs/memory.md). A
+    # larger result or record value is not counted: nothing is serialized to size it.
+    _ENTRY_BYTES = 575
 
     def __init__(self, aggregation: _Aggregation, max_bytes: int) -> None:
         self.aggregation = aggregation

@@ -44,6 +44,7 @@ from streamplatform.runtime.partitioner import partition_for
 from streamplatform.serdes import AS_READ_SERDES, deserialize_all
 from streamplatform.state import IsolationLevel
 from streamplatform.state.facades import facade_for
+from streamplatform.state.rocks import TaskStoreOptions
 from streamplatform.state.stores import duration_ms
 
 log = logging.getLogger(__name__)
@@ -257,11 +258,14 @@ class Task:
         isolation = isolation_level or IsolationLevel.READ_COMMITTED
         self.stores: dict[str, Any] = {}
         self._facades: dict[str, Any] = {}
+        # RocksDB options per store: platform.rocksdb.* settings, then rocksdb.config.setter.
+        self._store_options = TaskStoreOptions(config)
         try:
             for name in subtopology.stores:
                 self.stores[name] = topology.stores[name].open(
                     self.directory,
                     isolation,
+                    options=self._store_options.options(name),
                     max_uncommitted_records=config["statestore.uncommitted.max.records"],
                     max_uncommitted_bytes=config["statestore.uncommitted.max.bytes"],
                 )
@@ -738,6 +742,7 @@ class Task:
     def _close_stores(self) -> None:
         for store in self.stores.values():
             store.close()
+        self._store_options.close()  # rocksdb.config.setter's close(store_name, options)
         self.stores = {}
         self._facades = {}
 

@@ -18,7 +18,7 @@ VersionedRecord(value=b'1.08', timestamp=1000, valid_to=5000)
 
 from streamplatform.state.errors import StateStoreError, StoreLockedError
 from streamplatform.state.facades import KeyValueStore, VersionedStore
-from streamplatform.state.rocks import StoreOptions
+from streamplatform.state.rocks import RocksDBConfigSetter, RocksDBOptions, StoreOptions
 from streamplatform.state.stores import KeyValueStoreSpec, Stores, StoreSpec, VersionedStoreSpec
 from streamplatform.state.transaction import IsolationLevel, KeyValueTransaction
 from streamplatform.state.transactional import TransactionalKeyValueStore
@@ -36,6 +36,8 @@ __all__ = [
     "KeyValueStore",
     "KeyValueStoreSpec",
     "KeyValueTransaction",
+    "RocksDBConfigSetter",
+    "RocksDBOptions",
     "StateStoreError",
     "StoreLockedError",
     "StoreOptions",
