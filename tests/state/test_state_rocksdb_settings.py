@@ -239,3 +239,17 @@ def test_a_dagster_job_declaration_checks_and_passes_the_settings(tmp_path):
     driver, stores = _run(settings)
     with driver:
         assert stores["counts"].options.write_buffer_bytes == 2 * MiB
+
+
+def test_a_failing_setter_stops_a_streaming_job_at_construction(tmp_path):
+    """The job builds every store's options at start-up: a setter that fails stops it there,
+    naming the setting and the store, before any Kafka, Spark or batch."""
+    from streamplatform.runtime.microbatch import StreamingJob
+
+    settings = {
+        "application.id": "tuned", "bootstrap.servers": "127.0.0.1:9",
+        "state.dir": str(tmp_path / "state"), "platform.delta.root": str(tmp_path / "delta"),
+        "rocksdb.config.setter": f"{HERE}.FailingSetter",
+    }  # fmt: skip
+    with pytest.raises(ConfigError, match="for store 'counts': no tuning today"):
+        StreamingJob(topology(), settings)

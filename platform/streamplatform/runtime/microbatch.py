@@ -63,6 +63,7 @@ from streamplatform.runtime.replay import ReplayPolicy
 from streamplatform.runtime.signals import StopOnSignals
 from streamplatform.runtime.standby import InstanceLayout, StandbySync
 from streamplatform.runtime.state_tables import STATE_SUFFIX, StateTable
+from streamplatform.state.rocks import TaskStoreOptions
 
 log = logging.getLogger(__name__)
 _UNREAD = object()
@@ -111,6 +112,7 @@ class StreamingJob:
     ) -> None:
         self.topology = topology
         self.config = config if isinstance(config, StreamsConfig) else StreamsConfig(config)
+        _check_store_options(topology, self.config)
         self.app: str = self.config["application.id"]
         self.kafka = self.config.kafka_settings()
         producer_settings = self.config.kafka_settings("producer")
@@ -160,7 +162,7 @@ class StreamingJob:
         self.planner = Planner(self.context, self.group_offsets)
         self.replay = ReplayPolicy(self.context, self.offset_log, self.commit_log,
                                    self.group_offsets)  # fmt: skip
-        self.standby_sync = StandbySync(topology, self.app, BATCH_MARKER)
+        self.standby_sync = StandbySync(topology, self.app, BATCH_MARKER, self.config.to_dict())
         self.keep_standbys_warm = True
         # The changelog's files (one per task and batch, read from the Delta log) would be
         # shipped to every task, and only a task whose local state is behind needs them: they
@@ -531,3 +533,15 @@ def _internal_partitions(
                 topic = topic_name(node.topic, True, app)
                 counts[topic] = known[topic] = width
     return counts
+
+
+def _check_store_options(topology: Topology, config: StreamsConfig) -> None:
+    """Build every store's RocksDB options once at start-up, so that a rocksdb.config.setter
+    that fails or leaves a bad value stops the job here (ConfigError naming the setting and
+    the store), not in the first batch's tasks."""
+    options = TaskStoreOptions(config)
+    try:
+        for name in topology.stores:
+            options.options(name)
+    finally:
+        options.close()

@@ -102,10 +102,20 @@ class InstanceLayout:
 class StandbySync:
     """Replays committed changelog batches into the standby copies (on the executors)."""
 
-    def __init__(self, topology: Topology, application_id: str, marker: tuple[str, int]):
+    def __init__(
+        self,
+        topology: Topology,
+        application_id: str,
+        marker: tuple[str, int],
+        settings: Mapping[str, Any] | None = None,
+    ):
         self.topology = topology
         self.application_id = application_id
         self.marker = marker
+        # The job's settings (StreamsConfig.to_dict()): the copies' stores open with the
+        # RocksDB options the tasks' do (rocksdb.config.setter, platform.rocksdb.*), as the
+        # last store opened in a process sets its shared cache's size.
+        self.settings = dict(settings or {})
 
     def run(
         self,
@@ -118,19 +128,27 @@ class StandbySync:
         if not copies:
             return 0
         topology, app, marker = self.topology, self.application_id, self.marker
+        settings = self.settings
         work = [(task, root, list(files.get(task, []))) for task, root in copies]
 
         def replay_copy(item: tuple[str, str, list[ChangelogFile]]) -> int:
+            from streamplatform.config import StreamsConfig
             from streamplatform.runtime.changelog import replay
+            from streamplatform.state.rocks import TaskStoreOptions
 
             task, root, task_files = item
             directory = Path(root) / app / task
-            stores = {name: topology.stores[name].open(directory) for name in topology.stores}
+            options = TaskStoreOptions(StreamsConfig(settings))
+            stores = {
+                name: topology.stores[name].open(directory, options=options.options(name))
+                for name in topology.stores
+            }
             try:
                 return replay(task_files, stores, up_to_batch, marker)
             finally:
                 for store in stores.values():
                     store.close()
+                options.close()
 
         def replay_rows(batches: Any) -> Any:  # mapInArrow: row i replays copy i
             import pyarrow as pa
