@@ -2,9 +2,9 @@
 
 What an executor runs for one task of the e2e bench's job (``TaskBatchRunner.run_partition``,
 exactly_once_v2, the task kept in its Python worker between batches), in one process per size,
-as ``bench/task_cache_bench.py`` builds it: first the live ids, distinct, one every 36 ms of
-event time, in 50k-record batches (so all of them stay within the 24-hour interval), then
-``--batches`` batches of 10k new records. The task's memory budget is
+as ``bench/task_cache_bench.py`` builds it: first the live ids, distinct, spread evenly over
+20 hours of event time (so all of them stay within the 24-hour interval: 7.2 ms apart for 10M),
+in 50k-record batches, then ``--batches`` batches of 10k new records. The task's memory budget is
 ``statestore.cache.max.bytes`` (``--cache-mb``, 64 by default); RocksDB's block cache and
 memtables are bounded by their own settings (defaults).
 
@@ -34,6 +34,7 @@ from task_cache_bench import ARROW_BATCH, Driver, arrow, peak_rss_mb  # noqa: E4
 from streamplatform.runtime import task_cache  # noqa: E402
 
 DAY_MS = 86_400_000
+LIVE_SPAN_MS = 20 * 3_600_000
 LOAD_BATCH = 50_000
 
 
@@ -41,14 +42,17 @@ def measure_one(live_ids: int, batches: int, cache_mb: int) -> dict:
     """One size, in this process: loads ``live_ids`` ids, then times ``batches`` batches."""
     with tempfile.TemporaryDirectory() as directory:
         driver = Driver(DAY_MS, directory)
+        spacing_ms = LIVE_SPAN_MS // live_ids
         extra = {"statestore.cache.max.bytes": cache_mb * 1024 * 1024}
         started = time.perf_counter()
         for first in range(0, live_ids, LOAD_BATCH):
-            driver.batch(arrow(first, min(LOAD_BATCH, live_ids - first)), 600_000, extra)
+            count = min(LOAD_BATCH, live_ids - first)
+            driver.batch(arrow(first, count, spacing_ms), 600_000, extra)
         load_s = time.perf_counter() - started
         times, next_record = [], live_ids
         for _ in range(batches):
-            times.append(driver.batch(arrow(next_record, ARROW_BATCH), 600_000, extra) * 1000)
+            records = arrow(next_record, ARROW_BATCH, spacing_ms)
+            times.append(driver.batch(records, 600_000, extra) * 1000)
             next_record += ARROW_BATCH
         held, path, forwarded = None, "?", None
         for kept in task_cache._kept.values():  # the one task, kept between batches

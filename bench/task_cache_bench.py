@@ -48,15 +48,15 @@ def topology(interval_ms: int) -> Topology:
     return b.build()
 
 
-def arrow(first: int, count: int) -> list[pa.RecordBatch]:
-    """Records ``first`` .. ``first + count - 1``: distinct ids, one every SPACING_MS."""
+def arrow(first: int, count: int, spacing_ms: int = SPACING_MS) -> list[pa.RecordBatch]:
+    """Records ``first`` .. ``first + count - 1``: distinct ids, one every ``spacing_ms``."""
     batches = []
     for start in range(first, first + count, ARROW_BATCH):
         n = min(ARROW_BATCH, first + count - start)
         offsets = range(start, start + n)
         batches.append(pa.RecordBatch.from_arrays([
             pa.array([0] * n, pa.int32()), pa.array(offsets, pa.int64()),
-            pa.array([i * SPACING_MS for i in offsets], pa.int64()),
+            pa.array([i * spacing_ms for i in offsets], pa.int64()),
             pa.array([b"k%d" % (i % 1000) for i in offsets], pa.binary()),
             pa.array([json.dumps({"id": f"id-{i}"}).encode() for i in offsets], pa.binary()),
             pa.nulls(n, pa.string()),

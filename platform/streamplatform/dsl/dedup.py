@@ -18,8 +18,10 @@ When the ids outgrow the budget, a commit empties memory of them (they are all i
 then) and from then on a miss of the dict asks the store (RocksDB, its bloom filters and block
 cache): memory holds only the ids of the current commit. The store's own index expires what
 memory no longer holds, at every commit. The budget bounds the ids held between commits too:
-past 15/16 of it the processor asks for an early commit, as the uncommitted limits do. So the
-memory of a deduplication is bounded by its budget, whatever the interval and the rate.
+past 15/16 of it (the task asks after every few records) the processor hands its held writes
+to the store's transaction and empties memory, as a commit would, without ending the batch;
+the transaction's writes are then bounded by the uncommitted limits, which commit early. So
+the memory of a deduplication is bounded by its budget, whatever the interval and the rate.
 
 Under READ_COMMITTED (exactly once) no one sees a write before the commit, so the writes wait
 in a dict until ``before_commit()`` hands them to the store's transaction, which stays what
@@ -313,11 +315,13 @@ class DeduplicationProcessor(Processor):
                 restore(stream_time)
         self._saved_stream_time: int | None = None
         self._dedup_store.index_missing_entries()
-        # The processor's budget (module docstring); past `_early_commit_at` it asks for a
-        # commit. A budget of 0 keeps no id in memory past a commit and asks for none.
+        # The processor's budget (module docstring); past `_spill_at` it hands its held writes
+        # to the store's transaction and empties memory. A budget of 0 keeps no id in memory
+        # past a commit and never spills.
         self.budget = dedup_budget(context)
-        self._early_commit_at = self.budget - self.budget // 16 if self.budget > 0 else None
+        self._spill_at = self.budget - self.budget // 16 if self.budget > 0 else None
         self.peak_memory_bytes = 0
+        self.spills = 0
         # Every stored id, when they fit in half the budget (the other half is for the ids
         # of the next commits); else none, and misses ask the store.
         loaded = self._dedup_store.load(self.budget // 2)
@@ -401,15 +405,43 @@ class DeduplicationProcessor(Processor):
         """The store's uncommitted limits, counting the writes still waiting here, and the
         budget (the task asks this instead of the store)."""
         core = self._initialised()
-        if self._early_commit_at is not None:
+        if self._spill_at is not None:
             used = self.memory_bytes()
+            if used > self._spill_at:
+                self._spill()
+                used = self.memory_bytes()
             if used > self.peak_memory_bytes:
                 self.peak_memory_bytes = used
-            if used > self._early_commit_at and (core.pending or self._written or core.entries):
-                return True
         return self._state_store.uncommitted_limit_exceeded(
             core.pending_entries, core.pending_bytes
         )
+
+    def _spill(self) -> None:
+        """Memory is nearly at the budget between two commits: hand the held writes to the
+        store's transaction (where the uncommitted limits bound them) and empty memory of the
+        ids. The task asks between two records (``uncommitted_limit_exceeded``)."""
+        core = self._initialised()
+        horizon = self.context.stream_time - self.interval
+        core.purge(horizon)  # the exact horizon: nothing expired is handed over
+        self._hand_over_held(horizon)
+        self._forget_entries()
+        self.spills += 1
+
+    def _hand_over_held(self, horizon: int) -> None:
+        """The writes held for the commit to the store's transaction: under exactly once the
+        pending puts and deletes with their index keys, under at least once the index keys of
+        the puts already written."""
+        core = self._initialised()
+        if core.pending:
+            self._key_bytes = mean_key_bytes(core.pending, self._key_bytes)
+        if core.pending or core.pending_entries:
+            self._dedup_store.hand_over(core.pending, core.in_store)
+            core.pending.clear()
+            core.pending_entries = core.pending_bytes = 0
+        if self._written:
+            self._key_bytes = mean_key_bytes(map(key_from_store, self._written), self._key_bytes)
+            self._dedup_store.index_written(self._written, horizon)
+            self._written.clear()
 
     def _put_through(self, stored: bytes, value: bytes | None) -> None:
         """READ_UNCOMMITTED: a write to the store at once; a put's index key waits for the
@@ -426,16 +458,7 @@ class DeduplicationProcessor(Processor):
         stream_time = self.context.stream_time
         horizon = stream_time - self.interval
         core.purge(horizon)
-        if core.pending:
-            self._key_bytes = mean_key_bytes(core.pending, self._key_bytes)
-        if core.pending or core.pending_entries:
-            self._dedup_store.hand_over(core.pending, core.in_store)
-            core.pending.clear()
-            core.pending_entries = core.pending_bytes = 0
-        if self._written:
-            self._key_bytes = mean_key_bytes(map(key_from_store, self._written), self._key_bytes)
-            self._dedup_store.index_written(self._written, horizon)
-            self._written.clear()
+        self._hand_over_held(horizon)
         self._dedup_store.purge(horizon)
         if stream_time != self._saved_stream_time:
             self.store.put(_META_KEY, _pack(stream_time, 0))
@@ -446,8 +469,8 @@ class DeduplicationProcessor(Processor):
             self._forget_entries()
 
     def _forget_entries(self) -> None:
-        """Empty memory of the ids (all in the store, nothing held: this runs right after the
-        hand-over); from now on a miss of the entries asks the store."""
+        """Empty memory of the ids (all in the store's transaction, nothing held: this runs
+        right after the hand-over); from now on a miss of the entries asks the store."""
         core = self._initialised()
         core.entries.clear()
         core.in_order.clear()
