@@ -157,3 +157,21 @@ def test_staged_writes_replayed_elsewhere_give_the_same_store(tmp_path: Path) ->
             VersionedRecord(b"a", 10, 20),
         ]
         assert replica.get(b"gone", 16) is None
+
+
+def test_the_store_that_prepared_a_batch_settles_it_without_reading_it_back(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A task kept open between batches settles what it prepared from memory; only a store
+    reopened since reads the write set back (the after-reopen cases above)."""
+    from streamplatform.state.db import StateDB
+
+    def read_back(self, committed):
+        raise AssertionError("the write set was read back")
+
+    store = _prepared_store(tmp_path / "kv")
+    monkeypatch.setattr(StateDB, "_read_prepared", read_back)
+    with store:
+        assert store.settle(7, committed=True) is True
+        assert list(store.range()) == [(b"new", b"2")]
+        assert store.committed_offset(TP) == 5

@@ -93,6 +93,11 @@ class StateDB:
         self._sync_write_options.sync = True
         self.generation = 0
         """Bumped at every write to stored data; cached iterators older than it are stale."""
+        # The batch prepared by this object, ready to apply: (batch id, its data and offsets
+        # as one WriteBatch, the offsets). Settling it commits this batch instead of reading
+        # the write set back from the `prepared` column family, which only a store reopened
+        # since (another process, a restart) needs to do.
+        self._ready: tuple[int, rocksdict.WriteBatch, dict[TopicPartition, int]] | None = None
         self._scans: weakref.WeakSet[Generator] = weakref.WeakSet()
         meta = self.columns[META]
         stored_kind = meta.get(_KIND)
@@ -176,6 +181,7 @@ class StateDB:
         a machine crash, not only a killed process.
         """
         self._refuse_while_prepared("prepare")
+        staged = list(staged)
         batch = rocksdict.WriteBatch(raw_mode=True)
         prepared_cf = self.handles[PREPARED]
         for writes in staged:
@@ -185,8 +191,15 @@ class StateDB:
         for tp, offset in offsets.items():
             batch.put(_PREPARED_OFFSET + _offset_key(tp), _PUT + _INT64.pack(offset), prepared_cf)
         batch.put(_PREPARED_BATCH, _INT64.pack(batch_id), self.handles[META])
+        ready = rocksdict.WriteBatch(raw_mode=True)
+        for writes in staged:
+            writes.write_to(ready, self.handles)
+        offsets_cf = self.handles[OFFSETS]
+        for tp, offset in offsets.items():
+            ready.put(_offset_key(tp), _INT64.pack(offset), offsets_cf)
         self.write(batch, sync=True)
         self.prepared_batch_id = batch_id
+        self._ready = (batch_id, ready, dict(offsets))
 
     def settle(self, batch_id: int, committed: bool) -> bool:
         """Apply (`committed`) or discard prepared batch `batch_id`; True if anything changed.
@@ -209,18 +222,12 @@ class StateDB:
                 f"state store {self.path}: batch {pending} is prepared, not batch {batch_id}; "
                 f"settle batch {pending} first"
             )
-        batch = rocksdict.WriteBatch(raw_mode=True)
-        applied_offsets = {}
+        ready, self._ready = self._ready, None
+        if committed and ready is not None and ready[0] == batch_id:
+            batch, applied_offsets = ready[1], ready[2]
+        else:
+            batch, applied_offsets = self._read_prepared(committed)
         if committed:
-            for key, value in self.columns[PREPARED].items():
-                name, _, data_key = cast(bytes, key).partition(b"\x00")
-                handle = self.handles[name.decode()]
-                if value == _DELETE:
-                    batch.delete(data_key, handle)
-                else:
-                    batch.put(data_key, value[1:], handle)
-                    if name == _PREPARED_OFFSET[:-1]:
-                        applied_offsets[_decode_offset_key(data_key)] = _INT64.unpack(value[1:])[0]
             batch.put(_COMMIT_SEQ, _INT64.pack(self.commit_sequence + 1), self.handles[META])
         batch.delete_range(b"", _PREPARED_END, self.handles[PREPARED])
         batch.delete(_PREPARED_BATCH, self.handles[META])
@@ -233,6 +240,25 @@ class StateDB:
         self.prepared_batch_id = None
         self._settled = (batch_id, committed)
         return True
+
+    def _read_prepared(
+        self, committed: bool
+    ) -> tuple[rocksdict.WriteBatch, dict[TopicPartition, int]]:
+        """A batch applying the prepared write set as read back from the `prepared` column
+        family (empty when not `committed`), and the offsets it commits."""
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        applied_offsets: dict[TopicPartition, int] = {}
+        if committed:
+            for key, value in self.columns[PREPARED].items():
+                name, _, data_key = cast(bytes, key).partition(b"\x00")
+                handle = self.handles[name.decode()]
+                if value == _DELETE:
+                    batch.delete(data_key, handle)
+                else:
+                    batch.put(data_key, value[1:], handle)
+                    if name == _PREPARED_OFFSET[:-1]:
+                        applied_offsets[_decode_offset_key(data_key)] = _INT64.unpack(value[1:])[0]
+        return batch, applied_offsets
 
     def _refuse_while_prepared(self, action: str) -> None:
         if self.prepared_batch_id is not None:
@@ -248,6 +274,7 @@ class StateDB:
         # Iterators and column-family objects keep the DB (and its lock) alive: drop them first.
         for scan in list(self._scans):
             scan.close()
+        self._ready = None
         self.columns.clear()
         self.handles.clear()
         release_pid_file(self.path)
