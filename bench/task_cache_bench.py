@@ -78,8 +78,13 @@ def peak_rss_mb() -> float:
 class Driver:
     """Numbers the batches and records which batches ran the task, as StreamingJob does."""
 
-    def __init__(self, interval_ms: int, directory: str) -> None:
-        self.topology = topology(interval_ms)
+    def __init__(
+        self, interval_ms: int, directory: str, job: Topology | None = None, sink: str = ""
+    ) -> None:
+        """``job``: another topology reading "bench" and writing ``sink`` (default: the
+        dedup into "deduplicated")."""
+        self.topology = job or topology(interval_ms)
+        self.sink = sink or "deduplicated"
         self.directory = directory
         self.batch_id = 0
         self.runs = ChangelogWrites(0, {})
@@ -96,7 +101,7 @@ class Driver:
         runner = TaskBatchRunner(
             self.topology, settings, batch_id=self.batch_id,
             last_committed=self.batch_id - 1 if self.batch_id else None, changelog_files={},
-            partitions={"bench": 1, "deduplicated": 1},
+            partitions={"bench": 1, self.sink: 1},
             side_output_dir=f"{self.directory}/side", stream_topic="bench",
             fingerprint="bench", task_runs=self.runs,
         )  # fmt: skip

@@ -156,8 +156,10 @@ class DedupStore:
         """Give every id entry its index key when the store has entries and no index at all
         (written before the index existed); returns how many were indexed. One pass over the
         ids, once per such store."""
-        has_ids = next(iter(self.transaction.prefix(ID_PREFIX)), None) is not None
-        if not has_ids or next(iter(self.transaction.prefix(INDEX_PREFIX)), None) is not None:
+        # The index first: it is there in every store but an empty one or an old one.
+        if next(iter(self.transaction.prefix(INDEX_PREFIX)), None) is not None:
+            return 0
+        if next(iter(self.transaction.prefix(ID_PREFIX)), None) is None:
             return 0
         put, indexed = self.transaction.put, 0
         for key, value in list(self.transaction.prefix(ID_PREFIX)):
