@@ -10,11 +10,14 @@ batch each. Median of ``--repeats`` runs, alternating which goes first, after a 
 both; the execution path of ours is printed.
 
     .venv/bin/python bench/window_bench.py --records 2000000 --keys 10000 --repeats 3
+
+``--cluster``: the same on the two-worker standalone cluster (local-master shortcuts off).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -101,6 +104,10 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=2_000_000)
     parser.add_argument("--keys", type=int, default=10_000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--cluster", action="store_true",
+                        help="a standalone master with two one-core workers "
+                             "(streamplatform.local_cluster) instead of local[2]: the "
+                             "local-master shortcuts are off")  # fmt: skip
     args = parser.parse_args()
     ours: list[float] = []
     native: list[float] = []
@@ -108,12 +115,21 @@ def main() -> None:
     paths: set[str] = set()
     with tempfile.TemporaryDirectory() as directory:
         tmp = Path(directory)
-        with LocalBroker(tmp / "broker") as broker:
+        with LocalBroker(tmp / "broker") as broker, contextlib.ExitStack() as stack:
             settings = {"bootstrap.servers": broker.bootstrap_servers}
             create_topics(settings, [TopicSpec(t, PARTITIONS) for t in ("views", "warmup")])
             produce(settings, "views", args.records, args.keys, seed=5)
             produce(settings, "warmup", args.records // 4, args.keys, seed=11)
-            spark = spark_session(master="local[2]", app_name="window-bench")
+            master = "local[2]"
+            if args.cluster:
+                from streamplatform.local_cluster import LocalCluster
+
+                cluster = stack.enter_context(LocalCluster(
+                    tmp / "cluster", workers=2,
+                    env={"PYTHONPATH": str(Path(__file__).resolve().parents[1] / "platform")},
+                    start_timeout_s=120))  # fmt: skip
+                master = cluster.master_url
+            spark = spark_session(master=master, app_name="window-bench")
             run_ours(spark, settings, "warmup", tmp, "warmup-ours")
             run_native(spark, settings, "warmup", tmp, "warmup-native")
             for repeat in range(args.repeats):
@@ -131,7 +147,8 @@ def main() -> None:
                     print(f"  run {repeat} {which:6s}: {args.records / seconds:>9,.0f} records/s "
                           f"({seconds:.1f} s, {written:,} windows)", flush=True)  # fmt: skip
             spark.stop()
-    print(f"{args.records:,} records, {args.keys:,} keys, {PARTITIONS} partitions, local[2], "
+    where = "a standalone master, 2 workers of 1 core" if args.cluster else "local[2]"
+    print(f"{args.records:,} records, {args.keys:,} keys, {PARTITIONS} partitions, {where}, "
           f"5-minute windows, median of {args.repeats} runs each")  # fmt: skip
     for name, runs, written, path in (
         ("ours   windowed count on window close -> Delta", ours, rows["ours"],
