@@ -26,6 +26,7 @@ None value, except in windowed aggregations (Kafka Streams counts those).
 from __future__ import annotations
 
 import struct
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -81,7 +82,10 @@ class ResultCache:
     def __init__(self, aggregation: _Aggregation, max_bytes: int) -> None:
         self.aggregation = aggregation
         self.max_bytes = max_bytes
-        self.entries: dict[bytes, list[Any]] = {}
+        # In write order, the oldest first. An OrderedDict: taking the oldest out of a plain
+        # dict (next(iter(d))) walks past every slot freed before it, so a full cache that
+        # evicts at every put would cost O(entries) per record.
+        self.entries: OrderedDict[bytes, list[Any]] = OrderedDict()
         self.bytes = 0
         self.task = getattr(getattr(aggregation, "context", None), "runtime_task", None)
 
@@ -97,13 +101,12 @@ class ResultCache:
             self.aggregation._store(key, result, timestamp, record, window)
             return
         entries = self.entries
-        if entries.pop(key, None) is None:  # re-inserted: the dict's order is the write order
+        if entries.pop(key, None) is None:  # re-inserted: the order is the write order
             self.bytes += len(key) + self._ENTRY_BYTES
         source = None if self.task is None else self.task.current
         entries[key] = [result, timestamp, record, window, True, source]
         while self.bytes > self.max_bytes and entries:
-            first = next(iter(entries))
-            self._evict(first, entries.pop(first))
+            self._evict(*entries.popitem(last=False))
 
     def pop(self, key: bytes) -> list[Any] | None:
         entry = self.entries.pop(key, None)
