@@ -68,29 +68,41 @@ def measure_one(live_ids: int, batches: int, cache_mb: int) -> dict:
         }  # fmt: skip
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sizes", default="1000000,4000000,10000000")
+def sizes_in_children(script: str, description: str, default_sizes: str) -> list[dict] | None:
+    """The command line of a memory bench: with ``--one N`` (a child) print ``measure_one``'s
+    figures for N as JSON and return None; else run one child process per size (its own peak
+    RSS) and return their figures. ``script``: the bench's file, whose ``measure_one`` the
+    child runs."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--sizes", default=default_sizes)
     parser.add_argument("--batches", type=int, default=10)
     parser.add_argument("--cache-mb", type=int, default=64)
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # a child: one size
     args = parser.parse_args()
     if args.one is not None:
-        print(json.dumps(measure_one(args.one, args.batches, args.cache_mb)))
-        return
+        measure = sys.modules["__main__"].measure_one
+        print(json.dumps(measure(args.one, args.batches, args.cache_mb)))
+        return None
     figures = []
     for size in (int(s) for s in args.sizes.split(",")):
         child = subprocess.run(
-            [sys.executable, __file__, "--one", str(size), "--batches", str(args.batches),
+            [sys.executable, script, "--one", str(size), "--batches", str(args.batches),
              "--cache-mb", str(args.cache_mb)],
             check=True, capture_output=True, text=True,
         )  # fmt: skip
-        result = json.loads(child.stdout.strip().splitlines()[-1])
-        figures.append(result)
-        print(f"{size:>11,} live ids: peak RSS {result['peak_rss_mb']:7,.0f} MB, median "
-              f"{result['batch_ms']:7.1f} ms per 10k-record batch, loading {result['load_s']:6.1f}"
-              f" s, ids held in memory at the end {result['held_ids']}, core {result['core']}",
-              flush=True)  # fmt: skip
+        figures.append(json.loads(child.stdout.strip().splitlines()[-1]))
+    return figures
+
+
+def main() -> None:
+    figures = sizes_in_children(__file__, __doc__.split("\n")[0], "1000000,4000000,10000000")
+    if figures is None:
+        return
+    for result in figures:
+        print(f"{result['live_ids']:>11,} live ids: peak RSS {result['peak_rss_mb']:7,.0f} MB, "
+              f"median {result['batch_ms']:7.1f} ms per 10k-record batch, loading "
+              f"{result['load_s']:6.1f} s, ids held in memory at the end {result['held_ids']}, "
+              f"core {result['core']}")  # fmt: skip
     ratio = figures[-1]["batch_ms"] / figures[0]["batch_ms"]
     print(f"batch time {figures[-1]['live_ids']:,} / {figures[0]['live_ids']:,} ids: "
           f"{ratio:.2f}x (target <= 2x); peak RSS max "

@@ -16,10 +16,7 @@ of the largest size's peak RSS to the smallest's (flat: ~1.0).
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,6 +26,7 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from dedup_memory_bench import sizes_in_children  # noqa: E402
 from task_cache_bench import Driver, peak_rss_mb  # noqa: E402
 
 from streamplatform import EmitStrategy, StreamsBuilder, TimeWindows  # noqa: E402
@@ -91,28 +89,14 @@ def measure_one(windows: int, batches: int, cache_mb: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sizes", default="1000000,4000000")
-    parser.add_argument("--batches", type=int, default=10)
-    parser.add_argument("--cache-mb", type=int, default=64)
-    parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # a child: one size
-    args = parser.parse_args()
-    if args.one is not None:
-        print(json.dumps(measure_one(args.one, args.batches, args.cache_mb)))
+    figures = sizes_in_children(__file__, __doc__.split("\n")[0], "1000000,4000000")
+    if figures is None:
         return
-    figures = []
-    for size in (int(s) for s in args.sizes.split(",")):
-        child = subprocess.run(
-            [sys.executable, __file__, "--one", str(size), "--batches", str(args.batches),
-             "--cache-mb", str(args.cache_mb)],
-            check=True, capture_output=True, text=True,
-        )  # fmt: skip
-        result = json.loads(child.stdout.strip().splitlines()[-1])
-        figures.append(result)
-        print(f"{size:>11,} live windows: peak RSS {result['peak_rss_mb']:7,.0f} MB, median "
-              f"{result['batch_ms']:7.1f} ms per 10k-record batch, loading "
+    for result in figures:
+        print(f"{result['windows']:>11,} live windows: peak RSS {result['peak_rss_mb']:7,.0f} MB,"
+              f" median {result['batch_ms']:7.1f} ms per 10k-record batch, loading "
               f"{result['load_s']:6.1f} s, record cache entries at the end {result['cached']}"
-              f" (path: the runtime's task, TaskBatchRunner)", flush=True)  # fmt: skip
+              " (path: the runtime's task, TaskBatchRunner)")  # fmt: skip
     ratio = figures[-1]["peak_rss_mb"] / figures[0]["peak_rss_mb"]
     print(f"peak RSS {figures[-1]['windows']:,} / {figures[0]['windows']:,} live windows: "
           f"{ratio:.2f}x (flat: ~1.0)")  # fmt: skip
