@@ -412,8 +412,10 @@ class DeduplicationProcessor(Processor):
                 used = self.memory_bytes()
             if used > self.peak_memory_bytes:
                 self.peak_memory_bytes = used
+        # Each held write becomes two store writes: a put with its index key, a delete with
+        # its index key's (at the commit's purge of the index).
         return self._state_store.uncommitted_limit_exceeded(
-            core.pending_entries, core.pending_bytes
+            2 * core.pending_entries, 2 * core.pending_bytes
         )
 
     def _spill(self) -> None:
