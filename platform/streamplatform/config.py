@@ -196,11 +196,14 @@ SETTINGS: tuple[Setting, ...] = (
             "an extract method), as Kafka Streams' TimestampExtractor. Default: the Kafka "
             "record's timestamp. A negative or failing extraction goes to the deserialization "
             "exception handler.", "import path"),
-    Setting("statestore.cache.max.bytes", _int(0), 10 * 1024 * 1024, "The record cache of "
-            "each task's aggregations (as Kafka Streams' record cache; here per task): the "
-            "latest update per key waits for the commit (on Spark, the end of the micro-batch), "
-            "so a key updated many times in a batch is forwarded once. 0: every update is "
-            "forwarded.", "bytes"),
+    Setting("statestore.cache.max.bytes", _int(0), 10 * 1024 * 1024, "Each task's memory "
+            "budget for what its processors keep in memory, shared equally between its "
+            "aggregations' record caches and its deduplications' ids (docs/memory.md). The "
+            "record cache works as Kafka Streams' (here per task): the latest update per key "
+            "waits for the commit (on Spark, the end of the micro-batch), so a key updated many "
+            "times in a batch is forwarded once. A deduplication keeps its ids in memory within "
+            "its share and in RocksDB past it. 0: every update is forwarded, and no id is kept "
+            "in memory past a commit.", "bytes"),
     Setting("statestore.uncommitted.max.records", _optional_limit, None, "Commit early when a "
             "task's stores hold more uncommitted entries than this (KIP-892). -1: no limit.",
             "int or -1"),
