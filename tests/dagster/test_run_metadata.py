@@ -47,3 +47,9 @@ def test_records_dropped_by_aggregations_are_summed_into_the_metadata():
     metadata = run_metadata([result(0, dropped_records=4), result(1), result(2, dropped_records=1)],
                             1.0, {("t", 0): 30}, {"t/0": 0})  # fmt: skip
     assert metadata["dropped_records"] == 5
+
+
+def test_dedup_spills_are_summed_into_the_metadata():
+    metadata = run_metadata([result(0, dedup_spills=2), result(1), result(2, dedup_spills=1)],
+                            1.0, {("t", 0): 30}, {"t/0": 0})  # fmt: skip
+    assert metadata["dedup_spills"] == 3

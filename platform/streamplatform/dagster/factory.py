@@ -354,6 +354,9 @@ def run_metadata(
         "duplicates_dropped": sum(r.duplicates_dropped for r in results),
         # Records older than stream time - the dedup interval: forwarded, no window (KIP-655).
         "late_records": metrics.get("dedup_late", 0),
+        # Times a deduplication's ids of the current commit outgrew its memory budget and
+        # went to the store's transaction (statestore.cache.max.bytes; docs/memory.md).
+        "dedup_spills": metrics.get("dedup_spills", 0),
         "join_misses": metrics.get("join_misses", 0),
         # Records aggregations dropped (late for their window, a None key or value), as Kafka
         # Streams' dropped-records metric.

@@ -483,8 +483,9 @@ class DeduplicationProcessor(Processor):
     def metrics(self) -> dict[str, int]:
         core = self._core
         if core is None:
-            return {"forwarded": 0, "dropped": 0, "late": 0}
-        return {"forwarded": core.forwarded, "dropped": core.dropped, "late": core.late}
+            return {"forwarded": 0, "dropped": 0, "late": 0, "spills": 0}
+        return {"forwarded": core.forwarded, "dropped": core.dropped, "late": core.late,
+                "spills": self.spills}  # fmt: skip
 
 
 def dedup_budget(context: ProcessorContext) -> int:
