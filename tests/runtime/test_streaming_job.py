@@ -84,13 +84,19 @@ STEPS = ["after_plan", "during_tasks", "after_outputs", "after_commit"]
 # Every batch bigger than 1 record: the tasks spill all their rows to files, and the driver
 # appends the sink from them after the tasks (the default path for big batches).
 SPILLED = {"platform.sink.driver.max.records": 1}
+# A dedup budget of 2 KB: the ids move out of memory after every few records and at every
+# commit, so the killed batch and its replay decide through store lookups and the index.
+SMALL_BUDGET = {"statestore.cache.max.bytes": 2048}
 
 
 @pytest.mark.parametrize(
     ("step", "batch", "overrides"),
     [(step, batch, {}) for step in STEPS for batch in (0, 1)]
-    + [("during_tasks", 1, SPILLED), ("after_outputs", 1, SPILLED)],
-    ids=lambda value: "spilled" if value == SPILLED else ("" if value == {} else None),
+    + [("during_tasks", 1, SPILLED), ("after_outputs", 1, SPILLED)]
+    + [("during_tasks", 1, SMALL_BUDGET), ("after_outputs", 1, SMALL_BUDGET)],
+    ids=lambda value: {str(SPILLED): "spilled", str(SMALL_BUDGET): "small-budget", "{}": ""}.get(
+        str(value)
+    ),
 )
 @pytest.mark.child_process
 def test_a_job_killed_at_any_step_resumes_to_the_clean_output(
@@ -120,6 +126,8 @@ def test_a_job_killed_at_any_step_resumes_to_the_clean_output(
     job.close()
     assert results[0].batch_id == batch + (step == "after_commit")
     assert results[0].replayed == (step != "after_commit")
+    if overrides == SMALL_BUDGET:  # the replay did run with ids out of memory
+        assert sum(r.metrics.get("dedup_spills", 0) for r in results) > 0
 
     rows = delta_rows(spark, f"{tmp_path}/delta/{app}/deduplicated")
     assert sorted((k, v) for _, _, k, v in rows) == expected_with_the_test_driver(source, sent)
