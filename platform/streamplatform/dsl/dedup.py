@@ -402,8 +402,9 @@ class DeduplicationProcessor(Processor):
         )
 
     def uncommitted_limit_exceeded(self) -> bool:
-        """The store's uncommitted limits, counting the writes still waiting here, and the
-        budget (the task asks this instead of the store)."""
+        """The store's uncommitted limits, counting the writes still waiting here (the task
+        asks this instead of the store, between two records). Being asked is also when the
+        processor keeps to its budget: past it, it spills (``_spill``) before answering."""
         core = self._initialised()
         if self._spill_at is not None:
             used = self.memory_bytes()

@@ -161,16 +161,23 @@ class StateDB:
     def commit(self, staged: Iterable[StagedWrites], offsets: dict[TopicPartition, int]) -> None:
         """Write staged data, `offsets` and the status marker in one atomic batch."""
         self._refuse_while_prepared("commit")
+        batch = self._data_and_offsets(staged, offsets)
+        batch.put(_COMMIT_SEQ, _INT64.pack(self.commit_sequence + 1), self.handles[META])
+        self.write(batch, sync=self._options.sync_commits)
+        self.commit_sequence += 1
+        self._offsets.update(offsets)
+
+    def _data_and_offsets(
+        self, staged: Iterable[StagedWrites], offsets: dict[TopicPartition, int]
+    ) -> rocksdict.WriteBatch:
+        """A batch writing `staged` data and `offsets`: a commit's, before its marker."""
         batch = rocksdict.WriteBatch(raw_mode=True)
         for writes in staged:
             writes.write_to(batch, self.handles)
         offsets_cf = self.handles[OFFSETS]
         for tp, offset in offsets.items():
             batch.put(_offset_key(tp), _INT64.pack(offset), offsets_cf)
-        batch.put(_COMMIT_SEQ, _INT64.pack(self.commit_sequence + 1), self.handles[META])
-        self.write(batch, sync=self._options.sync_commits)
-        self.commit_sequence += 1
-        self._offsets.update(offsets)
+        return batch
 
     def prepare(
         self, batch_id: int, staged: Iterable[StagedWrites], offsets: dict[TopicPartition, int]
@@ -191,12 +198,7 @@ class StateDB:
         for tp, offset in offsets.items():
             batch.put(_PREPARED_OFFSET + _offset_key(tp), _PUT + _INT64.pack(offset), prepared_cf)
         batch.put(_PREPARED_BATCH, _INT64.pack(batch_id), self.handles[META])
-        ready = rocksdict.WriteBatch(raw_mode=True)
-        for writes in staged:
-            writes.write_to(ready, self.handles)
-        offsets_cf = self.handles[OFFSETS]
-        for tp, offset in offsets.items():
-            ready.put(_offset_key(tp), _INT64.pack(offset), offsets_cf)
+        ready = self._data_and_offsets(staged, offsets)
         self.write(batch, sync=True)
         self.prepared_batch_id = batch_id
         self._ready = (batch_id, ready, dict(offsets))
