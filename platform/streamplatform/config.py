@@ -86,6 +86,43 @@ def _choice(*options: str) -> Callable[[Any], str]:
     return parse
 
 
+def _bool(value: Any) -> bool:
+    """true/false, as a boolean or a string (the CLI's --set and YAML give either)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise ValueError("expected true or false")
+
+
+# Subject name strategies: Confluent's short names, and its Java class names (a job's settings
+# may come from a Java application's properties).
+SUBJECT_NAME_STRATEGIES = ("TopicNameStrategy", "RecordNameStrategy", "TopicRecordNameStrategy")
+_STRATEGY_PACKAGE = "io.confluent.kafka.serializers.subject."
+# Where a registry serde writes the schema id: Confluent's classic payload prefix (magic byte 0
+# and 4 bytes of id), or the newer record header (the schema's GUID in __key_schema_id /
+# __value_schema_id). Both are always read.
+SCHEMA_ID_FORMATS = ("prefix", "header")
+_SCHEMA_ID_CLASSES = {
+    "io.confluent.kafka.serializers.schema.id.PrefixSchemaIdSerializer": "prefix",
+    "io.confluent.kafka.serializers.schema.id.HeaderSchemaIdSerializer": "header",
+}
+
+
+def _subject_name_strategy(value: Any) -> str:
+    name = _string(value).removeprefix(_STRATEGY_PACKAGE)
+    if name not in SUBJECT_NAME_STRATEGIES:
+        raise ValueError(f"expected one of {', '.join(SUBJECT_NAME_STRATEGIES)}")
+    return name
+
+
+def _schema_id_format(value: Any) -> str:
+    name = _SCHEMA_ID_CLASSES.get(_string(value), value)
+    if name not in SCHEMA_ID_FORMATS:
+        raise ValueError(f"expected one of {', '.join(SCHEMA_ID_FORMATS)}")
+    return str(name)
+
+
 def _string_list(value: Any) -> tuple[str, ...]:
     if isinstance(value, str):
         items = [item.strip() for item in value.split(",") if item.strip()]
@@ -235,6 +272,49 @@ SETTINGS: tuple[Setting, ...] = (
             "versioned store for the older versions of keys read often at older times (per "
             "store; values plus ~190 bytes per version and ~400 per key). 0: none.",
             "bytes >= 0"),
+    # Schema Registry, in the names Confluent's clients use: the registry serdes
+    # (Serdes.avro / protobuf / json_schema) of a job's sources, sinks and stores take them.
+    Setting("schema.registry.url", _optional_string, None, "The Schema Registry the registry "
+            "serdes use (comma-separated URLs; `mock://<scope>` for an in-process mock shared "
+            "by every serde of that scope, for tests).", "URL"),
+    Setting("basic.auth.credentials.source", _choice("USER_INFO", "URL", "SASL_INHERIT"),
+            None, "Where the registry client takes its basic-auth credentials from: "
+            "`USER_INFO` (`basic.auth.user.info`), `URL` (user:password@ in the URL) or "
+            "`SASL_INHERIT` (the Kafka clients' `sasl.username`/`sasl.password`).",
+            "USER_INFO | URL | SASL_INHERIT"),
+    Setting("basic.auth.user.info", _optional_string, None, "`user:password` for the "
+            "registry (with `basic.auth.credentials.source=USER_INFO`). Never logged.",
+            "string"),
+    Setting("schema.registry.ssl.ca.location", _optional_string, None, "CA certificate(s) "
+            "that sign the registry's TLS certificate.", "path"),
+    Setting("schema.registry.ssl.certificate.location", _optional_string, None, "Client "
+            "certificate for mutual TLS with the registry.", "path"),
+    Setting("schema.registry.ssl.key.location", _optional_string, None, "Private key of "
+            "that client certificate.", "path"),
+    Setting("auto.register.schemas", _bool, True, "Registry serdes register their writer "
+            "schema under the subject they write to when it is not there yet; false: the "
+            "schema must be registered already (else the record fails to serialize).",
+            "boolean"),
+    Setting("use.latest.version", _bool, False, "Registry serdes write with the subject's "
+            "latest registered schema instead of their own (auto-registration off).",
+            "boolean"),
+    Setting("normalize.schemas", _bool, False, "Normalize schemas before registering or "
+            "looking them up.", "boolean"),
+    Setting("key.subject.name.strategy", _subject_name_strategy, "TopicNameStrategy",
+            "Subject of a key schema: `TopicNameStrategy` (`<topic>-key`), "
+            "`RecordNameStrategy` (the record's full name) or `TopicRecordNameStrategy` "
+            "(`<topic>-<record name>`); Confluent's Java class names are accepted too.",
+            "strategy"),
+    Setting("value.subject.name.strategy", _subject_name_strategy, "TopicNameStrategy",
+            "Subject of a value schema, as `key.subject.name.strategy` (`<topic>-value`).",
+            "strategy"),
+    Setting("key.schema.id.serializer", _schema_id_format, "prefix", "Where registry serdes "
+            "write a key's schema id: `prefix` (magic byte 0 + 4-byte id before the payload, "
+            "Confluent's classic format) or `header` (the schema's GUID in the "
+            "`__key_schema_id` header); Confluent's Java class names are accepted too. Both "
+            "formats are always read.", "prefix | header"),
+    Setting("value.schema.id.serializer", _schema_id_format, "prefix", "The same for values "
+            "(header `__value_schema_id`).", "prefix | header"),
     Setting("platform.delta.root", _string, None, "Root of the runtime's Delta tables (offset "
             "and commit logs, changelogs, snapshots, DLQ mirror). Default: .data/delta.", "path"),
     Setting("platform.spark.master", _string, None, "Spark master for the job. Default: "
@@ -289,6 +369,12 @@ _CACHE_AND_BUFFERS = (
     "platform.rocksdb.block.cache.bytes",
     "platform.rocksdb.write.buffer.manager.bytes",
 )
+# Settings whose values are credentials: never shown (repr, logs, Dagster metadata).
+SECRET_SETTINGS = frozenset({"basic.auth.user.info"})
+# The settings a registry serde takes from the job (registry/serdes.py).
+REGISTRY_SETTINGS = tuple(s.name for s in SETTINGS if s.name.startswith(
+    ("schema.registry.", "basic.auth.", "auto.register.", "use.latest.", "normalize.", "key.",
+     "value.")))  # fmt: skip
 _BY_NAME = {setting.name: setting for setting in SETTINGS}
 _ALIASES = {alias: setting.name for setting in SETTINGS for alias in setting.aliases}
 
@@ -377,7 +463,11 @@ class StreamsConfig(Mapping[str, Any]):
         return len(self._values)
 
     def __repr__(self) -> str:
-        given = {k: v for k, v in self._values.items() if v != _BY_NAME[k].default}
+        given = {
+            k: "*****" if k in SECRET_SETTINGS else v
+            for k, v in self._values.items()
+            if v != _BY_NAME[k].default
+        }
         return f"StreamsConfig({given!r})"
 
     def to_dict(self) -> dict[str, Any]:

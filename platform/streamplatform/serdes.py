@@ -4,6 +4,14 @@ As in Kafka, ``None`` (a null key, a tombstone) passes through both ways untouch
 raises :class:`SerializationError`, which carries the raw bytes so an exception handler can put
 them in the dead letter queue.
 
+A serde that needs to know what it is (de)serializing, as Kafka's
+``serialize(topic, headers, data)`` does, sets ``uses_context = True`` and takes a
+:class:`SerdeContext` as a second argument: the topic, whether it is the key or the value, and
+the record's headers (a list it may append to when serializing). The registry serdes
+(``Serdes.avro``, ``Serdes.protobuf``, ``Serdes.json_schema``) are such serdes. The job's
+settings reach a serde that has a ``configure(settings)`` method before its first record.
+Serdes without either keep working as they are.
+
     >>> Serdes.json().serialize({"id": 1})
     b'{"id":1}'
     >>> Serdes.long().deserialize(Serdes.long().serialize(-5))
@@ -14,11 +22,15 @@ from __future__ import annotations
 
 import json
 import struct
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 
 import orjson
 
-__all__ = ["Serde", "SerializationError", "Serdes"]
+if TYPE_CHECKING:
+    from streamplatform.registry.serdes import RegistrySerde
+
+__all__ = ["Serde", "SerdeContext", "SerializationError", "Serdes"]
 
 
 class SerializationError(Exception):
@@ -38,6 +50,56 @@ class Serde(Protocol):
     def serialize(self, value: Any) -> bytes | None: ...
 
     def deserialize(self, data: bytes | None) -> Any: ...
+
+
+class SerdeContext(NamedTuple):
+    """What a serde with ``uses_context = True`` is given with each key or value.
+
+    ``topic``: the topic the bytes come from or go to (a store's data has none: ``None``).
+    ``is_key``: the key (True) or the value. ``headers``: the record's headers as a list of
+    ``(name, bytes)``; when serializing, a serde may append to it (the schema-id header), and
+    the record is written with what the list holds; ``None`` where a record has no headers to
+    carry (store data)."""
+
+    topic: str | None
+    is_key: bool
+    headers: list[tuple[str, bytes | None]] | None = None
+
+
+def uses_context(serde: Any) -> bool:
+    """Whether ``serde`` takes a :class:`SerdeContext` with each call."""
+    return bool(getattr(serde, "uses_context", False))
+
+
+def configure_serde(serde: Any, settings: Mapping[str, Any]) -> None:
+    """Give ``serde`` the job's settings, if it takes them (Kafka's ``Serde.configure``)."""
+    configure = getattr(serde, "configure", None)
+    if configure is not None:
+        configure(settings)
+
+
+def serializer_for(
+    serde: Any, topic: str | None, is_key: bool
+) -> Callable[[Any, list | None], bytes | None]:
+    """``serialize(value, headers)`` for ``serde`` writing to ``topic``: with a context for a
+    serde that uses one, the plain call otherwise."""
+    if uses_context(serde):
+        serialize = serde.serialize
+        return lambda value, headers: serialize(value, SerdeContext(topic, is_key, headers))
+    plain = serde.serialize
+    return lambda value, headers: plain(value)
+
+
+def deserializer_for(
+    serde: Any, topic: str | None, is_key: bool
+) -> Callable[[Any, list | None], Any]:
+    """``deserialize(data, headers)`` for ``serde`` reading from ``topic``, as
+    :func:`serializer_for`."""
+    if uses_context(serde):
+        deserialize = serde.deserialize
+        return lambda data, headers: deserialize(data, SerdeContext(topic, is_key, headers))
+    plain = serde.deserialize
+    return lambda data, headers: plain(data)
 
 
 class _StringSerde:
@@ -200,6 +262,33 @@ class Serdes:
     @staticmethod
     def json() -> Serde:
         return Serdes._json
+
+    # Schema Registry serdes (Confluent's wire format, on confluent_kafka.schema_registry):
+    # each call returns a new serde. See streamplatform.registry.serdes for the arguments.
+
+    @staticmethod
+    def avro(schema: str | None = None, **options: Any) -> RegistrySerde:
+        """Avro records as dicts. ``schema``: the writer schema, and the reader schema that
+        records written with older compatible schemas are resolved to (None: read with the
+        writer's schema; writing then needs ``use_latest_version=True``)."""
+        from streamplatform.registry.serdes import AvroSerde
+
+        return AvroSerde(schema, **options)
+
+    @staticmethod
+    def protobuf(message_type: type, **options: Any) -> RegistrySerde:
+        """Protobuf messages of the generated class ``message_type``."""
+        from streamplatform.registry.serdes import ProtobufSerde
+
+        return ProtobufSerde(message_type, **options)
+
+    @staticmethod
+    def json_schema(schema: str | None = None, **options: Any) -> RegistrySerde:
+        """JSON values validated against a JSON Schema (``schema``; None: read with the
+        writer's schema and do not validate)."""
+        from streamplatform.registry.serdes import JsonSchemaSerde
+
+        return JsonSchemaSerde(schema, **options)
 
 
 # The serdes whose encoding of a decoded value gives the bytes it was decoded from: a sink

@@ -44,7 +44,7 @@ from streamplatform.dsl.topology import Topology
 from streamplatform.errors.exceptions import StreamsError
 from streamplatform.records import ConsumedRecord, Headers, ProducerRecord
 from streamplatform.runtime.task import Task, add_metrics
-from streamplatform.serdes import Serde
+from streamplatform.serdes import Serde, configure_serde, deserializer_for, serializer_for
 from streamplatform.state.stores import duration_ms
 
 
@@ -63,7 +63,9 @@ class TestInputTopic:
 
     def __init__(self, driver: TopologyTestDriver, name: str, key_serde: Serde, value_serde: Serde):
         self._driver, self.name = driver, name
-        self._key_serde, self._value_serde = key_serde, value_serde
+        self._key_serde, self._value_serde = driver._configured(key_serde, value_serde)
+        self._serialize_key = serializer_for(key_serde, name, True)
+        self._serialize_value = serializer_for(value_serde, name, False)
 
     def pipe_input(
         self,
@@ -73,14 +75,17 @@ class TestInputTopic:
         headers: Headers | None = None,
         partition: int = 0,
     ) -> None:
-        """Serialize and process one record (timestamp defaults to the driver's wall clock)."""
+        """Serialize and process one record (timestamp defaults to the driver's wall clock).
+        A serde that uses a context (a registry serde) is given the topic and the headers,
+        and may add a header (the schema id)."""
+        headers_list = [(name, value) for name, value in (headers or [])]
         self._driver._pipe_raw(
             self.name,
             partition,
-            self._key_serde.serialize(key),
-            self._value_serde.serialize(value),
+            self._serialize_key(key, headers_list),
+            self._serialize_value(value, headers_list),
             self._driver.wall_clock_ms if timestamp is None else timestamp,
-            [(name, value) for name, value in (headers or [])],
+            headers_list,
         )
 
     def pipe_raw(
@@ -108,15 +113,18 @@ class TestOutputTopic:
     def __init__(self, driver: TopologyTestDriver, name: str, key_serde: Serde, value_serde: Serde):
         self._queue = driver._outputs[name]
         self.name = name
-        self._key_serde, self._value_serde = key_serde, value_serde
+        self._key_serde, self._value_serde = driver._configured(key_serde, value_serde)
+        self._deserialize_key = deserializer_for(key_serde, name, True)
+        self._deserialize_value = deserializer_for(value_serde, name, False)
 
     def _read(self) -> TestRecord:
         raw = self._queue.popleft()
+        headers = list(raw.headers)
         return TestRecord(
-            self._key_serde.deserialize(raw.key),
-            self._value_serde.deserialize(raw.value),
+            self._deserialize_key(raw.key, headers),
+            self._deserialize_value(raw.value, headers),
             raw.timestamp,
-            list(raw.headers),
+            headers,
         )
 
     def read_records_to_list(self) -> list[TestRecord]:
@@ -163,6 +171,13 @@ class TopologyTestDriver:
         self._repartition = set(topology.repartition_topics(self.application_id))
 
     # Topics ------------------------------------------------------------------------------------
+
+    def _configured(self, *serdes: Serde) -> tuple[Serde, ...]:
+        """A test topic's serdes with the driver's settings (a registry serde takes the
+        registry from them, as the job's own serdes do)."""
+        for serde in serdes:
+            configure_serde(serde, self.config)
+        return serdes
 
     def create_input_topic(self, name: str, key_serde: Serde, value_serde: Serde) -> TestInputTopic:
         if self.topology.subtopology_of_topic(name, self.application_id) is None:

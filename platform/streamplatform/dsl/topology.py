@@ -8,9 +8,9 @@ next). Sub-topologies are numbered in the order their first node was added, and 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from streamplatform.dsl.graph import Node, ProcessorNode, SinkNode, SourceNode, topic_name
 from streamplatform.state import StoreSpec
@@ -74,6 +74,21 @@ class Topology:
             for n in self.nodes.values()
             if isinstance(n, SinkNode)
         ]
+
+    def serdes(
+        self, nodes: Iterable[str] | None = None, stores: Iterable[str] | None = None
+    ) -> list[Any]:
+        """The serdes of the sources, sinks and stores (all, or those named): the ones the
+        runtime configures with the job's settings (``Serde.configure``)."""
+        found: list[Any] = []
+        for name in self.nodes if nodes is None else nodes:
+            node = self.nodes[name]
+            if isinstance(node, SourceNode | SinkNode):
+                found += [node.key_serde, node.value_serde]
+        for name in self.stores if stores is None else stores:
+            spec = self.stores[name]
+            found += [getattr(spec, "key_serde", None), getattr(spec, "value_serde", None)]
+        return [serde for serde in found if serde is not None]
 
     def task_ids(self, partitions: Mapping[str, int], application_id: str) -> list[TaskId]:
         """Task ids given each source topic's partition count (a sub-topology has as many tasks

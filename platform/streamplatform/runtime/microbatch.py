@@ -42,6 +42,7 @@ from streamplatform.dsl.topology import Topology
 from streamplatform.home import data_dir, default_state_dir
 from streamplatform.kafka.clients import describe_topics
 from streamplatform.placement import Placement
+from streamplatform.registry.serdes import configure_registry_serdes
 from streamplatform.runtime import (
     changelog,
     kafka_input,
@@ -113,6 +114,8 @@ class StreamingJob:
         self.topology = topology
         self.config = config if isinstance(config, StreamsConfig) else StreamsConfig(config)
         _check_store_options(topology, self.config)
+        # A registry serde with no registry to go to stops the job here, naming the setting.
+        configure_registry_serdes(topology.serdes(), self.config)
         self.app: str = self.config["application.id"]
         self.kafka = self.config.kafka_settings()
         producer_settings = self.config.kafka_settings("producer")

@@ -40,8 +40,16 @@ from streamplatform.errors.handlers import (
 from streamplatform.errors.response import Action
 from streamplatform.identity import canonical_bytes
 from streamplatform.records import ConsumedRecord, ProducerRecord, Record, TopicPartition
+from streamplatform.registry.serdes import configure_registry_serdes
 from streamplatform.runtime.partitioner import partition_for
-from streamplatform.serdes import AS_READ_SERDES, deserialize_all
+from streamplatform.serdes import (
+    AS_READ_SERDES,
+    configure_serde,
+    deserialize_all,
+    deserializer_for,
+    serializer_for,
+    uses_context,
+)
 from streamplatform.state import IsolationLevel
 from streamplatform.state.facades import facade_for
 from streamplatform.state.rocks import TaskStoreOptions
@@ -78,6 +86,19 @@ def _decode_slice(source: Any, records: list, start: int) -> Iterator[tuple[Any,
         if values is not None:
             return zip(part, keys, values, strict=True)
     return zip(part, repeat(_UNDECODED), repeat(_UNDECODED))
+
+
+def _deserializers(source: SourceNode, topic: str) -> tuple[Callable, Callable, bool]:
+    """A source's key and value deserializers, and whether they take the record's headers as
+    well: a serde that uses a context gets the topic, key or value, and the headers."""
+    key_serde, value_serde = source.key_serde, source.value_serde
+    if not (uses_context(key_serde) or uses_context(value_serde)):
+        return key_serde.deserialize, value_serde.deserialize, False
+    return (
+        deserializer_for(key_serde, topic, True),
+        deserializer_for(value_serde, topic, False),
+        True,
+    )
 
 
 def add_metrics(totals: dict[str, int], numbers: Mapping[str, int]) -> None:
@@ -250,6 +271,7 @@ class Task:
             setting: load_handler(config, setting)
             for setting in (DESERIALIZATION, PROCESSING, PRODUCTION)
         }
+        self._configure_serdes()
         self.directory = state_dir / self.application_id / str(self.task_id)
         # Under either guarantee a task's writes stay in its stores' transactions until the
         # task commits them (with its offsets): a failed attempt leaves no state behind, and
@@ -316,6 +338,15 @@ class Task:
             self._close_stores()
             raise
 
+    def _configure_serdes(self) -> None:
+        """The job's settings to the serdes of this task's sources, sinks and stores (Kafka's
+        ``Serde.configure``): registry serdes take the registry's settings from them, and a
+        registry serde with no registry to go to fails the task here, before any record."""
+        serdes = self.topology.serdes(self.subtopology.nodes, self.subtopology.stores)
+        for serde in serdes:
+            configure_serde(serde, self.config)
+        configure_registry_serdes(serdes, self.config)
+
     # Processing --------------------------------------------------------------------------
 
     def process(self, record: ConsumedRecord) -> None:
@@ -331,8 +362,9 @@ class Task:
         unread); otherwise returns False once every record is processed. The limits are asked
         every few records when they are far above what a record writes (see
         ``_limit_check_interval``), as Kafka Streams asks once per loop over polled records."""
-        routes: dict[str, tuple[Any, Callable, Callable, list[tuple[Callable, str | None]],
-                                Callable | None]] = {}  # fmt: skip
+        Route = tuple[Any, Callable, Callable, bool, list[tuple[Callable, str | None]],
+                      Callable | None]  # fmt: skip
+        routes: dict[str, Route] = {}
         consumed, new_record = self.consumed, _new_tuple
         checks = self._limit_checks if stop_early else ()
         every = countdown = self._check_every
@@ -350,23 +382,29 @@ class Task:
                     if source is None:
                         raise ValueError(f"Task {self.task_id} does not read topic {topic!r}")
                     route = routes[topic] = (
-                        source, source.key_serde.deserialize, source.value_serde.deserialize,
+                        source, *_deserializers(source, topic),
                         [self._entry(child) for child in source.children],
                         source.timestamp_extractor or self._default_extractor,
                     )  # fmt: skip
                 if last is not None and (record[1] != last[1] or topic != last[0]):
                     consumed[(last[0], last[1])] = last[2] + 1
                 last = record
-                source, key_of, value_of, children, extract = route
+                source, key_of, value_of, contextual, children, extract = route
                 self.current = record
                 processed += 1
                 try:
                     if key is _UNDECODED:
-                        key = key_of(record[4])
-                        value = value_of(record[5])
+                        if contextual:  # serdes given the topic and headers (SerdeContext)
+                            key = key_of(record[4], record[6])
+                            value = value_of(record[5], record[6])
+                        else:
+                            key = key_of(record[4])
+                            value = value_of(record[5])
                     timestamp = record[3]
                     if extract is not None:  # event time from the record (Kafka Streams'
                         timestamp = self._extracted(extract, record, key, value)  # extractor)
+                except StreamsError:
+                    raise  # not the record's fault (the registry is down, say): fail the task
                 except Exception as exception:
                     raw = record if type(record) is ConsumedRecord else ConsumedRecord(*record)
                     self._handle(DESERIALIZATION, source.name, raw, exception)
@@ -502,6 +540,9 @@ class Task:
         internal, new_record = sink.internal, _new_tuple
         as_read = self._written_as_read(sink)
 
+        if uses_context(sink.key_serde) or uses_context(sink.value_serde):
+            return self._context_writer(sink, topic)
+
         def write(record: Record) -> None:
             current = self.current
             if (
@@ -528,6 +569,36 @@ class Task:
             add_source(current or NO_SOURCE)
 
         return write
+
+    def _context_writer(self, sink: SinkNode, topic: str) -> Callable[[Record], None]:
+        """``_writer`` for a sink whose serdes take a context (the topic, key or value, and
+        the record's headers, which they may add to: the schema-id header)."""
+        serialize_key = serializer_for(sink.key_serde, topic, True)
+        serialize_value = serializer_for(sink.value_serde, topic, False)
+
+        def write(record: Record) -> None:
+            headers = list(record[3] or ())  # the serdes may add to them: a copy
+            try:
+                key = serialize_key(record[0], headers)
+                value = serialize_value(record[1], headers)
+            except StreamsError:
+                raise
+            except Exception as exception:
+                self._handle(PRODUCTION, sink.name, record, exception, topic=topic)
+                return
+            self._append_output(sink, topic, record, key, value, headers)
+
+        return write
+
+    def _append_output(
+        self, sink: SinkNode, topic: str, record: Record, key: Any, value: Any, headers: Any
+    ) -> None:
+        partition = None
+        if sink.internal:
+            by = key if sink.partition_by is None else _partition_bytes(sink, record)
+            partition = 0 if by is None else partition_for(by, self.partitions_of(topic))
+        self.output.append(ProducerRecord(topic, key, value, record[2], headers, partition))
+        self.output_sources.append(self.current or NO_SOURCE)
 
     def _written_as_read(self, sink: SinkNode) -> frozenset[str]:
         """The source topics whose records reach ``sink`` unchanged, so that the sink writes

@@ -1,0 +1,487 @@
+"""Schema Registry serdes: Avro, Protobuf and JSON Schema in Confluent's wire format.
+
+Built on ``confluent_kafka.schema_registry``'s serializers. A serde takes the registry's
+settings from the job (``schema.registry.url``, ``basic.auth.*``, the subject name strategies,
+``auto.register.schemas``, ... in the names Confluent's clients use) through ``configure``,
+which the runtime calls for the serdes of every source, sink and store before their first
+record; ``registry={...}`` given to the serde (same names) takes precedence, for a serde used
+outside a job or one only a processor knows.
+
+Each process (a Spark Python worker, the driver, a test) creates one registry client per set
+of registry settings, at the first record that needs it, and shares it between the serdes:
+schemas and ids are cached there, so a worker asks the registry once per schema. A serde
+pickled to Spark's workers travels without its client and serializers.
+
+Where the schema id goes:
+
+- with a topic (sources and sinks), by ``key.schema.id.serializer`` /
+  ``value.schema.id.serializer`` (or ``schema_id_format=``): the payload prefix (magic byte 0
+  and a 4-byte id, Confluent's classic format) or the ``__key_schema_id`` /
+  ``__value_schema_id`` header (the schema's GUID, the newer format). Both are always read; a
+  record's old schema-id header for the same field is dropped when it is written again, so it
+  never points at another schema than the one its bytes were written with;
+- in a store (no topic, no headers): the prefix, under the record-name subject (the record's
+  full name; a JSON schema's ``title``), auto-registered. Kafka Streams registers a store's
+  schemas under its changelog topic's subject (``<application.id>-<store>-changelog-value``).
+
+Errors: bytes that cannot be read (no magic byte, an id the registry does not know, a payload
+the schema does not fit) raise :class:`~streamplatform.serdes.SerializationError` with the
+raw bytes, so the deserialization handler sends the record to the dead letter queue untouched.
+A registry that cannot be reached (connection refused, a 5xx) is no fault of the record: it
+raises :class:`RegistryUnavailableError`, which fails the task without committing (the batch
+is retried) instead of sending every record to the DLQ.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from streamplatform.config import REGISTRY_SETTINGS, ConfigError, StreamsConfig
+from streamplatform.errors.exceptions import StreamsError
+from streamplatform.serdes import SerdeContext, SerializationError
+
+__all__ = [
+    "AvroSerde",
+    "JsonSchemaSerde",
+    "ProtobufSerde",
+    "RegistrySerde",
+    "RegistryUnavailableError",
+    "registry_client",
+]
+
+KEY_SCHEMA_ID_HEADER = "__key_schema_id"
+VALUE_SCHEMA_ID_HEADER = "__value_schema_id"
+
+# HTTP statuses from the registry that say something about the record (its schema id is
+# unknown, its schema refused), not about the registry being unavailable.
+_RECORD_STATUSES = frozenset({400, 404, 409, 422})
+
+
+class RegistryUnavailableError(StreamsError):
+    """The Schema Registry could not be reached or failed (not a fault of the record): the
+    task fails without committing, and the batch is retried."""
+
+
+_CLIENTS: dict[tuple, Any] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
+def _client_conf(settings: Mapping[str, Any]) -> dict[str, Any]:
+    url = settings.get("schema.registry.url")
+    if not url:
+        raise ConfigError(
+            "schema.registry.url: required by the registry serdes (Serdes.avro, "
+            "Serdes.protobuf, Serdes.json_schema), not set. Set it in the job's settings, "
+            "or give the serde registry={'schema.registry.url': ...}"
+        )
+    conf: dict[str, Any] = {"url": url}
+    for setting, key in (
+        ("basic.auth.credentials.source", "basic.auth.credentials.source"),
+        ("basic.auth.user.info", "basic.auth.user.info"),
+        ("schema.registry.ssl.ca.location", "ssl.ca.location"),
+        ("schema.registry.ssl.certificate.location", "ssl.certificate.location"),
+        ("schema.registry.ssl.key.location", "ssl.key.location"),
+        ("sasl.username", "sasl.username"),
+        ("sasl.password", "sasl.password"),
+        ("sasl.mechanism", "sasl.mechanism"),
+    ):
+        if settings.get(setting) is not None:
+            conf[key] = settings[setting]
+    return conf
+
+
+def registry_client(settings: Mapping[str, Any]) -> Any:
+    """The process's ``SchemaRegistryClient`` for these settings (job setting names), created
+    at the first call: one per registry, shared by every serde that uses it. A ``mock://``
+    URL gives an in-process mock, one per URL, so a test's serdes and the job's share it."""
+    conf = _client_conf(settings)
+    key = tuple(sorted(conf.items()))
+    with _CLIENTS_LOCK:
+        client = _CLIENTS.get(key)
+        if client is None:
+            from confluent_kafka.schema_registry import SchemaRegistryClient
+
+            client = _CLIENTS[key] = SchemaRegistryClient.new_client(conf)
+        return client
+
+
+def _registry_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The registry settings (and the Kafka clients' SASL ones, for SASL_INHERIT) of a job."""
+    chosen = {name: settings[name] for name in REGISTRY_SETTINGS if name in settings}
+    passthrough = getattr(settings, "client_settings", settings)
+    for name in ("sasl.username", "sasl.password", "sasl.mechanism"):
+        if passthrough.get(name) is not None:
+            chosen[name] = passthrough[name]
+    return chosen
+
+
+def _validated(registry: Mapping[str, Any]) -> dict[str, Any]:
+    """``registry=`` given to a serde: registry settings only, parsed as the job's are."""
+    unknown = sorted(set(registry) - set(REGISTRY_SETTINGS))
+    if unknown:
+        raise ConfigError(
+            f"registry=: {', '.join(unknown)}: not a registry setting (one of "
+            f"{', '.join(REGISTRY_SETTINGS)})"
+        )
+    parsed = StreamsConfig({"application.id": "registry-serde", **registry})
+    return {name: parsed[name] for name in registry}
+
+
+def _strategies() -> dict[str, Callable]:
+    from confluent_kafka.schema_registry import (
+        record_subject_name_strategy,
+        topic_record_subject_name_strategy,
+        topic_subject_name_strategy,
+    )
+
+    return {
+        "TopicNameStrategy": topic_subject_name_strategy,
+        "RecordNameStrategy": record_subject_name_strategy,
+        "TopicRecordNameStrategy": topic_record_subject_name_strategy,
+    }
+
+
+def _store_subject(ctx: Any, record_name: str | None) -> str:
+    """The subject of a store's data (no topic): the record's full name."""
+    if not record_name:
+        raise SerializationError(
+            "a registry serde writing to a store needs a record name for its subject (an "
+            "Avro record's name, a Protobuf message's, a JSON schema's title)"
+        )
+    return record_name
+
+
+def _is_unavailable(exception: BaseException) -> bool:
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    if isinstance(exception, SchemaRegistryError):
+        return exception.http_status_code not in _RECORD_STATUSES
+    module = type(exception).__module__
+    return isinstance(exception, OSError) or module.startswith(("httpx", "httpcore"))
+
+
+class RegistrySerde:
+    """The common part of the registry serdes: settings, the shared client, the subject and
+    schema-id format per key or value, and error translation."""
+
+    uses_context = True
+    name = "registry"
+    _schema_type = ""  # Confluent's: AVRO, PROTOBUF, JSON
+
+    def __init__(
+        self,
+        *,
+        subject_name_strategy: str | None = None,
+        auto_register: bool | None = None,
+        use_latest_version: bool | None = None,
+        normalize_schemas: bool | None = None,
+        schema_id_format: str | None = None,
+        registry: Mapping[str, Any] | None = None,
+    ) -> None:
+        # Options of this serde override the job's settings, key or value alike.
+        options = {
+            "subject.name.strategy": subject_name_strategy,
+            "auto.register.schemas": auto_register,
+            "use.latest.version": use_latest_version,
+            "normalize.schemas": normalize_schemas,
+            "schema.id.serializer": schema_id_format,
+        }
+        self._options = {name: value for name, value in options.items() if value is not None}
+        for name in ("subject.name.strategy", "schema.id.serializer"):
+            if name in self._options:  # parsed as the job's settings are
+                setting = f"value.{name}"
+                self._options[name] = _validated({setting: self._options[name]})[setting]
+        self._explicit = _validated(registry or {})
+        self._job: dict[str, Any] = {}
+        self._reset()
+
+    def _reset(self) -> None:
+        self._serializers: dict[Any, Any] = {}
+        self._deserializer: Any = None
+
+    def configure(self, settings: Mapping[str, Any]) -> None:
+        """The job's settings (``registry=`` given to the serde wins over them)."""
+        job = _registry_settings(settings)
+        if job != self._job:
+            self._job = job
+            self._reset()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_serializers"], state["_deserializer"] = {}, None  # created again where used
+        return state
+
+    # Settings ----------------------------------------------------------------------------
+
+    def _settings(self) -> dict[str, Any]:
+        return self._job | self._explicit
+
+    def _setting(self, name: str, is_key: bool) -> Any:
+        """A serializer setting: this serde's option, else the job's key./value. or plain
+        setting, else the default."""
+        if name in self._options:
+            return self._options[name]
+        settings = self._settings()
+        field = f"{'key' if is_key else 'value'}.{name}"
+        for candidate in (field, name):
+            if candidate in settings:
+                return settings[candidate]
+        defaults = StreamsConfig({"application.id": "defaults"})
+        return defaults[field] if field in REGISTRY_SETTINGS else defaults[name]
+
+    def client(self) -> Any:
+        return registry_client(self._settings())
+
+    def _serializer_conf(self, is_key: bool | None) -> dict[str, Any]:
+        from confluent_kafka.schema_registry import (
+            header_schema_id_serializer,
+            prefix_schema_id_serializer,
+        )
+
+        if is_key is None:  # a store's data: see the module's docstring
+            return {"auto.register.schemas": True, "subject.name.strategy": _store_subject}
+        use_latest = bool(self._setting("use.latest.version", is_key))
+        header = self._setting("schema.id.serializer", is_key) == "header"
+        return {
+            "auto.register.schemas": bool(self._setting("auto.register.schemas", is_key))
+            and not use_latest,
+            "use.latest.version": use_latest,
+            "normalize.schemas": bool(self._setting("normalize.schemas", is_key)),
+            "subject.name.strategy": _strategies()[self._setting("subject.name.strategy", is_key)],
+            "schema.id.serializer": header_schema_id_serializer
+            if header
+            else prefix_schema_id_serializer,
+        }
+
+    # The format's serializer and deserializer (subclasses) -------------------------------
+
+    def _new_serializer(self, conf: dict[str, Any]) -> Callable[[Any, Any], bytes]:
+        raise NotImplementedError
+
+    def _new_deserializer(self) -> Callable[[bytes, Any], Any]:
+        raise NotImplementedError
+
+    # Serde -------------------------------------------------------------------------------
+
+    def serialize(self, value: Any, context: SerdeContext | None = None) -> bytes | None:
+        if value is None:
+            return None
+        from confluent_kafka.serialization import MessageField, SerializationContext
+
+        is_key = None if context is None or context.topic is None else context.is_key
+        serializer = self._serializers.get(is_key)
+        if serializer is None:
+            serializer = self._serializers[is_key] = self._new_serializer(
+                self._serializer_conf(is_key)
+            )
+        if is_key is None:
+            ctx = None
+        else:
+            assert context is not None
+            headers = context.headers
+            if headers is not None:  # a schema id header of the record's old bytes
+                stale = KEY_SCHEMA_ID_HEADER if is_key else VALUE_SCHEMA_ID_HEADER
+                headers[:] = [header for header in headers if header[0] != stale]
+            field = MessageField.KEY if is_key else MessageField.VALUE
+            ctx = SerializationContext(context.topic or "", field, headers)  # type: ignore[arg-type]
+        try:
+            return bytes(serializer(value, ctx))
+        except Exception as exception:
+            raise self._translated(exception, "serialize", None, context) from exception
+
+    def deserialize(self, data: bytes | None, context: SerdeContext | None = None) -> Any:
+        if data is None:
+            return None
+        from confluent_kafka.serialization import MessageField, SerializationContext
+
+        if self._deserializer is None:
+            self._deserializer = self._new_deserializer()
+        ctx = None
+        if context is not None:
+            field = MessageField.KEY if context.is_key else MessageField.VALUE
+            ctx = SerializationContext(context.topic or "", field, context.headers)  # type: ignore[arg-type]
+        try:
+            return self._deserializer(bytes(data), ctx)
+        except Exception as exception:
+            raise self._translated(exception, "deserialize", bytes(data), context) from exception
+
+    def _translated(
+        self, exception: Exception, action: str, raw: bytes | None, context: SerdeContext | None
+    ) -> Exception:
+        where = "a store's data" if context is None or context.topic is None else (
+            f"the {'key' if context.is_key else 'value'} of topic {context.topic!r}"
+        )  # fmt: skip
+        if isinstance(exception, ConfigError | StreamsError):
+            return exception
+        message = f"{self.name}: cannot {action} {where}: {type(exception).__name__}: {exception}"
+        if _is_unavailable(exception):
+            url = self._settings().get("schema.registry.url")
+            return RegistryUnavailableError(f"{message} (schema registry {url})")
+        return SerializationError(message, raw=raw)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._options or ''})"
+
+
+class AvroSerde(RegistrySerde):
+    """Avro values (dicts, or your objects through ``to_dict``/``from_dict``).
+
+    ``schema``: the writer schema (Avro JSON); records are read into it too, so records
+    written with older compatible schemas come out in its shape (fields added with defaults
+    filled in). ``reader_schema``: another schema to read into. With neither, records are read
+    with their writer's schema, and writing needs ``use_latest_version=True``."""
+
+    name = "avro"
+    _schema_type = "AVRO"
+
+    def __init__(
+        self,
+        schema: str | None = None,
+        *,
+        reader_schema: str | None = None,
+        to_dict: Callable[[Any, Any], dict] | None = None,
+        from_dict: Callable[[dict, Any], Any] | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(**options)
+        self.schema, self.reader_schema = schema, reader_schema or schema
+        self._to_dict, self._from_dict = to_dict, from_dict
+        if schema is not None:  # a schema that does not parse fails here, not at a record
+            import fastavro
+
+            fastavro.parse_schema(_json_loads(schema, "schema"))
+            fastavro.parse_schema(_json_loads(self.reader_schema, "reader_schema"))
+
+    def _new_serializer(self, conf: dict[str, Any]) -> Callable[[Any, Any], bytes]:
+        from confluent_kafka.schema_registry.avro import AvroSerializer
+
+        if self.schema is None and not conf.get("use.latest.version"):
+            raise ConfigError(
+                "Serdes.avro() without a schema can only read; to write, give it the writer "
+                "schema or use_latest_version=True"
+            )
+        return AvroSerializer(self.client(), self.schema, self._to_dict, conf)
+
+    def _new_deserializer(self) -> Callable[[bytes, Any], Any]:
+        from confluent_kafka.schema_registry import dual_schema_id_deserializer
+        from confluent_kafka.schema_registry.avro import AvroDeserializer
+
+        # confluent-kafka's AvroDeserializer (2.16) refuses a payload of 5 bytes or less
+        # before it looks for the schema id in the headers, so a small record written in
+        # the header format could not be read. Such a payload is padded to get past that
+        # check, and the padding is cut off again where the schema id is taken from it.
+        def schema_id_from(payload: bytes, ctx: Any, schema_id: Any) -> Any:
+            padding = getattr(ctx, "streamplatform_padding", 0)
+            return dual_schema_id_deserializer(payload[: len(payload) - padding], ctx, schema_id)
+
+        deserializer = AvroDeserializer(
+            self.client(), self.reader_schema, self._from_dict,
+            conf={"schema.id.deserializer": schema_id_from},
+        )  # fmt: skip
+
+        def deserialize(data: bytes, ctx: Any) -> Any:
+            if len(data) <= 5 and ctx is not None and _has_schema_id_header(ctx):
+                ctx.streamplatform_padding = 6
+                data += bytes(6)
+            return deserializer(data, ctx)
+
+        return deserialize
+
+
+def _has_schema_id_header(ctx: Any) -> bool:
+    from confluent_kafka.serialization import MessageField
+
+    name = KEY_SCHEMA_ID_HEADER if ctx.field == MessageField.KEY else VALUE_SCHEMA_ID_HEADER
+    return any(header[0] == name for header in ctx.headers or ())
+
+
+class ProtobufSerde(RegistrySerde):
+    """Protobuf messages of the generated class ``message_type`` (its ``_pb2`` module must be
+    importable where the job runs: Spark's workers unpickle the class by its module)."""
+
+    name = "protobuf"
+    _schema_type = "PROTOBUF"
+
+    def __init__(self, message_type: type, **options: Any) -> None:
+        super().__init__(**options)
+        if not hasattr(message_type, "DESCRIPTOR"):
+            raise TypeError(
+                f"Serdes.protobuf takes a generated message class, got {message_type!r}"
+            )
+        self.message_type = message_type
+
+    def _new_serializer(self, conf: dict[str, Any]) -> Callable[[Any, Any], bytes]:
+        from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+
+        serializer = ProtobufSerializer(self.message_type, self.client(), conf)
+
+        def serialize(message: Any, ctx: Any) -> bytes:
+            if not isinstance(message, self.message_type):
+                raise TypeError(
+                    f"expected a {self.message_type.__name__}, got {type(message).__name__}"
+                )
+            return serializer(message, ctx)  # type: ignore[no-any-return]
+
+        return serialize
+
+    def _new_deserializer(self) -> Callable[[bytes, Any], Any]:
+        from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
+
+        return ProtobufDeserializer(self.message_type, {}, self.client())
+
+
+class JsonSchemaSerde(RegistrySerde):
+    """JSON values checked against a JSON Schema when written and read (``schema``; None:
+    read with the writer's schema, which needs the registry)."""
+
+    name = "json_schema"
+    _schema_type = "JSON"
+
+    def __init__(
+        self,
+        schema: str | None = None,
+        *,
+        to_dict: Callable[[Any, Any], dict] | None = None,
+        from_dict: Callable[[dict, Any], Any] | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(**options)
+        if schema is not None:
+            _json_loads(schema, "schema")
+        self.schema = schema
+        self._to_dict, self._from_dict = to_dict, from_dict
+
+    def _new_serializer(self, conf: dict[str, Any]) -> Callable[[Any, Any], bytes]:
+        from confluent_kafka.schema_registry.json_schema import JSONSerializer
+
+        if self.schema is None and not conf.get("use.latest.version"):
+            raise ConfigError(
+                "Serdes.json_schema() without a schema can only read; to write, give it the "
+                "schema or use_latest_version=True"
+            )
+        return JSONSerializer(self.schema, self.client(), self._to_dict, conf)
+
+    def _new_deserializer(self) -> Callable[[bytes, Any], Any]:
+        from confluent_kafka.schema_registry.json_schema import JSONDeserializer
+
+        return JSONDeserializer(self.schema, self._from_dict, self.client())
+
+
+def _json_loads(text: str | None, what: str) -> Any:
+    import json
+
+    try:
+        return json.loads(text or "null")
+    except ValueError as exc:
+        raise ValueError(f"{what}: not JSON: {exc}") from None
+
+
+def configure_registry_serdes(serdes: Any, settings: Mapping[str, Any]) -> None:
+    """``configure`` each of ``serdes`` that is a registry serde, and check, before any record,
+    that each has a registry to go to."""
+    for serde in serdes:
+        if isinstance(serde, RegistrySerde):
+            serde.configure(settings)
+            _client_conf(serde._settings())  # raises ConfigError naming the setting
