@@ -143,6 +143,15 @@ def _strategies() -> dict[str, Callable]:
     }
 
 
+def _deserializer_conf() -> dict[str, Any]:
+    """A deserializer finds the schema by the id the record carries; its subject only matters
+    with use.latest.version. The topic strategy names it without asking the registry (the
+    default, AssociatedNameStrategy, would ask it)."""
+    from confluent_kafka.schema_registry import topic_subject_name_strategy
+
+    return {"subject.name.strategy": topic_subject_name_strategy}
+
+
 def _store_subject(ctx: Any, record_name: str | None) -> str:
     """The subject of a store's data (no topic): the record's full name."""
     if not record_name:
@@ -276,8 +285,8 @@ class RegistrySerde:
             serializer = self._serializers[is_key] = self._new_serializer(
                 self._serializer_conf(is_key)
             )
-        if is_key is None:
-            ctx = None
+        if is_key is None:  # a store's data: no topic, no headers (the subject is by name)
+            ctx = SerializationContext("", MessageField.VALUE, None)
         else:
             assert context is not None
             headers = context.headers
@@ -298,10 +307,10 @@ class RegistrySerde:
 
         if self._deserializer is None:
             self._deserializer = self._new_deserializer()
-        ctx = None
-        if context is not None:
-            field = MessageField.KEY if context.is_key else MessageField.VALUE
-            ctx = SerializationContext(context.topic or "", field, context.headers)  # type: ignore[arg-type]
+        # A store's data has no context; the deserializers want one all the same.
+        field = MessageField.KEY if context is not None and context.is_key else MessageField.VALUE
+        topic, headers = ("", None) if context is None else (context.topic or "", context.headers)
+        ctx = SerializationContext(topic, field, headers)  # type: ignore[arg-type]
         try:
             return self._deserializer(bytes(data), ctx)
         except Exception as exception:
@@ -316,6 +325,11 @@ class RegistrySerde:
         if isinstance(exception, ConfigError | StreamsError):
             return exception
         message = f"{self.name}: cannot {action} {where}: {type(exception).__name__}: {exception}"
+        if action == "serialize" and getattr(exception, "http_status_code", None) == 404:
+            message += (
+                " (with auto.register.schemas=false or use.latest.version=true the subject "
+                "must already hold the schema)"
+            )
         if _is_unavailable(exception):
             url = self._settings().get("schema.registry.url")
             return RegistryUnavailableError(f"{message} (schema registry {url})")
@@ -378,7 +392,7 @@ class AvroSerde(RegistrySerde):
 
         deserializer = AvroDeserializer(
             self.client(), self.reader_schema, self._from_dict,
-            conf={"schema.id.deserializer": schema_id_from},
+            conf=_deserializer_conf() | {"schema.id.deserializer": schema_id_from},
         )  # fmt: skip
 
         def deserialize(data: bytes, ctx: Any) -> Any:
@@ -429,7 +443,7 @@ class ProtobufSerde(RegistrySerde):
     def _new_deserializer(self) -> Callable[[bytes, Any], Any]:
         from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
 
-        return ProtobufDeserializer(self.message_type, {}, self.client())
+        return ProtobufDeserializer(self.message_type, _deserializer_conf(), self.client())
 
 
 class JsonSchemaSerde(RegistrySerde):
@@ -466,7 +480,7 @@ class JsonSchemaSerde(RegistrySerde):
     def _new_deserializer(self) -> Callable[[bytes, Any], Any]:
         from confluent_kafka.schema_registry.json_schema import JSONDeserializer
 
-        return JSONDeserializer(self.schema, self._from_dict, self.client())
+        return JSONDeserializer(self.schema, self._from_dict, self.client(), _deserializer_conf())
 
 
 def _json_loads(text: str | None, what: str) -> Any:

@@ -1,0 +1,125 @@
+"""The three registry formats as the registry tests use them: a transaction stream
+deduplicated by id and joined with the FX rate valid at its time (the README's job), with
+Avro, Protobuf or JSON Schema values. The test driver and Spark run the same topology."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from streamplatform import StreamsBuilder, Topology
+from streamplatform.serdes import Serde, Serdes
+from streamplatform.state import Stores
+from tests.registry.payments_pb2 import Enriched, Payment, Rate
+
+AVRO_TX = """{"type": "record", "name": "Tx", "namespace": "payments",
+  "fields": [{"name": "id", "type": "long"}, {"name": "amount", "type": "double"}]}"""
+# v2 of the transaction: a field added with a default (a backward-compatible change).
+AVRO_TX_V2 = """{"type": "record", "name": "Tx", "namespace": "payments",
+  "fields": [{"name": "id", "type": "long"}, {"name": "amount", "type": "double"},
+             {"name": "currency", "type": "string", "default": "EUR"}]}"""
+AVRO_RATE = """{"type": "record", "name": "Rate", "namespace": "payments",
+  "fields": [{"name": "rate", "type": "double"}]}"""
+AVRO_ENRICHED = """{"type": "record", "name": "Enriched", "namespace": "payments",
+  "fields": [{"name": "id", "type": "long"}, {"name": "amount", "type": "double"},
+             {"name": "eur", "type": "double"}]}"""
+
+
+def _json_schema(title: str, properties: dict[str, str]) -> str:
+    import json
+
+    return json.dumps({
+        "$schema": "http://json-schema.org/draft-07/schema#", "title": title, "type": "object",
+        "properties": {name: {"type": kind} for name, kind in properties.items()},
+        "required": list(properties), "additionalProperties": False,
+    })  # fmt: skip
+
+
+JSON_TX = _json_schema("Tx", {"id": "integer", "amount": "number"})
+JSON_RATE = _json_schema("Rate", {"rate": "number"})
+JSON_ENRICHED = _json_schema("Enriched", {"id": "integer", "amount": "number", "eur": "number"})
+
+
+@dataclass(frozen=True)
+class Format:
+    """One registry format: its serdes (new instances each call, as a job's would be) and how
+    its values are made and compared."""
+
+    name: str
+    tx_serde: Callable[[], Serde]
+    rate_serde: Callable[[], Serde]
+    enriched_serde: Callable[[], Serde]
+    tx: Callable[[int, float], Any]
+    rate: Callable[[float], Any]
+    plain: Callable[[Any], dict]  # a value as a dict, to compare across formats
+
+
+def _dict(value: Any) -> dict:
+    return dict(value)
+
+
+def _message(value: Any) -> dict:
+    return {field.name: getattr(value, field.name) for field in value.DESCRIPTOR.fields}
+
+
+AVRO = Format(
+    "avro", lambda: Serdes.avro(AVRO_TX), lambda: Serdes.avro(AVRO_RATE),
+    lambda: Serdes.avro(AVRO_ENRICHED), lambda i, a: {"id": i, "amount": a},
+    lambda r: {"rate": r}, _dict,
+)  # fmt: skip
+PROTOBUF = Format(
+    "protobuf", lambda: Serdes.protobuf(Payment), lambda: Serdes.protobuf(Rate),
+    lambda: Serdes.protobuf(Enriched), lambda i, a: Payment(id=i, amount=a),
+    lambda r: Rate(rate=r), _message,
+)  # fmt: skip
+JSON_SCHEMA = Format(
+    "json_schema", lambda: Serdes.json_schema(JSON_TX), lambda: Serdes.json_schema(JSON_RATE),
+    lambda: Serdes.json_schema(JSON_ENRICHED), lambda i, a: {"id": i, "amount": a},
+    lambda r: {"rate": r}, _dict,
+)  # fmt: skip
+FORMATS = (AVRO, PROTOBUF, JSON_SCHEMA)
+
+
+def _tx_id(key: Any, value: Any) -> Any:
+    return value["id"] if isinstance(value, dict) else value.id
+
+
+def _joined(tx: Any, rate: Any) -> Any:
+    if isinstance(tx, Payment):
+        return Enriched(id=tx.id, amount=tx.amount, eur=tx.amount * rate.rate)
+    return {"id": tx["id"], "amount": tx["amount"], "eur": tx["amount"] * rate["rate"]}
+
+
+def enrich_topology(fmt: Format) -> Topology:
+    """Transactions deduplicated by id within 10 minutes, joined with the rate valid at their
+    time (a versioned table: its store keeps the rates in the registry's format too)."""
+    b = StreamsBuilder()
+    tx = b.stream("transactions", key_serde=Serdes.string(), value_serde=fmt.tx_serde())
+    rates = b.table(
+        "fx-rates", key_serde=Serdes.string(), value_serde=fmt.rate_serde(),
+        store=Stores.persistent_versioned_key_value_store("rates", timedelta(days=1)),
+    )  # fmt: skip
+    (
+        tx.deduplicate_by_key_value(_tx_id, timedelta(minutes=10))
+        .join(rates, _joined)
+        .to("enriched", key_serde=Serdes.string(), value_serde=fmt.enriched_serde())
+    )
+    return b.build()
+
+
+def inputs(fmt: Format, count: int = 40) -> tuple[list, list]:
+    """Rates (key, value, ts) and transactions (key, value, ts): several records per key,
+    every fourth transaction a duplicate of the one before (same key and id), rates changing
+    over time."""
+    keys = ["alice", "bob", "carol"]
+    rates = [(key, fmt.rate(0.5 + i / 10), i * 10_000) for i in range(3) for key in keys]
+    txs = []
+    for i in range(count):
+        if i % 4 == 3:
+            key, value, _ = txs[-1]
+            txs.append((key, value, 1_000 * i))
+        else:
+            txs.append((keys[i % 3], fmt.tx(i, float(i)), 1_000 * i))
+    return rates, txs
