@@ -4,13 +4,14 @@ Avro, Protobuf or JSON Schema values. The test driver and Spark run the same top
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from streamplatform import StreamsBuilder, Topology
-from streamplatform.serdes import Serde, Serdes
+from streamplatform.serdes import Serde, SerdeContext, Serdes
 from streamplatform.state import Stores
 from tests.registry.payments_pb2 import Enriched, Payment, Rate
 
@@ -92,19 +93,24 @@ def _joined(tx: Any, rate: Any) -> Any:
     return {"id": tx["id"], "amount": tx["amount"], "eur": tx["amount"] * rate["rate"]}
 
 
-def enrich_topology(fmt: Format) -> Topology:
+def enrich_topology(
+    fmt: Format,
+    rates: str = "fx-rates",
+    transactions: str = "transactions",
+    enriched: str = "enriched",
+) -> Topology:
     """Transactions deduplicated by id within 10 minutes, joined with the rate valid at their
     time (a versioned table: its store keeps the rates in the registry's format too)."""
     b = StreamsBuilder()
-    tx = b.stream("transactions", key_serde=Serdes.string(), value_serde=fmt.tx_serde())
-    rates = b.table(
-        "fx-rates", key_serde=Serdes.string(), value_serde=fmt.rate_serde(),
+    tx = b.stream(transactions, key_serde=Serdes.string(), value_serde=fmt.tx_serde())
+    table = b.table(
+        rates, key_serde=Serdes.string(), value_serde=fmt.rate_serde(),
         store=Stores.persistent_versioned_key_value_store("rates", timedelta(days=1)),
     )  # fmt: skip
     (
         tx.deduplicate_by_key_value(_tx_id, timedelta(minutes=10))
-        .join(rates, _joined)
-        .to("enriched", key_serde=Serdes.string(), value_serde=fmt.enriched_serde())
+        .join(table, _joined)
+        .to(enriched, key_serde=Serdes.string(), value_serde=fmt.enriched_serde())
     )
     return b.build()
 
@@ -123,3 +129,41 @@ def inputs(fmt: Format, count: int = 40) -> tuple[list, list]:
         else:
             txs.append((keys[i % 3], fmt.tx(i, float(i)), 1_000 * i))
     return rates, txs
+
+
+def expected_enriched(fmt: Format) -> list:
+    """What the job must give, computed directly from the inputs."""
+    rates, txs = inputs(fmt)
+    seen, out = set(), []
+    for key, value, timestamp in txs:
+        tx = fmt.plain(value)
+        if (key, tx["id"]) in seen:
+            continue
+        seen.add((key, tx["id"]))
+        valid = [(ts, fmt.plain(r)["rate"]) for k, r, ts in rates if k == key and ts <= timestamp]
+        rate = max(valid)[1]
+        out.append((key, {"id": tx["id"], "amount": tx["amount"], "eur": tx["amount"] * rate},
+                    timestamp))  # fmt: skip
+    return out
+
+
+def poison_values(fmt: Format, registry_url: str) -> list[bytes]:
+    """Four bad transaction values: an unknown schema id, a truncated payload, a wrong magic
+    byte, and a payload that does not fit the schema its (registered) id names."""
+    good = fmt.tx_serde()
+    good.configure({"schema.registry.url": registry_url})
+    valid = good.serialize(fmt.tx(7, 7.5), SerdeContext("transactions", False, []))
+    assert valid is not None
+    unknown_id = b"\x00" + struct.pack(">I", 99_999) + valid[5:]
+    truncated = valid[:-1] if fmt.name != "json_schema" else valid[:-2]
+    wrong_magic = b"\x07" + valid[1:]
+    if fmt.name == "avro":  # the id of a schema whose "id" is a string: no resolution to long
+        other = Serdes.avro(AVRO_TX.replace('"long"', '"string"'),
+                            registry={"schema.registry.url": registry_url})  # fmt: skip
+        misfit = other.serialize({"id": "x", "amount": 1.0}, SerdeContext("other", False, []))
+    elif fmt.name == "json_schema":  # the right id, a value its schema refuses
+        misfit = valid[:5] + b'{"id": "x", "amount": 1.0}'
+    else:  # the right id and message index, bytes no Payment parses from (a bad tag)
+        misfit = valid[:6] + b"\xff\xff\xff"
+    assert misfit is not None
+    return [unknown_id, truncated, wrong_magic, misfit]

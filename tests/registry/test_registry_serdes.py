@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pickle
 import socket
-import struct
 from typing import Any
 
 import pytest
@@ -24,7 +23,9 @@ from tests.registry.formats import (
     FORMATS,
     Format,
     enrich_topology,
+    expected_enriched,
     inputs,
+    poison_values,
 )
 
 
@@ -52,26 +53,10 @@ def _run(fmt: Format, settings: dict[str, Any], raw: list[bytes] = ()) -> tuple[
         return enriched, [r.value for r in dlq.read_records_to_list()]
 
 
-def _expected(fmt: Format) -> list:
-    """What the job must give, computed directly from the inputs."""
-    rates, txs = inputs(fmt)
-    seen, out = set(), []
-    for key, value, timestamp in txs:
-        tx = fmt.plain(value)
-        if (key, tx["id"]) in seen:
-            continue
-        seen.add((key, tx["id"]))
-        valid = [(ts, fmt.plain(r)["rate"]) for k, r, ts in rates if k == key and ts <= timestamp]
-        rate = max(valid)[1]
-        out.append((key, {"id": tx["id"], "amount": tx["amount"], "eur": tx["amount"] * rate},
-                    timestamp))  # fmt: skip
-    return out
-
-
 @pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
 def test_the_dedup_and_temporal_join_job_runs_on_registry_formats(fmt: Format) -> None:
     enriched, dlq = _run(fmt, _settings(f"job-{fmt.name}"))
-    assert enriched == _expected(fmt)
+    assert enriched == expected_enriched(fmt)
     assert dlq == []
     # The sink's records went through the registry: its subject holds the output schema.
     client = registry_client({"schema.registry.url": f"mock://job-{fmt.name}"})
@@ -79,36 +64,14 @@ def test_the_dedup_and_temporal_join_job_runs_on_registry_formats(fmt: Format) -
     assert "transactions-value" in client.get_subjects()
 
 
-def _poison(fmt: Format, scope: str) -> list[bytes]:
-    """Four bad transaction values: an unknown schema id, a truncated payload, a wrong magic
-    byte, and a payload that does not fit the schema its (registered) id names."""
-    good = fmt.tx_serde()
-    good.configure({"schema.registry.url": f"mock://{scope}"})
-    valid = good.serialize(fmt.tx(7, 7.5), SerdeContext("transactions", False, []))
-    assert valid is not None
-    unknown_id = b"\x00" + struct.pack(">I", 99_999) + valid[5:]
-    truncated = valid[:-1] if fmt.name != "json_schema" else valid[:-2]
-    wrong_magic = b"\x07" + valid[1:]
-    if fmt.name == "avro":  # the id of a schema whose "id" is a string: no resolution to long
-        other = Serdes.avro(AVRO_TX.replace('"long"', '"string"'),
-                            registry={"schema.registry.url": f"mock://{scope}"})  # fmt: skip
-        misfit = other.serialize({"id": "x", "amount": 1.0}, SerdeContext("other", False, []))
-    elif fmt.name == "json_schema":  # the right id, a value its schema refuses
-        misfit = valid[:5] + b'{"id": "x", "amount": 1.0}'
-    else:  # the right id and message index, bytes no Payment parses from (a bad tag)
-        misfit = valid[:6] + b"\xff\xff\xff"
-    assert misfit is not None
-    return [unknown_id, truncated, wrong_magic, misfit]
-
-
 @pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
 def test_poison_records_reach_the_dlq_once_with_their_raw_bytes(fmt: Format) -> None:
     scope = f"poison-{fmt.name}"
-    poison = _poison(fmt, scope)
+    poison = poison_values(fmt, f"mock://{scope}")
     enriched, dlq = _run(fmt, _settings(scope, **{"processing.guarantee": "exactly_once_v2"}),
                          raw=poison)  # fmt: skip
     assert dlq == poison  # each once, in order, untouched
-    assert enriched == _expected(fmt)  # the good records are all there, once
+    assert enriched == expected_enriched(fmt)  # the good records are all there, once
 
 
 def test_records_written_with_v1_and_v2_read_with_the_v2_reader_schema() -> None:
