@@ -294,3 +294,26 @@ def test_a_registry_serde_pickles_without_its_client() -> None:
     copy = pickle.loads(pickle.dumps(serde))
     assert copy._serializers == {} and copy._deserializer is None
     assert copy.deserialize(data, SerdeContext("t", False, [])) == {"id": 1, "amount": 1.0}
+
+
+def test_the_job_fingerprint_covers_a_registry_serdes_schema_not_its_client() -> None:
+    """A replay is refused when the job changed (runtime/fingerprint.py): a registry serde
+    counts by its schema and options; its client, caches and the registry's address do not
+    (they change once it has run, and between environments)."""
+    from streamplatform.runtime.fingerprint import job_fingerprint
+
+    def topology(schema: str, serde: Any = None) -> Any:
+        b = StreamsBuilder()
+        b.stream("in", Serdes.string(), serde or Serdes.avro(schema)).to("out")
+        return b.build()
+
+    settings = {"application.id": "fp"}
+    used = Serdes.avro(AVRO_TX)
+    before = job_fingerprint(topology(AVRO_TX, used), settings)
+    used.configure({"schema.registry.url": "mock://fingerprint"})
+    used.serialize({"id": 1, "amount": 1.0}, SerdeContext("in", False, []))
+    assert job_fingerprint(topology(AVRO_TX, used), settings) == before
+    assert job_fingerprint(topology(AVRO_TX_V2), settings) != before
+    header = settings | {"value.schema.id.serializer": "header"}
+    assert job_fingerprint(topology(AVRO_TX), header) != before
+    assert job_fingerprint(topology(AVRO_TX), settings | {"schema.registry.url": "x"}) == before

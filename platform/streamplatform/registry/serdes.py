@@ -59,6 +59,12 @@ VALUE_SCHEMA_ID_HEADER = "__value_schema_id"
 _RECORD_STATUSES = frozenset({400, 404, 409, 422})
 
 
+# The registry settings given to a serde (registry=) that change what it writes.
+_OUTPUT_OPTIONS = frozenset(
+    name for name in REGISTRY_SETTINGS if not name.startswith(("schema.registry.", "basic.auth."))
+)
+
+
 class RegistryUnavailableError(StreamsError):
     """The Schema Registry could not be reached or failed (not a fault of the record): the
     task fails without committing, and the batch is retried."""
@@ -216,6 +222,16 @@ class RegistrySerde:
         if job != self._job:
             self._job = job
             self._reset()
+
+    def __fingerprint__(self) -> dict[str, Any]:
+        """What decides the bytes this serde writes and the values it reads (the job's
+        fingerprint, runtime/fingerprint.py): its schemas and options, not its client, caches
+        or the registry's address and credentials."""
+        kept = {name: value for name, value in vars(self).items()
+                if name not in ("_serializers", "_deserializer", "_job", "_explicit")}  # fmt: skip
+        kept["_explicit"] = {name: value for name, value in self._explicit.items()
+                             if name in _OUTPUT_OPTIONS}  # fmt: skip
+        return kept
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -425,6 +441,12 @@ class ProtobufSerde(RegistrySerde):
                 f"Serdes.protobuf takes a generated message class, got {message_type!r}"
             )
         self.message_type = message_type
+
+    def __fingerprint__(self) -> dict[str, Any]:
+        described = super().__fingerprint__()
+        descriptor = self.message_type.DESCRIPTOR  # type: ignore[attr-defined]
+        described["message_type"] = (descriptor.full_name, descriptor.file.serialized_pb)
+        return described
 
     def _new_serializer(self, conf: dict[str, Any]) -> Callable[[Any, Any], bytes]:
         from confluent_kafka.schema_registry.protobuf import ProtobufSerializer

@@ -8,9 +8,11 @@ fingerprint is refused (``streamplatform.ReplayRefused``).
 
 What it covers: the topology's structure (``describe()``), the bytecode, constants and
 captured values of every function, processor class and serde reachable from its nodes and
-stores, including the functions and classes they call by global name, and the settings in
-``OUTPUT_SETTINGS``. It leaves out where and how fast the job runs (brokers, Spark master,
-Delta root, state dir, batch size, claim timings). It is a best effort over Python objects:
+stores, including the functions and classes they call by global name (an object with a
+``__fingerprint__()`` method by what that returns), and the settings in ``OUTPUT_SETTINGS``
+(and ``REGISTRY_OUTPUT_SETTINGS`` when not at their defaults). It leaves out where and how
+fast the job runs (brokers, Spark master, Delta root, state dir, batch size, claim timings,
+the registry's address). It is a best effort over Python objects:
 code reached through a module attribute, or inside a library the topology calls, is not
 followed.
 """
@@ -35,6 +37,16 @@ OUTPUT_SETTINGS = (
     "statestore.uncommitted.max.records",
     "statestore.uncommitted.max.bytes",
 )
+# The registry serdes' settings that change the bytes they write (where the schema id goes,
+# under which subject, with which schema), with their defaults.
+REGISTRY_OUTPUT_SETTINGS = {
+    "key.schema.id.serializer": "prefix",
+    "value.schema.id.serializer": "prefix",
+    "key.subject.name.strategy": "TopicNameStrategy",
+    "value.subject.name.strategy": "TopicNameStrategy",
+    "use.latest.version": False,
+    "normalize.schemas": False,
+}
 _MAX_DEPTH = 12
 
 
@@ -52,6 +64,10 @@ def job_fingerprint(
         walker.feed(topology.stores[name])
     for name in OUTPUT_SETTINGS:
         digest.update(f"{name}={settings.get(name)!r};".encode())
+    for name, default in REGISTRY_OUTPUT_SETTINGS.items():
+        # Only when changed: the digest of the jobs fingerprinted before these counted.
+        if settings.get(name, default) != default:
+            digest.update(f"{name}={settings.get(name)!r};".encode())
     sinks = sorted(delta_sinks)
     if sinks:  # (no Delta sink: the digest of the jobs fingerprinted before sinks counted)
         digest.update(f"delta_sinks={sinks!r};".encode())
@@ -128,6 +144,10 @@ class _Walker:
         else:
             cls = type(value)
             self._feed_class(cls, deeper)
+            described = getattr(value, "__fingerprint__", None)
+            if described is not None:  # an object that says what decides its output (a
+                self.feed(described(), deeper)  # registry serde: not its client or caches)
+                return
             attributes = getattr(value, "__dict__", None)
             if attributes is None and hasattr(cls, "__slots__"):
                 attributes = {s: getattr(value, s, None) for s in cls.__slots__}
