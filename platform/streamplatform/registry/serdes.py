@@ -223,6 +223,18 @@ class RegistrySerde:
             self._job = job
             self._reset()
 
+    def column_type(self) -> Any:
+        """The Arrow type of the values as a Delta state table's typed column (a struct from
+        the schema, registry/columns.py); None: no schema to take it from (the column keeps
+        the bytes)."""
+        return None
+
+    def column_value(self, value: Any) -> Any:
+        """``value`` (deserialized) as ``column_type()``'s column holds it."""
+        from streamplatform.registry.columns import fitted
+
+        return fitted(self.column_type(), value)
+
     def __fingerprint__(self) -> dict[str, Any]:
         """What decides the bytes this serde writes and the values it reads (the job's
         fingerprint, runtime/fingerprint.py): its schemas and options, not its client, caches
@@ -384,6 +396,13 @@ class AvroSerde(RegistrySerde):
             fastavro.parse_schema(_json_loads(schema, "schema"))
             fastavro.parse_schema(_json_loads(self.reader_schema, "reader_schema"))
 
+    def column_type(self) -> Any:
+        if self.reader_schema is None or self._from_dict is not None:
+            return None
+        from streamplatform.registry.columns import avro_type_of
+
+        return avro_type_of(self.reader_schema)
+
     def _new_serializer(self, conf: dict[str, Any]) -> Callable[[Any, Any], bytes]:
         from confluent_kafka.schema_registry.avro import AvroSerializer
 
@@ -448,6 +467,16 @@ class ProtobufSerde(RegistrySerde):
         described["message_type"] = (descriptor.full_name, descriptor.file.serialized_pb)
         return described
 
+    def column_type(self) -> Any:
+        from streamplatform.registry.columns import protobuf_type_of
+
+        return protobuf_type_of(self.message_type)
+
+    def column_value(self, value: Any) -> Any:
+        from streamplatform.registry.columns import protobuf_values
+
+        return protobuf_values(value)
+
     def _new_serializer(self, conf: dict[str, Any]) -> Callable[[Any, Any], bytes]:
         from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 
@@ -488,6 +517,13 @@ class JsonSchemaSerde(RegistrySerde):
             _json_loads(schema, "schema")
         self.schema = schema
         self._to_dict, self._from_dict = to_dict, from_dict
+
+    def column_type(self) -> Any:
+        if self.schema is None or self._from_dict is not None:
+            return None
+        from streamplatform.registry.columns import json_schema_type_of
+
+        return json_schema_type_of(self.schema)
 
     def _new_serializer(self, conf: dict[str, Any]) -> Callable[[Any, Any], bytes]:
         from confluent_kafka.schema_registry.json_schema import JSONSerializer

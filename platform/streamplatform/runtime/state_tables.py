@@ -10,7 +10,9 @@ serdes, so SQL and BI tools read them as they are:
 
 - ``key``: the key (for a windowed table the record key, with ``window_start`` and
   ``window_end`` as UTC timestamps);
-- ``value``: a string, long or bytes value as it is, a JSON value as its JSON text;
+- ``value``: a string, long or bytes value as it is, a JSON value as its JSON text, a
+  registry serde's value as its schema's struct (an Avro record, a Protobuf message, a JSON
+  schema's object: ``value.amount`` in SQL; registry/columns.py);
 - ``timestamp`` (UTC) and ``batch_id``: the update's record time and the batch that made it.
 
 The MERGE records the batch in the commit as a Delta transaction (``<app>-state-<topic>``,
@@ -111,11 +113,22 @@ class StateTable:
 
 
 def _arrow_type(serde: Serde | None) -> pa.DataType:
+    typed = _column_type(serde)
+    if typed is not None:
+        return typed
     return _ARROW_TYPES.get(getattr(serde, "name", ""), pa.binary())
+
+
+def _column_type(serde: Serde | None) -> pa.DataType | None:
+    """The typed column of a serde that gives one (a registry serde: its schema's struct)."""
+    column_type = getattr(serde, "column_type", None)
+    return None if column_type is None else column_type()
 
 
 def _plain(serde: Serde | None, value: Any) -> Any:
     """A deserialized value as its state-table column holds it."""
+    if value is not None and _column_type(serde) is not None:
+        return serde.column_value(value)  # type: ignore[union-attr]
     name = getattr(serde, "name", "")
     if name == "json":
         return None if value is None else json.dumps(value, sort_keys=True)
