@@ -8,7 +8,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 MVN := mvn -q -B -Dstyle.color=never -s platform/jvm/settings.xml -f platform/jvm/pom.xml
-JVM_STAMPS := .jvm/spark/.fetched .jvm/kafka/.fetched .jvm/streams/.fetched
+JVM_STAMPS := .jvm/spark/.fetched .jvm/kafka/.fetched .jvm/streams/.fetched .jvm/registry/.fetched
 
 .PHONY: setup demo test test-all bench lint clean tools ui browser screenshots
 
@@ -53,6 +53,15 @@ $(VENV)/.installed: pyproject.toml setup.py platform/streamplatform/dsl/_dedup_c
 	@echo "==> JVM jars for $* via Maven into .jvm/$*/"
 	@rm -rf .jvm/$*
 	@$(MVN) -P $* dependency:copy-dependencies
+	@touch $@
+
+# The local Schema Registry (Apicurio's Quarkus app, a tar.gz of ~160 MB): unpacked, not copied,
+# so .jvm/registry/quarkus-run.jar is the server (streamplatform/registry/local_registry.py). It
+# runs on Java 21+, found beside the Java 17 that is enough for the rest (docs/schema-registry.md).
+.jvm/registry/.fetched: platform/jvm/pom.xml platform/jvm/settings.xml | tools
+	@echo "==> Local Schema Registry (Apicurio) via Maven into .jvm/registry/"
+	@rm -rf .jvm/registry
+	@$(MVN) -P registry dependency:unpack-dependencies
 	@touch $@
 
 demo: setup
@@ -102,5 +111,6 @@ lint: setup
 
 clean:
 	@-test -x $(BIN)/streamplatform && $(BIN)/streamplatform broker stop
+	@-test -x $(BIN)/streamplatform && $(BIN)/streamplatform registry stop
 	rm -rf $(VENV) .jvm .data .pytest_cache .hypothesis .ruff_cache .mypy_cache \
 	  platform/*.egg-info spark-warehouse metastore_db derby.log

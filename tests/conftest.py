@@ -1,4 +1,5 @@
-"""Shared fixtures: one Kafka broker and one SparkSession per test run."""
+"""Shared fixtures: one Kafka broker, one Schema Registry and one SparkSession per test run
+(each started by the first test that needs it)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,11 @@ from process_markers import fail_on_missing_markers
 settings.register_profile("ci", derandomize=True, deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else "default")
 
-pytest_plugins = ["streamplatform.kafka.pytest_fixtures", "pytester"]
+pytest_plugins = [
+    "streamplatform.kafka.pytest_fixtures",
+    "streamplatform.registry.pytest_fixtures",
+    "pytester",
+]
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects: every collected test is checked

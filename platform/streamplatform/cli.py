@@ -1,6 +1,7 @@
 """The ``streamplatform`` console script.
 
 streamplatform broker start [--fresh] | stop | status
+streamplatform registry start [--fresh] | stop | status   (a local Schema Registry)
 streamplatform topics create NAME [--partitions N] | list   (against --bootstrap-servers
                                                              or the local broker)
 streamplatform topics produce TOPIC [--value V ...] [--header NAME=VALUE ...] [--partition P]
@@ -66,6 +67,37 @@ def _broker(args: argparse.Namespace) -> int:
         print("Not running.")
         return 3  # like `service status`: non-zero when stopped
     print(f"Running: pid {state.pid}, bootstrap.servers={state.bootstrap_servers}, "
+          f"data in {state.data_dir}")  # fmt: skip
+    return 0
+
+
+def _registry(args: argparse.Namespace) -> int:
+    """``registry start|stop|status``: the local Schema Registry (Apicurio, in .data/registry)."""
+    from streamplatform.registry import local_registry
+
+    if args.action == "start":
+        state = local_registry.running_registry()
+        if state is not None:
+            print(f"Already running: pid {state.pid}, schema.registry.url={state.url}")
+            return 0
+        registry = local_registry.LocalRegistry(fresh=args.fresh)
+        try:
+            url = registry.start()
+        except local_registry.NoSuitableJava as error:
+            print(f"streamplatform registry start: {error}", file=sys.stderr)
+            return 1
+        print(f"Started: pid {registry.state.pid if registry.state else '?'}, "
+              f"schema.registry.url={url}, data in {registry.directory}")  # fmt: skip
+        return 0
+    if args.action == "stop":
+        stopped = local_registry.stop_registry()
+        print("Stopped." if stopped else "No Schema Registry was running.")
+        return 0
+    state = local_registry.running_registry()
+    if state is None:
+        print("Not running.")
+        return 3  # like `service status`: non-zero when stopped
+    print(f"Running: pid {state.pid}, schema.registry.url={state.url}, "
           f"data in {state.data_dir}")  # fmt: skip
     return 0
 
@@ -419,6 +451,15 @@ def build_parser() -> argparse.ArgumentParser:
     broker.add_argument("action", choices=["start", "stop", "status"])
     broker.add_argument("--fresh", action="store_true", help="wipe the broker's data first")
     broker.set_defaults(run=_broker)
+
+    registry = commands.add_parser(
+        "registry",
+        help="a local Schema Registry (Apicurio Registry with Confluent's API; "
+        "docs/schema-registry.md)",
+    )
+    registry.add_argument("action", choices=["start", "stop", "status"])
+    registry.add_argument("--fresh", action="store_true", help="wipe the registry's schemas first")
+    registry.set_defaults(run=_registry)
 
     topics = commands.add_parser(
         "topics", help="create, list, produce to or read topics (a DLQ, an output topic)"

@@ -15,17 +15,29 @@ its process started do. Here:
   Where this user may not look at the process (another user's, on macOS) it counts as running:
   nothing here takes a process for gone without proof;
 - :func:`command_line`, :func:`snapshot` (pid -> parent, process group, session, zombie, for
-  walking a session or a tree of children) and :func:`live` (which of some pids still run).
+  walking a session or a tree of children) and :func:`live` (which of some pids still run);
+- for the local servers (the broker, the registry), each the leader of a process group of its
+  own: :func:`stop_group` (SIGTERM, then SIGKILL), :func:`reap`, :func:`log_tail`, and
+  :class:`LocalServer` (a context manager over ``start``/``stop``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
-from collections.abc import Iterable
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
 
 import psutil
+
+log = logging.getLogger(__name__)
 
 # Clock ticks per second: the unit of start marks (100 on Linux and macOS).
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -133,3 +145,98 @@ def group_members(pgid: int) -> set[int]:
 def session_members(sid: int) -> set[int]:
     """The live (non-zombie) processes of session ``sid``."""
     return {pid for pid, info in snapshot().items() if info.sid == sid and not info.zombie}
+
+
+# --- Local servers (the broker, the registry): one process group each -------------------------
+
+
+def signal_group(pid: int, sig: signal.Signals) -> None:
+    """Signal the process group that ``pid`` leads (a server started in a session of its own),
+    if it is still there."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, sig)
+
+
+def wait_until(done: Callable[[], bool], timeout_s: float) -> bool:
+    """Poll ``done`` every 0.1 s for up to ``timeout_s``: whether it came true."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if done():
+            return True
+        time.sleep(0.1)
+    return done()
+
+
+def stop_group(pid: int, gone: Callable[[], bool], timeout_s: float, what: str) -> bool:
+    """SIGTERM to the group of ``pid``, SIGKILL when ``gone()`` is not true within
+    ``timeout_s``: whether it exited on SIGTERM (a clean exit)."""
+    signal_group(pid, signal.SIGTERM)
+    if wait_until(gone, timeout_s):
+        return True
+    log.warning("%s pid %s did not stop in %.0f s; killing its group", what, pid, timeout_s)
+    signal_group(pid, signal.SIGKILL)
+    wait_until(gone, 5.0)
+    return False
+
+
+def reap(process: subprocess.Popen | None) -> None:
+    """Wait for a child server that was told to stop, so that it leaves no zombie (SIGKILL to
+    its group if it is still there after 5 s)."""
+    if process is None:
+        return
+    try:
+        process.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        signal_group(process.pid, signal.SIGKILL)
+        process.wait(timeout=5)
+
+
+def log_tail(path: Path, lines: int = 30) -> str:
+    """The last ``lines`` lines of a server's output file ("(no output)" without one)."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no output)"
+
+
+class LocalServer:
+    """A server of this machine in ``directory``, one process group (the broker, the
+    registry). ``fresh=True`` wipes the directory before starting (tests); ``fresh=False``
+    keeps its data across restarts. ``heap_mb``: the JVM's heap limit; ``properties``: the
+    server's settings over its defaults. ``with server:`` starts it and stops it."""
+
+    def __init__(
+        self, directory: Path, *, fresh: bool, heap_mb: int, ready_timeout_s: float,
+        properties: Mapping[str, str] | None,
+    ) -> None:  # fmt: skip
+        self.directory = directory.resolve()
+        self.fresh = fresh
+        self.heap_mb = heap_mb
+        self.ready_timeout_s = ready_timeout_s
+        self.properties = dict(properties or {})
+        self.state: Any = None
+        self._process: subprocess.Popen[bytes] | None = None
+        self._ports: tuple[int, int] | None = None  # kept by restart()
+
+    def restart(self) -> str:
+        """Stop and start again on the same ports with the same data, as a server that went
+        away for a moment: its clients keep their address."""
+        self.stop()
+        self.fresh = False
+        return self.start()
+
+    def start(self) -> str:
+        raise NotImplementedError
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:  # fmt: skip
+        self.stop()

@@ -115,19 +115,23 @@ def enrich_topology(
     return b.build()
 
 
+# The inputs' first timestamp: not 0, which a Kafka producer takes for "now".
+START = 1_700_000_000_000
+
+
 def inputs(fmt: Format, count: int = 40) -> tuple[list, list]:
     """Rates (key, value, ts) and transactions (key, value, ts): several records per key,
     every fourth transaction a duplicate of the one before (same key and id), rates changing
     over time."""
     keys = ["alice", "bob", "carol"]
-    rates = [(key, fmt.rate(0.5 + i / 10), i * 10_000) for i in range(3) for key in keys]
+    rates = [(key, fmt.rate(0.5 + i / 10), START + i * 10_000) for i in range(3) for key in keys]
     txs = []
     for i in range(count):
         if i % 4 == 3:
             key, value, _ = txs[-1]
-            txs.append((key, value, 1_000 * i))
+            txs.append((key, value, START + 1_000 * i))
         else:
-            txs.append((keys[i % 3], fmt.tx(i, float(i)), 1_000 * i))
+            txs.append((keys[i % 3], fmt.tx(i, float(i)), START + 1_000 * i))
     return rates, txs
 
 
@@ -147,12 +151,12 @@ def expected_enriched(fmt: Format) -> list:
     return out
 
 
-def poison_values(fmt: Format, registry_url: str) -> list[bytes]:
-    """Four bad transaction values: an unknown schema id, a truncated payload, a wrong magic
-    byte, and a payload that does not fit the schema its (registered) id names."""
+def poison_values(fmt: Format, registry_url: str, topic: str = "transactions") -> list[bytes]:
+    """Four bad transaction values for ``topic``: an unknown schema id, a truncated payload, a
+    wrong magic byte, and a payload that does not fit the schema its (registered) id names."""
     good = fmt.tx_serde()
     good.configure({"schema.registry.url": registry_url})
-    valid = good.serialize(fmt.tx(7, 7.5), SerdeContext("transactions", False, []))
+    valid = good.serialize(fmt.tx(7, 7.5), SerdeContext(topic, False, []))
     assert valid is not None
     unknown_id = b"\x00" + struct.pack(">I", 99_999) + valid[5:]
     truncated = valid[:-1] if fmt.name != "json_schema" else valid[:-2]
@@ -160,7 +164,8 @@ def poison_values(fmt: Format, registry_url: str) -> list[bytes]:
     if fmt.name == "avro":  # the id of a schema whose "id" is a string: no resolution to long
         other = Serdes.avro(AVRO_TX.replace('"long"', '"string"'),
                             registry={"schema.registry.url": registry_url})  # fmt: skip
-        misfit = other.serialize({"id": "x", "amount": 1.0}, SerdeContext("other", False, []))
+        misfit = other.serialize({"id": "x", "amount": 1.0},
+                                 SerdeContext(f"{topic}-other", False, []))  # fmt: skip
     elif fmt.name == "json_schema":  # the right id, a value its schema refuses
         misfit = valid[:5] + b'{"id": "x", "amount": 1.0}'
     else:  # the right id and message index, bytes no Payment parses from (a bad tag)

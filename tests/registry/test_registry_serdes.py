@@ -21,6 +21,7 @@ from tests.registry.formats import (
     AVRO_TX,
     AVRO_TX_V2,
     FORMATS,
+    START,
     Format,
     enrich_topology,
     expected_enriched,
@@ -46,7 +47,7 @@ def _run(fmt: Format, settings: dict[str, Any], raw: list[bytes] = ()) -> tuple[
         for key, value, timestamp in txs:
             tx_topic.pipe_input(key, value, timestamp=timestamp)
         for value in raw:
-            tx_topic.pipe_raw(b"alice", value, timestamp=50_000)
+            tx_topic.pipe_raw(b"alice", value, timestamp=START + 50_000)
         out = driver.create_output_topic("enriched", Serdes.string(), fmt.enriched_serde())
         enriched = [(r.key, fmt.plain(r.value), r.timestamp) for r in out.read_records_to_list()]
         dlq = driver.create_output_topic("dlq", Serdes.bytes(), Serdes.bytes())

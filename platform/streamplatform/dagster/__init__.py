@@ -44,6 +44,7 @@ from streamplatform.dagster.factory import (
 )
 from streamplatform.dagster.resource import (
     KafkaConnection,
+    SchemaRegistryConnection,
     StreamplatformResource,
     platform_pyspark,
 )
@@ -81,6 +82,7 @@ __all__ = [
     "RESOURCE_KEY",
     "AsOfJoin",
     "KafkaConnection",
+    "SchemaRegistryConnection",
     "StreamingJobComponent",
     "StreamingJobSpec",
     "StreamplatformResource",

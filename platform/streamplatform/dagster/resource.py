@@ -51,6 +51,22 @@ class KafkaConnection(dg.Config):
     )
 
 
+class SchemaRegistryConnection(dg.Config):
+    """The Schema Registry of the jobs' registry serdes (Serdes.avro, protobuf, json_schema)."""
+
+    url: str = Field(
+        default="",
+        description="schema.registry.url. Empty: SCHEMA_REGISTRY_URL, or else the local "
+        "registry of `streamplatform registry start` when one runs (else no registry).",
+    )
+    settings: dict[str, str] = Field(
+        default_factory=dict,
+        description="More registry settings in Confluent's names: basic.auth.credentials.source, "
+        "basic.auth.user.info (give it as an EnvVar), schema.registry.ssl.ca.location, "
+        "auto.register.schemas, value.subject.name.strategy, value.schema.id.serializer, ...",
+    )
+
+
 APP_NAME = "streamplatform-dagster"
 
 
@@ -76,6 +92,7 @@ class StreamplatformResource(dg.ConfigurableResource):
     """Kafka, Spark, the Delta root and the state directory of the streaming jobs."""
 
     kafka: KafkaConnection = Field(default_factory=KafkaConnection)
+    schema_registry: SchemaRegistryConnection = Field(default_factory=SchemaRegistryConnection)
     spark: LazyPySparkResource = Field(
         description="The SparkSession's resource (dagster-pyspark). Default: "
         "platform_pyspark(), the platform's settings on SPARK_MASTER or local[*]."
@@ -109,6 +126,12 @@ class StreamplatformResource(dg.ConfigurableResource):
                    or _local_broker())  # fmt: skip
         return {"bootstrap.servers": servers, **self.kafka.settings}
 
+    def registry_settings(self) -> dict[str, Any]:
+        """The registry's settings in Confluent's names (none when there is no registry)."""
+        url = (self.schema_registry.url or os.environ.get("SCHEMA_REGISTRY_URL")
+               or _local_registry())  # fmt: skip
+        return ({"schema.registry.url": url} if url else {}) | dict(self.schema_registry.settings)
+
     def delta_root_path(self) -> str:
         return (self.delta_root or str(data_dir() / "delta")).rstrip("/")
 
@@ -118,8 +141,8 @@ class StreamplatformResource(dg.ConfigurableResource):
 
     def job_settings(self, job: StreamingJobSpec) -> dict[str, Any]:
         """``job``'s StreamsConfig settings on this Kafka, Delta root and state dir."""
-        return job.streams_settings(self.kafka_settings(), self.delta_root_path(),
-                                    self.state_dir_path())  # fmt: skip
+        return job.streams_settings(self.kafka_settings() | self.registry_settings(),
+                                    self.delta_root_path(), self.state_dir_path())  # fmt: skip
 
     def app_root(self, job: StreamingJobSpec) -> str:
         """Where ``job``'s tables live: ``<delta root>/<application.id>`` (its Delta sinks
@@ -161,3 +184,11 @@ def _local_broker() -> str:
             f"with `streamplatform broker start` (data in {default_data_dir()})."
         )
     return state.bootstrap_servers
+
+
+def _local_registry() -> str | None:
+    """The URL of the local registry of ``streamplatform registry start``, if one runs."""
+    from streamplatform.registry.local_registry import running_registry
+
+    state = running_registry()
+    return None if state is None else state.url

@@ -16,12 +16,10 @@ process's command line, so an unrelated process that reused the pid is never tou
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import logging
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -29,11 +27,17 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from streamplatform.home import data_dir, jars_in
-from streamplatform.processes import command_line, is_running
+from streamplatform.processes import (
+    LocalServer,
+    command_line,
+    is_running,
+    log_tail,
+    reap,
+    stop_group,
+)
 
 log = logging.getLogger(__name__)
 
@@ -119,15 +123,6 @@ def running_broker(directory: Path | None = None) -> BrokerState | None:
     return None
 
 
-def _wait_gone(pid: int, directory: Path, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not _is_our_broker(pid, directory):
-            return True
-        time.sleep(0.1)
-    return not _is_our_broker(pid, directory)
-
-
 def stop_broker(directory: Path | None = None, timeout_s: float = 20.0) -> bool:
     """Stop the broker recorded in ``directory`` (SIGTERM to its group, SIGKILL after timeout).
 
@@ -138,21 +133,13 @@ def stop_broker(directory: Path | None = None, timeout_s: float = 20.0) -> bool:
     if state is None:
         (directory / STATE_FILE).unlink(missing_ok=True)
         return False
-    _signal_group(state.pid, signal.SIGTERM)
-    if not _wait_gone(state.pid, directory, timeout_s):
-        log.warning("Broker pid %s did not stop in %.0f s; killing its group", state.pid, timeout_s)
-        _signal_group(state.pid, signal.SIGKILL)
-        _wait_gone(state.pid, directory, 5.0)
+    # The broker leads its own process group (start_new_session).
+    stop_group(state.pid, lambda: not _is_our_broker(state.pid, directory), timeout_s, "Broker")
     (directory / STATE_FILE).unlink(missing_ok=True)
     return True
 
 
-def _signal_group(pid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, sig)  # the broker leads its own group (start_new_session)
-
-
-class LocalBroker:
+class LocalBroker(LocalServer):
     """A KRaft broker in ``directory`` (default ``.data/broker``).
 
     ``fresh=True`` wipes the directory before starting (tests); ``fresh=False`` keeps topics
@@ -168,14 +155,10 @@ class LocalBroker:
         ready_timeout_s: float = 90.0,
         properties: Mapping[str, str] | None = None,
     ) -> None:
-        self.directory = (directory or default_data_dir()).resolve()
-        self.properties = dict(properties or {})  # server.properties over the defaults below
-        self.fresh = fresh
-        self.heap_mb = heap_mb
-        self.ready_timeout_s = ready_timeout_s
-        self.state: BrokerState | None = None
-        self._process: subprocess.Popen[bytes] | None = None
-        self._ports: tuple[int, int] | None = None  # kept by restart()
+        super().__init__(
+            directory or default_data_dir(), fresh=fresh, heap_mb=heap_mb,
+            ready_timeout_s=ready_timeout_s, properties=properties,
+        )  # fmt: skip
 
     @property
     def bootstrap_servers(self) -> str:
@@ -233,36 +216,12 @@ class LocalBroker:
             raise
         return self.state.bootstrap_servers
 
-    def restart(self) -> str:
-        """Stop and start again on the same ports with the same data, as a broker that went
-        away for a moment; clients keep their ``bootstrap.servers``."""
-        self.stop()
-        self.fresh = False
-        return self.start()
-
     def stop(self, timeout_s: float = 20.0) -> None:
         """Stop the broker and its whole process group; safe to call twice."""
         stop_broker(self.directory, timeout_s)
-        if self._process is not None:
-            try:
-                self._process.wait(timeout=5)  # reap our child so it leaves no zombie
-            except subprocess.TimeoutExpired:
-                _signal_group(self._process.pid, signal.SIGKILL)
-                self._process.wait(timeout=5)
-            self._process = None
+        reap(self._process)
+        self._process = None
         self.state = None
-
-    def __enter__(self) -> LocalBroker:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def _write_config(self, port: int, controller_port: int) -> Path:
         logs = self.directory / "logs"
@@ -324,7 +283,7 @@ class LocalBroker:
             if self._process.poll() is not None:
                 raise RuntimeError(
                     f"The Kafka broker exited with code {self._process.returncode} during "
-                    f"start-up; its output is in {self.log_file}:\n{self._log_tail()}"
+                    f"start-up; its output is in {self.log_file}:\n{log_tail(self.log_file)}"
                 )
             try:
                 if admin.list_topics(timeout=1.0).brokers:
@@ -334,11 +293,5 @@ class LocalBroker:
             time.sleep(0.2)
         raise TimeoutError(
             f"The Kafka broker did not serve metadata within {self.ready_timeout_s:.0f} s; "
-            f"its output is in {self.log_file}:\n{self._log_tail()}"
+            f"its output is in {self.log_file}:\n{log_tail(self.log_file)}"
         )
-
-    def _log_tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no output)"

@@ -25,7 +25,7 @@ import shutil
 import signal
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -88,16 +88,24 @@ def run_has_ended(directory: Path) -> bool:
     return not is_running(pid, started)
 
 
-def remove_brokers_of_ended_runs(runs: Path) -> list[Path]:
+def _stop_brokers_in(directory: Path) -> None:
+    stop_broker(directory / "broker")  # each checks the broker's command line first
+    stop_broker(directory)  # an earlier version's layout: the broker in <pid>/ itself
+
+
+def remove_brokers_of_ended_runs(
+    runs: Path, stop: Callable[[Path], object] = _stop_brokers_in
+) -> list[Path]:
     """Stop the brokers of test runs that are provably gone (SIGKILLed) and remove their
     directories; returns those removed. Directories of runs that may still be going, and
-    anything not made by this fixture, are left alone."""
+    anything not made by this fixture, are left alone. ``stop(directory)`` stops what such a
+    run left running in its directory (default: its broker; the Schema Registry fixture
+    passes its own)."""
     removed = []
     for directory in sorted(runs.iterdir()) if runs.is_dir() else ():
         if not directory.is_dir() or not run_has_ended(directory):
             continue
-        stop_broker(directory / "broker")  # each checks the broker's command line first
-        stop_broker(directory)  # an earlier version's layout: the broker in <pid>/ itself
+        stop(directory)
         shutil.rmtree(directory, ignore_errors=True)
         removed.append(directory)
     return removed

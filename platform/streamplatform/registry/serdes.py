@@ -494,7 +494,32 @@ class ProtobufSerde(RegistrySerde):
     def _new_deserializer(self) -> Callable[[bytes, Any], Any]:
         from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
 
-        return ProtobufDeserializer(self.message_type, _deserializer_conf(), self.client())
+        # A record with its id in the payload carries its message indexes too: the message
+        # type alone reads it, without fetching the writer's schema in the "serialized"
+        # format, which Apicurio's registry cannot give (docs/schema-registry.md). The id is
+        # still checked once against the registry, so that an unknown id is refused as
+        # Confluent's deserializer refuses it. A record with its id in a header (a GUID)
+        # needs the registry's schema.
+        client = self.client()
+        by_prefix = ProtobufDeserializer(self.message_type, _deserializer_conf())
+        by_header: list[Any] = []
+        known: set[int] = set()
+
+        def deserialize(data: bytes, ctx: Any) -> Any:
+            if _has_schema_id_header(ctx):
+                if not by_header:
+                    by_header.append(
+                        ProtobufDeserializer(self.message_type, _deserializer_conf(), client)
+                    )
+                return by_header[0](data, ctx)
+            if len(data) >= 5 and data[0] == 0:
+                schema_id = int.from_bytes(data[1:5], "big")
+                if schema_id not in known:
+                    client.get_schema(schema_id)  # an unknown id: SchemaRegistryError 404
+                    known.add(schema_id)
+            return by_prefix(data, ctx)
+
+        return deserialize
 
 
 class JsonSchemaSerde(RegistrySerde):
