@@ -318,3 +318,29 @@ def test_the_job_fingerprint_covers_a_registry_serdes_schema_not_its_client() ->
     header = settings | {"value.schema.id.serializer": "header"}
     assert job_fingerprint(topology(AVRO_TX), header) != before
     assert job_fingerprint(topology(AVRO_TX), settings | {"schema.registry.url": "x"}) == before
+
+
+def test_registry_keys_and_reading_with_the_writers_schema() -> None:
+    """A registry serde on keys (subject ``<topic>-key``); a serde without a schema reads
+    with the writer's and writes with the subject's latest schema (use_latest_version)."""
+    key_schema = '{"type": "record", "name": "Account", "fields": [{"name": "n", "type": "long"}]}'
+    settings = _settings("keys")
+    b = StreamsBuilder()
+    b.stream("in", Serdes.avro(key_schema), Serdes.avro()).to(
+        "out", Serdes.avro(key_schema), Serdes.avro(use_latest_version=True)
+    )
+    client = registry_client({"schema.registry.url": "mock://keys"})
+    from confluent_kafka.schema_registry import Schema
+
+    client.register_schema("out-value", Schema(AVRO_TX, "AVRO"))
+    with TopologyTestDriver(b.build(), settings) as driver:
+        source = driver.create_input_topic("in", Serdes.avro(key_schema), Serdes.avro(AVRO_TX))
+        source.pipe_input({"n": 1}, {"id": 5, "amount": 2.5}, timestamp=START)
+        out = driver.create_output_topic("out", Serdes.avro(key_schema), Serdes.avro(AVRO_TX))
+        assert out.read_key_values_to_list() == [({"n": 1}, {"id": 5, "amount": 2.5})]
+    assert sorted(client.get_subjects()) == ["in-key", "in-value", "out-key", "out-value"]
+    assert client.get_versions("out-value") == [1]  # written with it, nothing registered
+    with pytest.raises(ConfigError, match="without a schema can only read"):
+        Serdes.avro(registry={"schema.registry.url": "mock://keys"}).serialize(
+            {"id": 1}, SerdeContext("t", False, [])
+        )
