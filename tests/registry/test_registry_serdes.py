@@ -344,3 +344,37 @@ def test_registry_keys_and_reading_with_the_writers_schema() -> None:
         Serdes.avro(registry={"schema.registry.url": "mock://keys"}).serialize(
             {"id": 1}, SerdeContext("t", False, [])
         )
+
+
+@pytest.mark.registry
+@pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
+def test_a_process_asks_the_registry_once_per_schema(
+    fmt: Format, schema_registry: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One client per registry in a process, shared by its serdes, caching schemas: records
+    of one schema cost one request to the (real) registry, however many serdes and records,
+    as in a Spark worker."""
+    settings = {"schema.registry.url": schema_registry.url}
+    topic = f"once-{fmt.name}"
+    writer = fmt.tx_serde()
+    writer.configure(settings)
+    data = [writer.serialize(fmt.tx(i, float(i)), SerdeContext(topic, False, []))
+            for i in range(50)]  # fmt: skip
+    client = registry_client(settings)
+    client._cache = type(client._cache)()  # a fresh process: nothing known yet
+    requests: list = []
+    rest = client._rest_client
+    original = rest.send_request
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        requests.append(args[:2])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(rest, "send_request", counted)
+    readers = [fmt.tx_serde() for _ in range(3)]
+    for reader in readers:
+        reader.configure(settings)
+        for raw in data:
+            reader.deserialize(raw, SerdeContext(topic, False, []))
+    assert all(reader.client() is client for reader in readers)
+    assert len(requests) == 1, requests  # the schema by its id, once
