@@ -79,7 +79,12 @@ def _partition(key: str) -> int:
     return ["alice", "bob", "carol"].index(key) % PARTITIONS
 
 
-@pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
+# Avro in `make test`; the other two formats (same path, ~20 s each) in `make test-all`.
+SPARK_FORMATS = [pytest.param(fmt, marks=[] if fmt.name == "avro" else [pytest.mark.slow],
+                              id=fmt.name) for fmt in FORMATS]  # fmt: skip
+
+
+@pytest.mark.parametrize("fmt", SPARK_FORMATS)
 def test_registry_formats_through_the_job_on_spark(
     spark, kafka_settings, schema_registry, workers_import_the_messages, tmp_path, fmt
 ):
