@@ -111,7 +111,9 @@ def batch_as_of_join(
     ``snapshot_df`` is :func:`read_versioned_snapshot` of one store. Inner join: a record with
     no valid version is dropped, as by ``KStream.join``. ``joiner(record_value, table_value)``
     is the streaming join's joiner; values are read and written with ``value_serde`` /
-    ``table_value_serde`` (JSON by default).
+    ``table_value_serde`` (JSON by default). A registry serde here is not a job's: give it its
+    registry (``Serdes.avro(schema, registry={"schema.registry.url": ...})``, or call its
+    ``configure(settings)`` with the job's settings) before the call.
 
     Returns rows shaped like the streaming job's Delta sink: ``key, value, timestamp, headers,
     source_topic, source_partition, source_offset``.
