@@ -38,6 +38,8 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from confluent_kafka.serialization import MessageField, SerializationContext
+
 from streamplatform.config import REGISTRY_SETTINGS, ConfigError, StreamsConfig
 from streamplatform.errors.exceptions import StreamsError
 from streamplatform.serdes import SerdeContext, SerializationError
@@ -183,7 +185,6 @@ class RegistrySerde:
 
     uses_context = True
     name = "registry"
-    _schema_type = ""  # Confluent's: AVRO, PROTOBUF, JSON
 
     def __init__(
         self,
@@ -305,8 +306,6 @@ class RegistrySerde:
     def serialize(self, value: Any, context: SerdeContext | None = None) -> bytes | None:
         if value is None:
             return None
-        from confluent_kafka.serialization import MessageField, SerializationContext
-
         is_key = None if context is None or context.topic is None else context.is_key
         serializer = self._serializers.get(is_key)
         if serializer is None:
@@ -331,8 +330,6 @@ class RegistrySerde:
     def deserialize(self, data: bytes | None, context: SerdeContext | None = None) -> Any:
         if data is None:
             return None
-        from confluent_kafka.serialization import MessageField, SerializationContext
-
         if self._deserializer is None:
             self._deserializer = self._new_deserializer()
         # A store's data has no context; the deserializers want one all the same.
@@ -376,7 +373,6 @@ class AvroSerde(RegistrySerde):
     with their writer's schema, and writing needs ``use_latest_version=True``."""
 
     name = "avro"
-    _schema_type = "AVRO"
 
     def __init__(
         self,
@@ -440,7 +436,6 @@ class AvroSerde(RegistrySerde):
 
 
 def _has_schema_id_header(ctx: Any) -> bool:
-    from confluent_kafka.serialization import MessageField
 
     name = KEY_SCHEMA_ID_HEADER if ctx.field == MessageField.KEY else VALUE_SCHEMA_ID_HEADER
     return any(header[0] == name for header in ctx.headers or ())
@@ -451,7 +446,6 @@ class ProtobufSerde(RegistrySerde):
     importable where the job runs: Spark's workers unpickle the class by its module)."""
 
     name = "protobuf"
-    _schema_type = "PROTOBUF"
 
     def __init__(self, message_type: type, **options: Any) -> None:
         super().__init__(**options)
@@ -527,7 +521,6 @@ class JsonSchemaSerde(RegistrySerde):
     read with the writer's schema, which needs the registry)."""
 
     name = "json_schema"
-    _schema_type = "JSON"
 
     def __init__(
         self,
