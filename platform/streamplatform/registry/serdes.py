@@ -436,7 +436,6 @@ class AvroSerde(RegistrySerde):
 
 
 def _has_schema_id_header(ctx: Any) -> bool:
-
     name = KEY_SCHEMA_ID_HEADER if ctx.field == MessageField.KEY else VALUE_SCHEMA_ID_HEADER
     return any(header[0] == name for header in ctx.headers or ())
 
