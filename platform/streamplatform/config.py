@@ -321,6 +321,11 @@ SETTINGS: tuple[Setting, ...] = (
             "$SPARK_MASTER or local[*].", "string"),
     Setting("platform.max.records.per.batch", _int(1), 100_000, "Upper bound on the records a "
             "micro-batch reads per task.", "int >= 1"),
+    Setting("platform.delta.value.fields", _bool, False, "Delta sinks whose value serde has "
+            "a schema (the registry serdes) get a column `value_fields` beside `value`: the "
+            "value decoded into the schema's struct, so SQL reads its fields "
+            "(`value_fields.amount`); a table written before gains the column "
+            "(docs/schema-registry.md).", "boolean"),
     Setting("platform.sink.driver.max.records", _int(0), 50_000, "A job whose tasks read one "
             "Kafka topic (no repartition) takes the direct path (docs/architecture.md): its "
             "tasks read their Kafka ranges themselves, produce its Kafka sinks and DLQ records "

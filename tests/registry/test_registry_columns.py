@@ -57,3 +57,28 @@ def test_a_state_table_of_registry_values_has_the_schemas_struct(tmp_path) -> No
         assert merge_batch(root, "app", table, 0) == 1
         [row] = delta_direct.read(state_tables.state_table_path(root, name)).to_pylist()
         assert row["value"] == {"id": 1, "amount": 2.0, "eur": 1.0}, name
+
+
+def test_value_fields_decode_with_the_headers_and_a_table_gains_the_column(tmp_path) -> None:
+    """A Delta sink's ``value_fields`` (runtime/value_fields.py): values whose schema id is in
+    a header decode too, and a sink table written before the setting was on gains the column
+    (its older rows read it as null)."""
+    from streamplatform.runtime.value_fields import ValueFields
+
+    serde = Serdes.avro(AVRO_ENRICHED, schema_id_format="header", registry=REGISTRY)
+    headers: list = []
+    data = serde.serialize({"id": 1, "amount": 2.0, "eur": 1.0}, SerdeContext("s", False, headers))
+    rows = _updates([(b"k", data, 0)])
+    rows = rows.set_column(rows.schema.get_field_index("headers"), "headers", pa.array(
+        [[{"key": name, "value": value} for name, value in headers]],
+        pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))))  # fmt: skip
+    typed = ValueFields("s", serde).add_to(rows)
+    assert typed.column("value_fields").to_pylist() == [{"id": 1, "amount": 2.0, "eur": 1.0}]
+
+    path = str(tmp_path / "sink")
+    before = rows.append_column("batch_id", pa.array([0]))
+    delta_direct.append(path, before, "app-sink-s", 0, conform=True)
+    after = typed.append_column("batch_id", pa.array([1]))
+    delta_direct.append(path, after, "app-sink-s", 1, conform=True, merge_schema=True)
+    read = delta_direct.read(path).sort_by("batch_id").to_pylist()
+    assert [row["value_fields"] for row in read] == [None, {"id": 1, "amount": 2.0, "eur": 1.0}]

@@ -19,6 +19,7 @@ from streamplatform.runtime.microbatch import StreamingJob
 from streamplatform.serdes import SerdeContext
 from tests.registry import formats as formats_module
 from tests.registry.formats import (
+    AVRO,
     FORMATS,
     START,
     Format,
@@ -137,3 +138,50 @@ def test_registry_formats_through_the_job_on_spark(
     # Each poison record once in the DLQ, its bytes untouched (read_committed: what a
     # downstream reader sees).
     assert [r.value for r in read_topic(kafka_settings, dlq_topic)] == poison
+
+
+@pytest.mark.parametrize(
+    "shortcuts", [pytest.param(False, id="grouped"),
+                  pytest.param(True, id="direct-driver", marks=pytest.mark.slow)],
+)  # fmt: skip
+def test_a_delta_sink_of_registry_values_has_their_fields_as_columns(
+    spark, kafka_settings, schema_registry, tmp_path, shortcuts
+):
+    """``platform.delta.value.fields``: the Delta sink of Avro values gets ``value_fields``,
+    the record as a struct, beside the bytes: Spark SQL reads ``value_fields.eur``. On the
+    Spark path (the decoding in Spark's workers) and the driver's (delta-rs)."""
+    suffix = uuid.uuid4().hex[:6]
+    rates_topic, tx_topic, out_topic = (f"fx-rates-{suffix}", f"transactions-{suffix}",
+                                        f"enriched-{suffix}")  # fmt: skip
+    create_topics(kafka_settings, [TopicSpec(rates_topic, PARTITIONS),
+                                   TopicSpec(tx_topic, PARTITIONS)])  # fmt: skip
+    _produce(kafka_settings, schema_registry.url, AVRO, rates_topic, tx_topic, poison=[])
+    app = f"registry-fields-{suffix}"
+    config = {
+        "application.id": app,
+        "bootstrap.servers": kafka_settings["bootstrap.servers"],
+        "schema.registry.url": schema_registry.url,
+        "state.dir": str(tmp_path / "state"),
+        "platform.delta.root": str(tmp_path / "delta"),
+        "platform.delta.value.fields": "true",
+    } | ({} if shortcuts else {"platform.sink.driver.max.records": 0})
+    job = StreamingJob(enrich_topology(AVRO, rates_topic, tx_topic, out_topic), config,
+                       spark=spark, delta_sinks=[out_topic])  # fmt: skip
+    try:
+        results = job.run_until_caught_up()
+    finally:
+        job.close()
+    assert {r.path for r in results} == {"direct-driver" if shortcuts else "grouped"}
+    spark.read.format("delta").load(f"{tmp_path}/delta/{app}/{out_topic}").createOrReplaceTempView(
+        f"enriched_{suffix}"
+    )
+    rows = spark.sql(
+        f"SELECT key, value_fields.id AS id, value_fields.amount AS amount, "
+        f"value_fields.eur AS eur, value FROM enriched_{suffix}"
+    ).collect()
+    expected = sorted(expected_enriched(AVRO), key=_by_key_and_time)
+    got = sorted(((r.key.decode(), {"id": r.id, "amount": r.amount, "eur": r.eur})
+                  for r in rows), key=lambda row: (row[0], row[1]["id"]))  # fmt: skip
+    assert got == sorted(((key, value) for key, value, _ in expected),
+                         key=lambda row: (row[0], row[1]["id"]))  # fmt: skip
+    assert all(r.value[:1] == b"\x00" for r in rows)  # the bytes as written, too

@@ -55,6 +55,9 @@ def append(
             return False
         if conform:
             schema = pa.schema(table.schema().to_arrow())
+            if merge_schema:  # the columns the table lacks go on, to be added
+                schema = pa.schema([*schema, *(f for f in rows.schema if f.name not in
+                                               schema.names)])  # fmt: skip
             if isinstance(rows, pa.RecordBatchReader):
                 batches = rows
                 rows = pa.RecordBatchReader.from_batches(

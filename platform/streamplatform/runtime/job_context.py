@@ -70,6 +70,8 @@ class JobContext:
     claim: JobClaim
     spark: Callable[[], Any]  # the SparkSession, started on first use
     layout: InstanceLayout | None = None
+    # Delta sinks with a typed `value_fields` column (value_fields.py), by topic.
+    value_fields: dict[str, Any] = field(default_factory=dict)
     _slots: int | None = field(default=None, repr=False)
 
     @property

@@ -64,6 +64,7 @@ from streamplatform.runtime.replay import ReplayPolicy
 from streamplatform.runtime.signals import StopOnSignals
 from streamplatform.runtime.standby import InstanceLayout, StandbySync
 from streamplatform.runtime.state_tables import STATE_SUFFIX, StateTable
+from streamplatform.runtime.value_fields import value_fields
 from streamplatform.state.rocks import TaskStoreOptions
 
 log = logging.getLogger(__name__)
@@ -161,6 +162,7 @@ class StreamingJob:
             internal_topics=frozenset(internal_topics), partitions=partitions,
             fingerprint=self.fingerprint, claim=self.claim, spark=lambda: self.spark,
             layout=self.layout,
+            value_fields=value_fields(topology, self.config, frozenset(self.delta_sinks)),
         )  # fmt: skip
         self.planner = Planner(self.context, self.group_offsets)
         self.replay = ReplayPolicy(self.context, self.offset_log, self.commit_log,

@@ -53,7 +53,11 @@ def choose(context: JobContext, plan: BatchPlan) -> ExecutionPath:
             )
             return DirectPath(context, side_dir, "driver" if in_driver else "spark", not small)
         one_topic = len(context.sources) == 1  # Spark's Kafka source, one task per partition
-        if one_topic and len(sinks) == 1 and sinks <= context.delta_sinks and not plan.replayed:
+        streamable = not context.value_fields  # typed columns are added outside the stream
+        if (
+            one_topic and len(sinks) == 1 and sinks <= context.delta_sinks
+            and not plan.replayed and streamable
+        ):  # fmt: skip
             # A replay's write of a sink its first attempt committed would be skipped by
             # Delta, and the tasks inside it with it: replayed on the cached path instead.
             return DeltaWritePath(context, side_dir)

@@ -94,8 +94,12 @@ def write_cached_outputs(context: JobContext, plan: BatchPlan, outputs: Any) -> 
         futures = []
         for topic in context.delta_sink_topics():
             rows = outputs.where((F.col("kind") == "sink") & (F.col("topic") == topic))
-            futures.append(pool.submit(append, rows.select(*SINK_COLUMNS),
-                                       f"{context.root}/{topic}", f"sink-{topic}"))  # fmt: skip
+            rows = rows.select(*SINK_COLUMNS)
+            typed = context.value_fields.get(topic)
+            if typed is not None:  # the value decoded by its schema (value_fields.py)
+                rows = typed.add_to_frame(rows)
+            path, merge = f"{context.root}/{topic}", typed is not None
+            futures.append(pool.submit(append, rows, path, f"sink-{topic}", merge_schema=merge))
         if any(subtopology.stores for subtopology in context.topology.subtopologies):
             futures.append(pool.submit(append_kind, "changelog"))
         try:

@@ -171,10 +171,13 @@ def append_delta_sinks(
     (spark_frames.append_once): a re-run of the batch through Spark skips it."""
     sinks = context.delta_sink_topics()
     for topic in sinks:
-        delta_direct.append(
-            f"{context.root}/{topic}", rows_of(topic if len(sinks) > 1 else None),
-            f"{context.app}-sink-{topic}", batch_id, conform=True,
-        )  # fmt: skip
+        rows = rows_of(topic if len(sinks) > 1 else None)
+        typed = context.value_fields.get(topic)
+        if typed is not None:  # the value decoded by its schema (value_fields.py)
+            is_stream = isinstance(rows, pa.RecordBatchReader)
+            rows = typed.add_to_stream(rows) if is_stream else typed.add_to(rows)
+        delta_direct.append(f"{context.root}/{topic}", rows, f"{context.app}-sink-{topic}",
+                            batch_id, conform=True, merge_schema=typed is not None)  # fmt: skip
 
 
 def write_side_outputs(

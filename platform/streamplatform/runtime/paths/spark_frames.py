@@ -46,9 +46,11 @@ def append_once(
     path: str,
     name: str,
     partition_by: str | None = None,
+    merge_schema: bool = False,
 ) -> None:
     """Append ``frame`` with its ``batch_id`` column, once per batch: Delta's ``txnAppId`` =
-    ``<app>-<name>``, ``txnVersion`` = the batch (a second append of it is skipped)."""
+    ``<app>-<name>``, ``txnVersion`` = the batch (a second append of it is skipped).
+    ``merge_schema``: columns the table lacks are added."""
     from pyspark.sql import functions as F
 
     writer = (
@@ -60,6 +62,8 @@ def append_once(
     )
     if partition_by:
         writer = writer.partitionBy(partition_by)
+    if merge_schema:
+        writer = writer.option("mergeSchema", "true")
     writer.save(path)
     if name.startswith("sink-"):
         crash_point("during_outputs", batch_id)  # a Delta sink written, maybe not the rest
