@@ -491,10 +491,14 @@ def _stand_in(marker_dir: Path | None, session: bool = True) -> subprocess.Popen
     """A sleeping process, with the registry's marker for ``marker_dir`` in its command line
     if given (a stand-in for a registry JVM)."""
     marker = [f"-Dstreamplatform.registry.dir={marker_dir}"] if marker_dir else []
-    return subprocess.Popen(
+    process = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(120)", *marker],
         start_new_session=session,
     )
+    # Right after the exec, /proc/<pid>/cmdline may still read empty for a moment: wait until
+    # the command line shows, as a registry's does long before anything looks for it.
+    assert processes.wait_until(lambda: bool(processes.command_line(process.pid)), 10)
+    return process
 
 
 def _record(directory: Path, pid: int, started: str) -> None:

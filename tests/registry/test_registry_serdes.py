@@ -378,3 +378,24 @@ def test_a_process_asks_the_registry_once_per_schema(
             reader.deserialize(raw, SerdeContext(topic, False, []))
     assert all(reader.client() is client for reader in readers)
     assert len(requests) == 1, requests  # the schema by its id, once
+
+
+def test_the_avro_fast_path_writes_and_reads_what_confluents_serdes_do() -> None:
+    """After a topic's first record, the Avro serde calls fastavro itself (registry/serdes.py,
+    _AvroPlans): the bytes are confluent-kafka's AvroSerializer's, and its AvroDeserializer
+    reads the same values from them."""
+    from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    settings = {"schema.registry.url": "mock://fast"}
+    ours = Serdes.avro(AVRO_TX_V2, registry=settings)
+    client = registry_client(settings)
+    theirs = AvroSerializer(client, AVRO_TX_V2)
+    ctx = SerializationContext("fast", MessageField.VALUE, [])
+    values = [{"id": i, "amount": i / 3, "currency": "é" * i} for i in range(5)]
+    written = [ours.serialize(v, SerdeContext("fast", False, [])) for v in values]
+    assert written == [theirs(v, ctx) for v in values]
+    assert [ours.deserialize(d, SerdeContext("fast", False, [])) for d in written] == values
+    assert [AvroDeserializer(client)(d, ctx) for d in written] == values
+    with pytest.raises(SerializationError, match="cannot serialize"):  # the schema refuses it
+        ours.serialize({"id": 1, "amount": "x", "currency": "a"}, SerdeContext("fast", False, []))

@@ -34,11 +34,13 @@ is retried) instead of sending every record to the DLQ.
 
 from __future__ import annotations
 
+import io
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from confluent_kafka.serialization import MessageField, SerializationContext
+from fastavro import schemaless_reader
 
 from streamplatform.config import REGISTRY_SETTINGS, ConfigError, StreamsConfig
 from streamplatform.errors.exceptions import StreamsError
@@ -65,6 +67,11 @@ _RECORD_STATUSES = frozenset({400, 404, 409, 422})
 _OUTPUT_OPTIONS = frozenset(
     name for name in REGISTRY_SETTINGS if not name.startswith(("schema.registry.", "basic.auth."))
 )
+
+
+# What a registry serde creates where it is used (the registry's client inside): never
+# pickled, and no part of the job's fingerprint.
+_CACHES = ("_serializers", "_deserializer", "_fast")
 
 
 class RegistryUnavailableError(StreamsError):
@@ -241,14 +248,15 @@ class RegistrySerde:
         fingerprint, runtime/fingerprint.py): its schemas and options, not its client, caches
         or the registry's address and credentials."""
         kept = {name: value for name, value in vars(self).items()
-                if name not in ("_serializers", "_deserializer", "_job", "_explicit")}  # fmt: skip
+                if name not in _CACHES + ("_job", "_explicit")}  # fmt: skip
         kept["_explicit"] = {name: value for name, value in self._explicit.items()
                              if name in _OUTPUT_OPTIONS}  # fmt: skip
         return kept
 
     def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_serializers"], state["_deserializer"] = {}, None  # created again where used
+        # Without the client, serializers and caches: created again where it is used.
+        state = {name: value for name, value in self.__dict__.items() if name not in _CACHES}
+        state["_serializers"], state["_deserializer"] = {}, None
         return state
 
     # Settings ----------------------------------------------------------------------------
@@ -323,7 +331,8 @@ class RegistrySerde:
             field = MessageField.KEY if is_key else MessageField.VALUE
             ctx = SerializationContext(context.topic or "", field, headers)  # type: ignore[arg-type]
         try:
-            return bytes(serializer(value, ctx))
+            data = serializer(value, ctx)
+            return data if type(data) is bytes else bytes(data)
         except Exception as exception:
             raise self._translated(exception, "serialize", None, context) from exception
 
@@ -336,10 +345,12 @@ class RegistrySerde:
         field = MessageField.KEY if context is not None and context.is_key else MessageField.VALUE
         topic, headers = ("", None) if context is None else (context.topic or "", context.headers)
         ctx = SerializationContext(topic, field, headers)  # type: ignore[arg-type]
+        if type(data) is not bytes:
+            data = bytes(data)
         try:
-            return self._deserializer(bytes(data), ctx)
+            return self._deserializer(data, ctx)
         except Exception as exception:
-            raise self._translated(exception, "deserialize", bytes(data), context) from exception
+            raise self._translated(exception, "deserialize", data, context) from exception
 
     def _translated(
         self, exception: Exception, action: str, raw: bytes | None, context: SerdeContext | None
@@ -400,6 +411,8 @@ class AvroSerde(RegistrySerde):
         return avro_type_of(self.reader_schema)
 
     def _new_serializer(self, conf: dict[str, Any]) -> Callable[[Any, Any], bytes]:
+        import fastavro
+        from confluent_kafka.schema_registry import prefix_schema_id_serializer
         from confluent_kafka.schema_registry.avro import AvroSerializer
 
         if self.schema is None and not conf.get("use.latest.version"):
@@ -407,7 +420,35 @@ class AvroSerde(RegistrySerde):
                 "Serdes.avro() without a schema can only read; to write, give it the writer "
                 "schema or use_latest_version=True"
             )
-        return AvroSerializer(self.client(), self.schema, self._to_dict, conf)
+        serializer = AvroSerializer(self.client(), self.schema, self._to_dict, conf)
+        # The fast path (see _AvroPlans): once confluent's serializer has written a topic's
+        # first record (registering or looking up the schema), the same 5-byte prefix goes
+        # before fastavro's encoding of each next one. Not for the header format, the
+        # subject's latest schema, or a schema with rules or references.
+        fast = (
+            self.schema is not None
+            and conf.get("schema.id.serializer", prefix_schema_id_serializer)
+            is prefix_schema_id_serializer
+            and not conf.get("use.latest.version")
+        )
+        writer = fastavro.parse_schema(_json_loads(self.schema, "schema")) if fast else None
+        plain = self._plans().plain
+        prefixes: dict[str, bytes | None] = {}
+        to_dict, write = self._to_dict, fastavro.schemaless_writer
+
+        def serialize(value: Any, ctx: Any) -> bytes:
+            prefix = prefixes.get(ctx.topic)
+            if prefix is None:
+                data: bytes = serializer(value, ctx)
+                if writer is not None and ctx.topic not in prefixes:
+                    prefixes[ctx.topic] = data[:5] if plain(data[1:5]) else None
+                return data
+            out = io.BytesIO()
+            out.write(prefix)
+            write(out, writer, value if to_dict is None else to_dict(value, ctx))  # type: ignore[arg-type]
+            return out.getvalue()
+
+        return serialize
 
     def _new_deserializer(self) -> Callable[[bytes, Any], Any]:
         from confluent_kafka.schema_registry import dual_schema_id_deserializer
@@ -425,14 +466,86 @@ class AvroSerde(RegistrySerde):
             self.client(), self.reader_schema, self._from_dict,
             conf=_deserializer_conf() | {"schema.id.deserializer": schema_id_from},
         )  # fmt: skip
+        readers = self._plans().readers
+        from_dict = self._from_dict
 
         def deserialize(data: bytes, ctx: Any) -> Any:
-            if len(data) <= 5 and ctx is not None and _has_schema_id_header(ctx):
+            if len(data) > 5 and data[0] == 0 and not _has_schema_id_header(ctx):
+                plan = readers(data[1:5])  # the fast path (_AvroPlans)
+                if plan is not None:
+                    source = io.BytesIO(data)
+                    source.seek(5)
+                    value = schemaless_reader(source, *plan)
+                    return value if from_dict is None else from_dict(value, ctx)  # type: ignore[arg-type]
+            elif len(data) <= 5 and _has_schema_id_header(ctx):
                 ctx.streamplatform_padding = 6
                 data += bytes(6)
             return deserializer(data, ctx)
 
         return deserialize
+
+    def _plans(self) -> _AvroPlans:
+        plans = self.__dict__.get("_fast")
+        if plans is None:
+            plans = self.__dict__["_fast"] = _AvroPlans(self.client(), self.reader_schema)
+        return plans
+
+    def _reset(self) -> None:
+        super()._reset()
+        self.__dict__.pop("_fast", None)
+
+
+class _AvroPlans:
+    """The Avro serde's fast path, per schema id: fastavro called directly, as confluent's
+    serializers do, without what they add around it for each record (schema expansion and tag
+    lookups for data-contract rules, subject names, contexts: about 75% of their time; see
+    bench/RESULTS.md). Taken for a plain Avro schema: no references, no rule set, not the bare
+    ``bytes`` type (which confluent frames without Avro). Anything else, and the first record
+    of each id, go through confluent's serializers. An id the registry does not know still
+    raises at its record (``client.get_schema``)."""
+
+    def __init__(self, client: Any, reader_schema: str | None) -> None:
+        import fastavro
+
+        self.client = client
+        self.reader = (
+            None if reader_schema is None
+            else fastavro.parse_schema(_json_loads(reader_schema, "reader_schema"))
+        )  # fmt: skip
+        self._readers: dict[bytes, tuple[Any, Any] | None] = {}
+        self._plain: dict[bytes, bool] = {}
+
+    def plain(self, schema_id: bytes) -> bool:
+        """Whether the schema of ``schema_id`` (its 4 bytes) is a plain Avro schema."""
+        known = self._plain.get(schema_id)
+        if known is None:
+            registered = self.client.get_schema(int.from_bytes(schema_id, "big"))
+            text = registered.schema_str or ""
+            known = self._plain[schema_id] = (
+                registered.schema_type in (None, "AVRO") and not registered.references
+                and not registered.rule_set and _json_loads(text, "schema") != "bytes"
+            )  # fmt: skip
+        return known
+
+    def readers(self, schema_id: bytes) -> tuple[Any, Any] | None:
+        """``(writer schema, reader schema or None)`` for fastavro, None: not plain."""
+        if schema_id in self._readers:
+            return self._readers[schema_id]
+        plan = None
+        if self.plain(schema_id):
+            import fastavro
+            from fastavro.schema import to_parsing_canonical_form
+
+            registered = self.client.get_schema(int.from_bytes(schema_id, "big"))
+            writer = fastavro.parse_schema(_json_loads(registered.schema_str, "schema"))
+            reader = self.reader
+            if reader is not None and (
+                to_parsing_canonical_form(writer) == to_parsing_canonical_form(reader)
+            ):
+                reader = None  # the same schema: no resolution to do per record
+            plan = (writer, reader)
+        self._readers[schema_id] = plan
+        return plan
 
 
 def _has_schema_id_header(ctx: Any) -> bool:
