@@ -40,7 +40,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from confluent_kafka.serialization import MessageField, SerializationContext
-from fastavro import schemaless_reader
+from fastavro import schemaless_reader, schemaless_writer
 
 from streamplatform.config import REGISTRY_SETTINGS, ConfigError, StreamsConfig
 from streamplatform.errors.exceptions import StreamsError
@@ -69,6 +69,7 @@ _OUTPUT_OPTIONS = frozenset(
 )
 
 
+_NOT_FAST = object()  # RegistrySerde._fast_read: no fast path for these bytes
 # What a registry serde creates where it is used (the registry's client inside): never
 # pickled, and no part of the job's fingerprint.
 _CACHES = ("_serializers", "_deserializer", "_fast")
@@ -311,10 +312,28 @@ class RegistrySerde:
 
     # Serde -------------------------------------------------------------------------------
 
+    def _fast_read(self, data: bytes, context: SerdeContext | None) -> Any:
+        """The value of ``data`` read without confluent's serializers, or ``_NOT_FAST``."""
+        return _NOT_FAST
+
+    def _fast_write(self, value: Any, is_key: bool | None, topic: str | None) -> bytes | None:
+        """``value``'s bytes written without confluent's serializers, or None."""
+        return None
+
     def serialize(self, value: Any, context: SerdeContext | None = None) -> bytes | None:
         if value is None:
             return None
         is_key = None if context is None or context.topic is None else context.is_key
+        if is_key is not None and context.headers:  # type: ignore[union-attr]
+            # A schema id header of the record's old bytes would name another schema.
+            stale = KEY_SCHEMA_ID_HEADER if is_key else VALUE_SCHEMA_ID_HEADER
+            context.headers[:] = [h for h in context.headers if h[0] != stale]  # type: ignore[union-attr]
+        try:
+            fast = self._fast_write(value, is_key, None if context is None else context.topic)
+        except Exception as exception:
+            raise self._translated(exception, "serialize", None, context) from exception
+        if fast is not None:
+            return fast
         serializer = self._serializers.get(is_key)
         if serializer is None:
             serializer = self._serializers[is_key] = self._new_serializer(
@@ -324,12 +343,8 @@ class RegistrySerde:
             ctx = SerializationContext("", MessageField.VALUE, None)
         else:
             assert context is not None
-            headers = context.headers
-            if headers is not None:  # a schema id header of the record's old bytes
-                stale = KEY_SCHEMA_ID_HEADER if is_key else VALUE_SCHEMA_ID_HEADER
-                headers[:] = [header for header in headers if header[0] != stale]
             field = MessageField.KEY if is_key else MessageField.VALUE
-            ctx = SerializationContext(context.topic or "", field, headers)  # type: ignore[arg-type]
+            ctx = SerializationContext(context.topic or "", field, context.headers)  # type: ignore[arg-type]
         try:
             data = serializer(value, ctx)
             return data if type(data) is bytes else bytes(data)
@@ -339,15 +354,20 @@ class RegistrySerde:
     def deserialize(self, data: bytes | None, context: SerdeContext | None = None) -> Any:
         if data is None:
             return None
-        if self._deserializer is None:
-            self._deserializer = self._new_deserializer()
-        # A store's data has no context; the deserializers want one all the same.
-        field = MessageField.KEY if context is not None and context.is_key else MessageField.VALUE
-        topic, headers = ("", None) if context is None else (context.topic or "", context.headers)
-        ctx = SerializationContext(topic, field, headers)  # type: ignore[arg-type]
         if type(data) is not bytes:
             data = bytes(data)
         try:
+            value = self._fast_read(data, context)
+            if value is not _NOT_FAST:
+                return value
+            if self._deserializer is None:
+                self._deserializer = self._new_deserializer()
+            # A store's data has no context; the deserializers want one all the same.
+            is_key = context is not None and context.is_key
+            topic, headers = ("", None) if context is None else (context.topic or "",
+                                                                 context.headers)  # fmt: skip
+            field = MessageField.KEY if is_key else MessageField.VALUE
+            ctx = SerializationContext(topic, field, headers)  # type: ignore[arg-type]
             return self._deserializer(data, ctx)
         except Exception as exception:
             raise self._translated(exception, "deserialize", data, context) from exception
@@ -411,7 +431,6 @@ class AvroSerde(RegistrySerde):
         return avro_type_of(self.reader_schema)
 
     def _new_serializer(self, conf: dict[str, Any]) -> Callable[[Any, Any], bytes]:
-        import fastavro
         from confluent_kafka.schema_registry import prefix_schema_id_serializer
         from confluent_kafka.schema_registry.avro import AvroSerializer
 
@@ -421,32 +440,21 @@ class AvroSerde(RegistrySerde):
                 "schema or use_latest_version=True"
             )
         serializer = AvroSerializer(self.client(), self.schema, self._to_dict, conf)
-        # The fast path (see _AvroPlans): once confluent's serializer has written a topic's
-        # first record (registering or looking up the schema), the same 5-byte prefix goes
-        # before fastavro's encoding of each next one. Not for the header format, the
-        # subject's latest schema, or a schema with rules or references.
-        fast = (
-            self.schema is not None
-            and conf.get("schema.id.serializer", prefix_schema_id_serializer)
-            is prefix_schema_id_serializer
+        # The fast path (_AvroPlans): what confluent's serializer wrote first for a topic
+        # gives the prefix of the next ones. Not for the header format or the subject's
+        # latest schema.
+        learns = (
+            self.schema is not None and self._to_dict is None
+            and conf.get("schema.id.serializer") is prefix_schema_id_serializer
             and not conf.get("use.latest.version")
-        )
-        writer = fastavro.parse_schema(_json_loads(self.schema, "schema")) if fast else None
-        plain = self._plans().plain
-        prefixes: dict[str, bytes | None] = {}
-        to_dict, write = self._to_dict, fastavro.schemaless_writer
+        )  # fmt: skip
+        plans = self._plans() if learns else None
 
         def serialize(value: Any, ctx: Any) -> bytes:
-            prefix = prefixes.get(ctx.topic)
-            if prefix is None:
-                data: bytes = serializer(value, ctx)
-                if writer is not None and ctx.topic not in prefixes:
-                    prefixes[ctx.topic] = data[:5] if plain(data[1:5]) else None
-                return data
-            out = io.BytesIO()
-            out.write(prefix)
-            write(out, writer, value if to_dict is None else to_dict(value, ctx))  # type: ignore[arg-type]
-            return out.getvalue()
+            data: bytes = serializer(value, ctx)
+            if plans is not None:
+                plans.learn_prefix((ctx.field, ctx.topic), data)
+            return data
 
         return serialize
 
@@ -466,28 +474,48 @@ class AvroSerde(RegistrySerde):
             self.client(), self.reader_schema, self._from_dict,
             conf=_deserializer_conf() | {"schema.id.deserializer": schema_id_from},
         )  # fmt: skip
-        readers = self._plans().readers
-        from_dict = self._from_dict
 
         def deserialize(data: bytes, ctx: Any) -> Any:
-            if len(data) > 5 and data[0] == 0 and not _has_schema_id_header(ctx):
-                plan = readers(data[1:5])  # the fast path (_AvroPlans)
-                if plan is not None:
-                    source = io.BytesIO(data)
-                    source.seek(5)
-                    value = schemaless_reader(source, *plan)
-                    return value if from_dict is None else from_dict(value, ctx)  # type: ignore[arg-type]
-            elif len(data) <= 5 and _has_schema_id_header(ctx):
+            if len(data) <= 5 and _has_schema_id_header(ctx):
                 ctx.streamplatform_padding = 6
                 data += bytes(6)
             return deserializer(data, ctx)
 
         return deserialize
 
+    def _fast_read(self, data: bytes, context: SerdeContext | None) -> Any:
+        if len(data) <= 5 or data[0] != 0 or self._from_dict is not None:
+            return _NOT_FAST
+        if context is not None and context.headers:
+            name = KEY_SCHEMA_ID_HEADER if context.is_key else VALUE_SCHEMA_ID_HEADER
+            if any(header[0] == name for header in context.headers):
+                return _NOT_FAST
+        plan = self._plans().readers(data[1:5])
+        if plan is None:
+            return _NOT_FAST
+        source = io.BytesIO(data)
+        source.seek(5)
+        return schemaless_reader(source, *plan)
+
+    def _fast_write(self, value: Any, is_key: bool | None, topic: str | None) -> bytes | None:
+        plans = self.__dict__.get("_fast")
+        if plans is None:
+            return None
+        field = MessageField.KEY if is_key else MessageField.VALUE
+        prefix = plans.prefixes.get((field, "" if is_key is None else topic))
+        if prefix is None:
+            return None
+        out = io.BytesIO()
+        out.write(prefix)
+        schemaless_writer(out, plans.writer, value)
+        return out.getvalue()
+
     def _plans(self) -> _AvroPlans:
         plans = self.__dict__.get("_fast")
         if plans is None:
-            plans = self.__dict__["_fast"] = _AvroPlans(self.client(), self.reader_schema)
+            plans = self.__dict__["_fast"] = _AvroPlans(
+                self.client(), self.schema, self.reader_schema
+            )
         return plans
 
     def _reset(self) -> None:
@@ -496,24 +524,32 @@ class AvroSerde(RegistrySerde):
 
 
 class _AvroPlans:
-    """The Avro serde's fast path, per schema id: fastavro called directly, as confluent's
-    serializers do, without what they add around it for each record (schema expansion and tag
-    lookups for data-contract rules, subject names, contexts: about 75% of their time; see
-    bench/RESULTS.md). Taken for a plain Avro schema: no references, no rule set, not the bare
+    """The Avro serde's fast path: fastavro called directly, as confluent's serializers call
+    it, without what they add around it for each record (schema expansion and tag lookups for
+    data-contract rules, subject names, contexts: about 75% of their time, bench/RESULTS.md).
+    Taken per schema id, for a plain Avro schema: no references, no rule set, not the bare
     ``bytes`` type (which confluent frames without Avro). Anything else, and the first record
-    of each id, go through confluent's serializers. An id the registry does not know still
-    raises at its record (``client.get_schema``)."""
+    written to each topic, go through confluent's serializers. An id the registry does not
+    know still raises at its record (``client.get_schema``)."""
 
-    def __init__(self, client: Any, reader_schema: str | None) -> None:
+    def __init__(self, client: Any, schema: str | None, reader_schema: str | None) -> None:
         import fastavro
 
         self.client = client
+        self.writer = None if schema is None else fastavro.parse_schema(_json_loads(schema, ""))
         self.reader = (
             None if reader_schema is None
             else fastavro.parse_schema(_json_loads(reader_schema, "reader_schema"))
         )  # fmt: skip
+        # (field, topic) -> the 5 bytes before each record written there; None: not plain.
+        self.prefixes: dict[tuple[Any, str], bytes | None] = {}
         self._readers: dict[bytes, tuple[Any, Any] | None] = {}
         self._plain: dict[bytes, bool] = {}
+
+    def learn_prefix(self, where: tuple[Any, str], data: bytes) -> None:
+        """What confluent's serializer wrote first to ``where``: its prefix for the next."""
+        if where not in self.prefixes:
+            self.prefixes[where] = data[:5] if self.plain(data[1:5]) else None
 
     def plain(self, schema_id: bytes) -> bool:
         """Whether the schema of ``schema_id`` (its 4 bytes) is a plain Avro schema."""
