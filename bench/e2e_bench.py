@@ -203,6 +203,12 @@ def run_native(spark, settings, topic, tmp: Path, name: str = "native"):
         .withWatermark("timestamp", f"{INTERVAL_MS // 1000} seconds")
         .dropDuplicatesWithinWatermark(["key", "id"])
     )
+    return run_available_now(spark, stream, tmp, name)
+
+
+def run_available_now(spark, stream, tmp: Path, name: str) -> tuple[float, int]:
+    """A native streaming query into the Delta table ``tmp/name``, run with ``availableNow``
+    to the end of its input: its seconds and the rows it wrote."""
     path = str(tmp / name)
     started = time.perf_counter()
     query = (

@@ -175,17 +175,7 @@ def run_native_avro(spark, settings, topic: str, tmp: Path, name: str) -> tuple[
         .withWatermark("timestamp", f"{INTERVAL_MS // 1000} seconds")
         .dropDuplicatesWithinWatermark(["key", "id"])
     )  # fmt: skip
-    path = str(tmp / name)
-    started = time.perf_counter()
-    query = (
-        stream.writeStream.format("delta")
-        .option("checkpointLocation", str(tmp / f"{name}-checkpoint"))
-        .trigger(availableNow=True)
-        .start(path)
-    )
-    query.awaitTermination()
-    elapsed = time.perf_counter() - started
-    return elapsed, spark.read.format("delta").load(path).count()
+    return e2e_bench.run_available_now(spark, stream, tmp, name)
 
 
 def print_ratio(label: str, ours: list[float], theirs: list[float]) -> None:
