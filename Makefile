@@ -8,7 +8,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 MVN := mvn -q -B -Dstyle.color=never -s platform/jvm/settings.xml -f platform/jvm/pom.xml
-JVM_STAMPS := .jvm/spark/.fetched .jvm/kafka/.fetched .jvm/streams/.fetched .jvm/registry/.fetched
+JVM_STAMPS := .jvm/spark/.fetched .jvm/kafka/.fetched .jvm/streams/.fetched .jvm/registry/.fetched \
+  .jvm/s3/.fetched
 
 .PHONY: setup demo test test-all bench lint clean tools ui browser screenshots
 

@@ -1,5 +1,5 @@
-"""Shared fixtures: one Kafka broker, one Schema Registry and one SparkSession per test run
-(each started by the first test that needs it)."""
+"""Shared fixtures: one Kafka broker, one Schema Registry, one S3 server and one SparkSession
+per test run (each started by the first test that needs it)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ settings.load_profile("ci" if os.environ.get("CI") else "default")
 pytest_plugins = [
     "streamplatform.kafka.pytest_fixtures",
     "streamplatform.registry.pytest_fixtures",
+    "streamplatform.storage.pytest_fixtures",
     "pytester",
 ]
 

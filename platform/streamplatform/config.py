@@ -123,6 +123,21 @@ def _schema_id_format(value: Any) -> str:
     return str(name)
 
 
+def _delta_root(value: Any) -> str:
+    from streamplatform.storage import check_root
+
+    check_root(_string(value))
+    return str(value)
+
+
+def _endpoint(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not _string(value).startswith(("http://", "https://")):
+        raise ValueError("expected a URL that starts with http:// or https://")
+    return str(value)
+
+
 def _string_list(value: Any) -> tuple[str, ...]:
     if isinstance(value, str):
         items = [item.strip() for item in value.split(",") if item.strip()]
@@ -315,8 +330,26 @@ SETTINGS: tuple[Setting, ...] = (
             "formats are always read.", "prefix | header"),
     Setting("value.schema.id.serializer", _schema_id_format, "prefix", "The same for values "
             "(header `__value_schema_id`).", "prefix | header"),
-    Setting("platform.delta.root", _string, None, "Root of the runtime's Delta tables (offset "
-            "and commit logs, changelogs, snapshots, DLQ mirror). Default: .data/delta.", "path"),
+    Setting("platform.delta.root", _delta_root, None, "Root of the runtime's Delta tables "
+            "(offset and commit logs, changelogs, snapshots, DLQ mirror, sinks) and of its "
+            "side files: a local path, or `s3://bucket/prefix` (or `s3a://`; "
+            "docs/cluster.md). Default: .data/delta.", "path or URI"),
+    Setting("platform.storage.s3.endpoint", _endpoint, None, "The S3 API's URL for an "
+            "`s3://` root on an S3-compatible server (MinIO, Ceph, the local S3 server). "
+            "Default: $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, else AWS's own.", "URL"),
+    Setting("platform.storage.s3.region", _optional_string, None, "Region of an `s3://` "
+            "root's bucket. Default: $AWS_REGION, $AWS_DEFAULT_REGION, else us-east-1.",
+            "string"),
+    Setting("platform.storage.s3.access.key.id", _optional_string, None, "Access key of an "
+            "`s3://` root. Default: $AWS_ACCESS_KEY_ID, else each engine's default "
+            "credential chain (instance profiles, web identity).", "string"),
+    Setting("platform.storage.s3.secret.access.key", _optional_string, None, "Its secret "
+            "key. Default: $AWS_SECRET_ACCESS_KEY. Never logged.", "string"),
+    Setting("platform.storage.s3.session.token", _optional_string, None, "Session token of "
+            "temporary credentials. Default: $AWS_SESSION_TOKEN. Never logged.", "string"),
+    Setting("platform.storage.s3.path.style.access", _bool, None, "Path-style requests "
+            "(`endpoint/bucket/key`) instead of virtual-hosted ones. Default: true with an "
+            "endpoint of one's own, false on AWS.", "boolean"),
     Setting("platform.spark.master", _string, None, "Spark master for the job. Default: "
             "$SPARK_MASTER or local[*].", "string"),
     Setting("platform.max.records.per.batch", _int(1), 100_000, "Upper bound on the records a "
@@ -375,7 +408,13 @@ _CACHE_AND_BUFFERS = (
     "platform.rocksdb.write.buffer.manager.bytes",
 )
 # Settings whose values are credentials: never shown (repr, logs, Dagster metadata).
-SECRET_SETTINGS = frozenset({"basic.auth.user.info"})
+SECRET_SETTINGS = frozenset(
+    {
+        "basic.auth.user.info",
+        "platform.storage.s3.secret.access.key",
+        "platform.storage.s3.session.token",
+    }
+)
 # The settings a registry serde takes from the job (registry/serdes.py).
 REGISTRY_SETTINGS = tuple(s.name for s in SETTINGS if s.name.startswith(
     ("schema.registry.", "basic.auth.", "auto.register.", "use.latest.", "normalize.", "key.",

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from streamplatform.home import data_dir, jars_in
+from streamplatform.home import data_dir, jars_in, jvm_dir
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -47,6 +47,14 @@ def spark_jars() -> list[Path]:
     return [jar for jar in jars_in("spark") if _artifact(jar) not in bundled]
 
 
+def s3_jars() -> list[str]:
+    """Hadoop's S3A and the AWS SDK from ``.jvm/s3/``, as ``local:`` URIs: Spark adds them to
+    the driver's and each executor's classpath where they are, instead of serving a copy of
+    the SDK's ~690 MB to every executor (a cluster's hosts need them at the same path). []
+    when they were not fetched."""
+    return [f"local:{jar}" for jar in sorted(jvm_dir("s3").glob("*.jar"))]
+
+
 def spark_conf(
     master: str | None = None,
     app_name: str = "streamplatform",
@@ -62,7 +70,7 @@ def spark_conf(
     conf = {
         "spark.master": master,
         "spark.app.name": app_name,
-        "spark.jars": ",".join(str(jar) for jar in spark_jars()),
+        "spark.jars": ",".join([*(str(jar) for jar in spark_jars()), *s3_jars()]),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.session.timeZone": "UTC",

@@ -348,9 +348,11 @@ def join_input(kafka_settings, topic_name) -> tuple[str, str]:
     return transactions, rates
 
 
-def join_tables(spark, root: Path) -> dict:
+def join_tables(spark, root: Path | str) -> dict:
+    """The join job's tables under ``root`` (a path or a URI), comparable across runs."""
+
     def table(name, *order):
-        frame = spark.read.format("delta").load(str(root / name))
+        frame = spark.read.format("delta").load(f"{root}/{name}")
         return [tuple(r) for r in frame.drop("batch_id").orderBy(*order).collect()]
 
     coordinates = ("source_topic", "source_partition", "source_offset")

@@ -9,12 +9,13 @@ import sys
 import textwrap
 import threading
 import time
+import uuid
 
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable
 
-from streamplatform import JobClaimedError, JobFencedError
+from streamplatform import JobClaimedError, JobFencedError, storage
+from streamplatform.runtime import delta_direct
 from streamplatform.runtime.claim import JobClaim
 from streamplatform.runtime.logs import COMMITS_SCHEMA, CommitLog
 
@@ -30,36 +31,48 @@ def append(holder: JobClaim, batch_id: int) -> None:
 
 
 def rows(path) -> list[int]:
-    return sorted(DeltaTable(str(path)).to_pyarrow_table().column("batch_id").to_pylist())
+    return sorted(delta_direct.read(str(path)).column("batch_id").to_pylist())
 
 
-def test_a_second_claim_is_refused_naming_the_holder(tmp_path):
-    first = claim(tmp_path / "c")
+@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
+def claim_root(request, tmp_path) -> str:
+    """Where the claimed table lives: a local directory, or the local S3 server's bucket (the
+    claim's commits are then conditional puts)."""
+    if request.param == "local":
+        return str(tmp_path)
+    server = request.getfixturevalue("s3_server")
+    root = f"s3://{server.bucket}/claims-{uuid.uuid4().hex[:8]}"
+    storage.configure({"platform.delta.root": root, **server.settings})
+    return root
+
+
+def test_a_second_claim_is_refused_naming_the_holder(claim_root):
+    first = claim(f"{claim_root}/c")
     assert first.acquire() == 1
     try:
         with pytest.raises(JobClaimedError) as refused:
-            claim(tmp_path / "c").acquire()
+            claim(f"{claim_root}/c").acquire()
         message = str(refused.value)
         assert "app" in message and first.run in message and f"pid {os.getpid()}" in message
         assert "platform.claim.wait.ms" in message
     finally:
         first.release()
-    assert claim(tmp_path / "c").acquire() == 2  # released: the next driver gets it
+    assert claim(f"{claim_root}/c").acquire() == 2  # released: the next driver gets it
 
 
-def test_a_waiting_claim_gets_the_job_when_the_holder_releases_it(tmp_path):
-    first = claim(tmp_path / "c")
+def test_a_waiting_claim_gets_the_job_when_the_holder_releases_it(claim_root):
+    first = claim(f"{claim_root}/c")
     first.acquire()
     threading.Timer(1.0, first.release).start()
     started = time.monotonic()
-    second = claim(tmp_path / "c", wait_ms=30_000)
+    second = claim(f"{claim_root}/c", wait_ms=30_000)
     assert second.acquire() == 2
     assert time.monotonic() - started >= 0.9
     second.release()
 
 
-def test_a_holder_that_lost_its_claim_cannot_commit(tmp_path):
-    path = tmp_path / "c"
+def test_a_holder_that_lost_its_claim_cannot_commit(claim_root):
+    path = f"{claim_root}/c"
     old = claim(path, lease_ms=1_000)
     old.acquire()
     append(old, 0)
@@ -81,12 +94,12 @@ def test_a_holder_that_lost_its_claim_cannot_commit(tmp_path):
     old.release()
 
 
-def test_the_holder_renews_its_claim_while_it_does_not_commit(tmp_path):
-    holder = claim(tmp_path / "c", lease_ms=1_000)
+def test_the_holder_renews_its_claim_while_it_does_not_commit(claim_root):
+    holder = claim(f"{claim_root}/c", lease_ms=1_000)
     holder.acquire()
     time.sleep(2.5)  # more than two leases without a commit
     with pytest.raises(JobClaimedError):
-        claim(tmp_path / "c", lease_ms=1_000).acquire()
+        claim(f"{claim_root}/c", lease_ms=1_000).acquire()
     append(holder, 0)  # its own commits still go through after the heartbeats
     holder.release()
 
@@ -141,13 +154,13 @@ def test_a_process_that_exits_holding_a_claim_stops_its_heartbeat_first(tmp_path
     holder.release()
 
 
-def test_two_drivers_claiming_at_once_get_one_claim(tmp_path):
-    DeltaTable.create(str(tmp_path / "c"), ROW)
+def test_two_drivers_claiming_at_once_get_one_claim(claim_root):
+    delta_direct.create_table(f"{claim_root}/c", ROW)
     outcomes: list[str] = []
     barrier = threading.Barrier(4)
 
     def contend() -> None:
-        contender = claim(tmp_path / "c")
+        contender = claim(f"{claim_root}/c")
         barrier.wait()
         try:
             contender.acquire()
@@ -161,12 +174,12 @@ def test_two_drivers_claiming_at_once_get_one_claim(tmp_path):
     for thread in threads:
         thread.join()
     assert sorted(outcomes) == ["refused"] * 3 + ["won"]
-    assert DeltaTable(str(tmp_path / "c")).transaction_version("app-epoch") == 1
+    assert delta_direct.open_table(f"{claim_root}/c").transaction_version("app-epoch") == 1
 
 
-def test_a_commit_log_append_goes_through_the_claim(tmp_path):
-    holder = JobClaim(str(tmp_path / "_commits"), "app", COMMITS_SCHEMA)
-    log = CommitLog(str(tmp_path / "_commits"), "app", holder)
+def test_a_commit_log_append_goes_through_the_claim(claim_root):
+    holder = JobClaim(f"{claim_root}/_commits", "app", COMMITS_SCHEMA)
+    log = CommitLog(f"{claim_root}/_commits", "app", holder)
     with pytest.raises(RuntimeError, match="not claimed"):
         log.append(0, {("t", 0): 3}, {}, "exactly_once_v2")
     holder.acquire()

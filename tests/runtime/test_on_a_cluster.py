@@ -118,25 +118,40 @@ def _run_on(cluster, job, config, source, rates=None, executor_env=None, during_
     return json.loads(out.strip().splitlines()[-1])
 
 
-def _cluster_config(kafka_settings, tmp_path, app, source, **overrides):
-    config = job_config(kafka_settings, tmp_path, app, source, **overrides)
+def _cluster_config(kafka_settings, tmp_path, app, source, root=None, **overrides):
+    """``root``: the Delta root's settings (``root`` fixture); by default a local directory."""
+    config = job_config(kafka_settings, tmp_path, app, source, **overrides) | (root or {})
     del config["state.dir"]  # each executor's own: its worker's STREAMPLATFORM_STATE_DIR
     return config
+
+
+@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
+def root(request, tmp_path) -> dict:
+    """Where the jobs' tables live: a directory every worker shares (one machine), or the
+    local S3 server's bucket (no shared disk: the executors reach it through S3A and pyarrow,
+    with the settings the driver ships them)."""
+    if request.param == "local":
+        return {"platform.delta.root": str(tmp_path / "delta")}
+    server = request.getfixturevalue("s3_server")
+    return {"platform.delta.root": f"s3://{server.bucket}/cluster-{uuid.uuid4().hex[:6]}",
+            **server.settings}  # fmt: skip
 
 
 @pytest.mark.cluster
 @pytest.mark.child_process
 def test_dedup_and_join_on_the_cluster_equal_local_with_no_failed_attempt(
-    cluster, spark, kafka_settings, source_topic, tmp_path
+    cluster, spark, kafka_settings, source_topic, tmp_path, root
 ):
     source, sent = source_topic
     app = f"cluster-dedup-{uuid.uuid4().hex[:6]}"
-    report = _run_on(cluster, "dedup", _cluster_config(kafka_settings, tmp_path, app, source),
-                     source)  # fmt: skip
+    tables = root["platform.delta.root"]
+    report = _run_on(
+        cluster, "dedup", _cluster_config(kafka_settings, tmp_path, app, source, root), source
+    )
     assert report["failed_attempts"] == 0, report
     assert len(report["executors"]) == 2 and report["tasks"] > 0
     assert sum(b["records_in"] for b in report["batches"]) == RECORDS
-    rows = delta_rows(spark, f"{tmp_path}/delta/{app}/deduplicated")
+    rows = delta_rows(spark, f"{tables}/{app}/deduplicated")
     assert sorted((k, v) for _, _, k, v in rows) == expected_with_the_test_driver(source, sent)
     assert len({(p, o) for p, o, _, _ in rows}) == len(rows)
 
@@ -147,20 +162,29 @@ def test_dedup_and_join_on_the_cluster_equal_local_with_no_failed_attempt(
                        delta_sinks=["enriched"])  # fmt: skip
     job.run_until_caught_up()
     job.close()
-    config = _cluster_config(kafka_settings, tmp_path, "join-cluster", transactions, **settings)
+    config = _cluster_config(kafka_settings, tmp_path, "join-cluster", transactions, root,
+                             **settings)  # fmt: skip
     report = _run_on(cluster, "join", config, transactions, rates)
     assert report["failed_attempts"] == 0, report
     assert len(report["batches"]) >= 2
-    clean = join_tables(spark, tmp_path / "delta" / "join-local")
+    clean = join_tables(spark, tmp_path / "delta" / "join-local")  # local[2], a local disk
     assert all(clean.values())
-    assert join_tables(spark, tmp_path / "delta" / "join-cluster") == clean
+    assert join_tables(spark, f"{tables}/join-cluster") == clean
 
 
 @pytest.mark.cluster
 @pytest.mark.child_process
 def test_a_worker_killed_during_a_batch_loses_nothing_and_its_tasks_restore_elsewhere(
-    cluster, spark, kafka_settings, source_topic, tmp_path
+    spark, kafka_settings, source_topic, tmp_path, root
 ):
+    with LocalCluster(
+        tmp_path / "cluster", workers=2, env={"PYTHONPATH": TESTS}, start_timeout_s=120
+    ) as cluster:  # its own: a worker of it is killed
+        _kill_a_worker_during_a_batch(cluster, spark, kafka_settings, source_topic, tmp_path,
+                                      root)  # fmt: skip
+
+
+def _kill_a_worker_during_a_batch(cluster, spark, kafka_settings, source_topic, tmp_path, root):
     source, sent = source_topic
     app = f"cluster-kill-{uuid.uuid4().hex[:6]}"
     held = tmp_path / "held"
@@ -176,8 +200,9 @@ def test_a_worker_killed_during_a_batch_loses_nothing_and_its_tasks_restore_else
 
     # Big batches' path too: the tasks run inside the sink's Delta write and leave their
     # other rows in side files.
-    config = _cluster_config(kafka_settings, tmp_path, app, source,
+    config = _cluster_config(kafka_settings, tmp_path, app, source, root,
                              **{"platform.sink.driver.max.records": 0})  # fmt: skip
+    tables = root["platform.delta.root"]
     report = _run_on(
         cluster, "dedup", config, source,
         executor_env={"STREAMPLATFORM_PAUSE": "during_tasks:1",
@@ -185,10 +210,10 @@ def test_a_worker_killed_during_a_batch_loses_nothing_and_its_tasks_restore_else
         during_run=kill_worker_0_inside_batch_1,
     )  # fmt: skip
     assert cluster.alive_workers() == 1
-    rows = delta_rows(spark, f"{tmp_path}/delta/{app}/deduplicated")
+    rows = delta_rows(spark, f"{tables}/{app}/deduplicated")
     assert sorted((k, v) for _, _, k, v in rows) == expected_with_the_test_driver(source, sent)
     assert len({(p, o) for p, o, _, _ in rows}) == len(rows)
-    dlq = spark.read.format("delta").load(f"{tmp_path}/delta/{app}/_dlq").collect()
+    dlq = spark.read.format("delta").load(f"{tables}/{app}/_dlq").collect()
     assert sorted(r.value for r in dlq) == [b"{poison"] * 3
     # The tasks that had lived on worker 0 restored on worker 1, counted where they did (a
     # task Spark moved from one executor to the other before the kill restored too).

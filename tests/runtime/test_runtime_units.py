@@ -104,7 +104,10 @@ def _plan(records=10, replayed=False):
         ({"sinks": ("out", "other"), "delta_sinks": ("out",)}, {}, _plan(10), "direct-driver"),
         ({"sinks": ("out", "other"), "delta_sinks": ("out", "other")}, {"platform.sink.driver"
          ".max.records": 0}, _plan(10), "cached"),
-        ({"root": "s3://bucket"}, {}, _plan(10), "cached"),  # no local staging directory
+        # Object storage: side and spill files beside the tables there, as on a local disk.
+        ({"root": "s3://bucket"}, {}, _plan(10), "direct-driver"),
+        ({"root": "s3://bucket"}, {"platform.sink.driver.max.records": 5}, _plan(10),
+         "direct-spilled"),
         ({"sources": ("in", "more")}, {}, _plan(10), "direct-driver"),  # a stream-table join
         ({"sources": ("in", "more")}, {"platform.sink.driver.max.records": 0}, _plan(10),
          "grouped"),

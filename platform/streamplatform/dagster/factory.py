@@ -698,6 +698,7 @@ def maintenance_job(job: StreamingJobSpec) -> dg.JobDefinition:
             streamplatform.app_root(job), job.app_id,
             min_changelog_files=config.min_changelog_files,
             retention_hours=config.retention_hours,
+            settings=streamplatform.job_settings(job),
         )  # fmt: skip
         metadata = report.metadata()
         context.log.info(f"{job.app_id} maintenance: {metadata}")

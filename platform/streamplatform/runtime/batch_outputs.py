@@ -18,12 +18,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from streamplatform import storage
 from streamplatform.runtime import delta_direct
 from streamplatform.runtime.executor import OUTPUT_ARROW, SINK_COLUMNS
 from streamplatform.runtime.task import add_metrics
@@ -99,21 +99,22 @@ class Progress:
         return summed
 
 
-def side_files(directory: str) -> list[Path]:
+def side_files(directory: str) -> list[str]:
     """The tasks' side files of a streamed batch: ``<task id>.parquet`` (every row but the
     sink rows, which went through Spark's Delta writer) or ``<task id>.arrow`` (every row,
-    executor._spill). A file still being written ends in ``.tmp`` and is not one of them."""
-    return sorted(Path(directory).glob("*.parquet")) + spilled_files(directory)
+    executor._spill). A file still being written ends in ``.tmp`` and is not one of them (on
+    object storage it is not there until it is whole)."""
+    return storage.list_files(directory, ".parquet") + spilled_files(directory)
 
 
-def spilled_files(directory: str) -> list[Path]:
-    return sorted(Path(directory).glob("*.arrow"))
+def spilled_files(directory: str) -> list[str]:
+    return storage.list_files(directory, ".arrow")
 
 
-def _spilled_batches(file: Path) -> Iterator[pa.RecordBatch]:
+def _spilled_batches(file: str) -> Iterator[pa.RecordBatch]:
     """A spilled file's batches, one at a time (read, not mapped: a batch is dropped from
     memory once its caller is done with it)."""
-    with pa.OSFile(str(file)) as source:
+    with storage.open_input(file) as source:
         reader = pa.ipc.open_file(source)
         for index in range(reader.num_record_batches):
             yield reader.get_batch(index)
@@ -122,12 +123,10 @@ def _spilled_batches(file: Path) -> Iterator[pa.RecordBatch]:
 def read_side_files(directory: str) -> pa.Table | None:
     """Every row but the sink rows of a streamed batch's side files (executor.OUTPUT_ARROW);
     None: no file. The sink rows of spilled files are streamed by ``spilled_sink_rows``."""
-    import pyarrow.parquet as pq
-
     files = side_files(directory)
     if not files:
         return None
-    tables = [pq.read_table(file) for file in files if file.suffix == ".parquet"]
+    tables = [storage.read_parquet(file) for file in files if file.endswith(".parquet")]
     for file in spilled_files(directory):
         for batch in _spilled_batches(file):
             others = batch.filter(pc.not_equal(batch.column("kind"), "sink"))

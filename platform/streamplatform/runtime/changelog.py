@@ -28,8 +28,9 @@ import struct
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
-from urllib.parse import unquote, urlparse
+from urllib.parse import unquote
 
+from streamplatform import storage
 from streamplatform.records import TopicPartition
 
 if TYPE_CHECKING:
@@ -106,15 +107,10 @@ def files_by_task(path: str) -> dict[str, list[ChangelogFile]]:
         )
         min_seq = action.get("min.seq") if "min.seq" in names else None
         files[unquote(match.group(1))].append(ChangelogFile(
-            _local(f"{root}/{action['path']}"), first, last,
+            storage.local_path(f"{root}/{action['path']}"), first, last,
             snapshot=min_seq is not None and min_seq < 0,
         ))  # fmt: skip
     return {task: sorted(found, key=lambda f: f.first_batch) for task, found in files.items()}
-
-
-def _local(uri: str) -> str:
-    parsed = urlparse(uri)
-    return unquote(parsed.path) if parsed.scheme in ("file", "") else uri
 
 
 def read_batches(
@@ -160,10 +156,7 @@ def _file_groups(
 
 
 def _file_record_batches(path: str) -> Iterator[pa.RecordBatch]:
-    import pyarrow.parquet as pq
-
-    with pq.ParquetFile(path) as parquet:
-        yield from parquet.iter_batches(batch_size=SNAPSHOT_CHUNK_ROWS, columns=_COLUMNS)
+    yield from storage.parquet_batches(path, SNAPSHOT_CHUNK_ROWS, _COLUMNS)
 
 
 def _sorted_batches(
@@ -171,10 +164,9 @@ def _sorted_batches(
 ) -> Iterator[tuple[int, Iterator[pa.RecordBatch]]]:
     import pyarrow as pa
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
 
     in_range = [("batch_id", ">", after_batch), ("batch_id", "<=", up_to_batch)]
-    tables = [pq.read_table(f.path, columns=_COLUMNS, filters=in_range) for f in group]
+    tables = [storage.read_parquet(f.path, columns=_COLUMNS, filters=in_range) for f in group]
     rows = pa.concat_tables(tables, promote_options="permissive").sort_by(_ROW_ORDER)
     counts = pc.value_counts(rows.column("batch_id"))
     start = 0

@@ -177,18 +177,18 @@ class JobClaim:
         """Append ``rows`` under the Delta transaction ``(app_id, version)`` as this holder's
         next commit. Raises JobFencedError, writing nothing, when the job was claimed by
         another driver since."""
-        from deltalake import DeltaTable, Transaction, write_deltalake
+        from deltalake import Transaction
         from deltalake.exceptions import CommitFailedError
 
         with self._lock:
             self._check_held()
-            table = DeltaTable(self.path, version=self._version)
+            table = delta_direct.open_table(self.path, version=self._version)
             properties = self._properties("held")
             properties.app_transactions = [Transaction(app_id, version)]
             try:
                 # schema_mode="merge": a commit log written before a column was added (the
                 # guarantee) gains it; its older rows read it as null.
-                write_deltalake(
+                delta_direct.write(
                     table, rows, mode="append", schema_mode="merge", commit_properties=properties
                 )
             except CommitFailedError as error:
@@ -207,10 +207,9 @@ class JobClaim:
         _LIVE_RUNS.discard(self.run)
         with self._lock:
             if self.epoch is not None and self._fenced is None:
-                from deltalake import DeltaTable
-
                 try:
-                    self._commit_empty(DeltaTable(self.path, version=self._version), "released")
+                    table = delta_direct.open_table(self.path, version=self._version)
+                    self._commit_empty(table, "released")
                 except CommitFailedError:
                     log.warning("%s: the claim was taken over before it was released", self.job)
             # Unheld now: a later acquire() claims anew (and is refused while another holds it).
@@ -245,15 +244,13 @@ class JobClaim:
     # The Delta log --------------------------------------------------------------------------
 
     def _table(self) -> Any:
-        from deltalake import DeltaTable
-
-        if not DeltaTable.is_deltatable(self.path):
+        if not delta_direct.is_table(self.path):
             try:
-                DeltaTable.create(self.path, self.schema, mode="ignore")
+                delta_direct.create_table(self.path, self.schema)
             except Exception:  # created at the same moment by another driver
-                if not DeltaTable.is_deltatable(self.path):
+                if not delta_direct.is_table(self.path):
                     raise
-        return DeltaTable(self.path)
+        return delta_direct.open_table(self.path)
 
     def _properties(self, state: str, epoch: int | None = None) -> Any:
         from deltalake import CommitProperties, Transaction
@@ -296,7 +293,6 @@ class JobClaim:
 
     def _beat(self) -> None:
         """Renew the claim when the holder has not committed for a third of the lease."""
-        from deltalake import DeltaTable
         from deltalake.exceptions import CommitFailedError
 
         every = self.lease_ms / 3000
@@ -307,7 +303,9 @@ class JobClaim:
                 if time.monotonic() - self._last_commit < every:
                     continue
                 try:
-                    self._commit_empty(DeltaTable(self.path, version=self._version), "held")
+                    self._commit_empty(
+                        delta_direct.open_table(self.path, version=self._version), "held"
+                    )
                 except CommitFailedError as error:
                     self._fenced = self._fenced_error(error)
                     log.error("%s", self._fenced)

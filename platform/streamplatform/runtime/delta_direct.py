@@ -11,8 +11,8 @@ the transaction is recorded in the commit (a Delta ``txn`` action, which Spark h
 and an append whose version is not above the recorded one is skipped. The check and the
 append are not one atomic step, which is sound because the driver is these tables' only writer.
 
-Paths are local paths or URIs delta-rs understands; object stores take their credentials from
-delta-rs' usual environment variables.
+Paths are local paths or URIs: an S3 root's tables are opened with the storage options of
+its bucket (streamplatform.storage), and their commits are conditional puts.
 """
 
 from __future__ import annotations
@@ -22,14 +22,43 @@ from typing import Any
 
 import pyarrow as pa
 
+from streamplatform import storage
+
 Filters = Sequence[tuple[str, str, Any]]
+
+
+def open_table(path: str, version: int | None = None) -> Any:
+    """The Delta table at ``path`` (a ``deltalake.DeltaTable``), at ``version`` or its latest."""
+    from deltalake import DeltaTable
+
+    return DeltaTable(path, version=version, storage_options=storage.delta_options(path))
+
+
+def is_table(path: str) -> bool:
+    from deltalake import DeltaTable
+
+    return bool(DeltaTable.is_deltatable(path, storage_options=storage.delta_options(path)))
+
+
+def create_table(path: str, schema: Any) -> None:
+    """An empty table at ``path`` unless there is one."""
+    from deltalake import DeltaTable
+
+    DeltaTable.create(path, schema, mode="ignore", storage_options=storage.delta_options(path))
+
+
+def write(target: Any, rows: Any, **options: Any) -> None:
+    """``deltalake.write_deltalake`` into a table or to a path (with its storage options)."""
+    from deltalake import write_deltalake
+
+    if isinstance(target, str):
+        options["storage_options"] = storage.delta_options(target)
+    write_deltalake(target, rows, **options)
 
 
 def table_or_none(path: str) -> Any:
     """The Delta table at ``path`` (a ``deltalake.DeltaTable``); None when there is none."""
-    from deltalake import DeltaTable
-
-    return DeltaTable(path) if DeltaTable.is_deltatable(path) else None
+    return open_table(path) if is_table(path) else None
 
 
 def append(
@@ -46,7 +75,7 @@ def append(
     ``conform``: ``rows`` take the table's own Arrow schema first (a table Spark created has
     columns that may not be null, which Arrow arrays built in Python do not say). A
     ``RecordBatchReader`` is written as it is read (delta-rs holds about a batch at once)."""
-    from deltalake import CommitProperties, Transaction, write_deltalake
+    from deltalake import CommitProperties, Transaction
 
     table = table_or_none(path)
     if table is not None:
@@ -65,7 +94,7 @@ def append(
                 )
             else:
                 rows = rows.select(schema.names).cast(schema)
-    write_deltalake(
+    write(
         path if table is None else table,
         rows,
         mode="append",

@@ -52,7 +52,6 @@ import gc
 import heapq
 import json
 import socket
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -66,6 +65,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from streamplatform import storage
 from streamplatform.config import StreamsConfig
 from streamplatform.dsl.topology import Topology
 from streamplatform.errors.exceptions import TaskFailedError
@@ -280,6 +280,12 @@ class TaskBatchRunner:
         self.partitions = partitions
         self.planned_records = dict(planned_records or {})
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # Unpickled where its tasks run (a Spark worker): the Delta root's storage settings
+        # are registered there before a task reads the changelog or writes a side file.
+        self.__dict__.update(state)
+        storage.configure(self.settings)
+
     def run(self, table: pa.Table) -> pa.Table:
         """One task's rows of the batch (all of one ``task_partition``) in, its output out."""
         with _collector_paused():
@@ -474,22 +480,17 @@ def _arrow_records(
 
 
 def _spill(rows: Iterable[pa.RecordBatch], directory: str, task: str) -> None:
-    """Write a task's rows to ``<directory>/<task>.arrow`` as they come. The file gets its
-    name only once the task is done: a failed or killed attempt leaves none, and a file under
-    a temporary name of its own (a speculative copy of the task may write beside it)."""
-    import os
+    """Write a task's rows to ``<directory>/<task>.arrow`` as they come. The file is there
+    only once the task is done: a failed or killed attempt leaves none (storage.write_file: on
+    a local disk under a temporary name of its own, as a speculative copy of the task may
+    write beside it; on object storage as one upload)."""
 
-    os.makedirs(directory, exist_ok=True)
-    path = os.path.join(directory, f"{task}.arrow")
-    partial = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-    try:
-        with pa.OSFile(partial, "wb") as sink, pa.ipc.new_file(sink, OUTPUT_ARROW) as writer:
+    def write(sink: Any) -> None:
+        with pa.ipc.new_file(sink, OUTPUT_ARROW) as writer:
             for batch in rows:
                 writer.write_batch(batch)
-        os.replace(partial, path)
-    finally:
-        if os.path.exists(partial):
-            os.remove(partial)
+
+    storage.write_file(storage.join(directory, f"{task}.arrow"), write)
 
 
 def _now_ms() -> int:
@@ -721,15 +722,13 @@ class _TaskRun:
     def write_side_output(self, directory: str, batches: list[pa.RecordBatch]) -> None:
         """Every row but the sink rows, to one parquet file (atomically: a re-run of the task
         replaces it whole)."""
-        import os
-
         import pyarrow.parquet as pq
 
         table = pa.Table.from_batches(self.dlq + batches, OUTPUT_ARROW)
-        os.makedirs(directory, exist_ok=True)
-        path = os.path.join(directory, f"{self.task_name}.parquet")
-        pq.write_table(table, f"{path}.tmp", compression="none")
-        os.replace(f"{path}.tmp", path)
+        storage.write_file(
+            storage.join(directory, f"{self.task_name}.parquet"),
+            lambda sink: pq.write_table(table, sink, compression="none"),
+        )
 
     def _sink_rows(self) -> pa.RecordBatch | None:
         """Sink and DLQ records produced so far. In side-output mode only the sink rows are

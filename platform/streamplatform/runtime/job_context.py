@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from streamplatform import storage
 from streamplatform.config import StreamsConfig
 from streamplatform.dsl.topology import Topology
 from streamplatform.runtime import kafka_output
@@ -80,8 +81,12 @@ class JobContext:
 
     @property
     def settings(self) -> dict[str, Any]:
-        """What the executors rebuild their StreamsConfig from."""
-        return self.config.to_dict()
+        """What the executors rebuild their StreamsConfig from; the storage settings of a
+        root on S3 as resolved here (an executor need not have the driver's environment)."""
+        settings = self.config.to_dict()
+        if storage.scheme(self.root) in storage.S3_SCHEMES:
+            settings |= storage.resolved_settings(settings)
+        return settings
 
     @property
     def kafka(self) -> dict[str, Any]:
@@ -116,18 +121,18 @@ class JobContext:
     def changelog_table(self) -> str:
         return f"{self.root}/_changelog"
 
-    def staging_root(self) -> Path | None:
-        """Where runs keep their side files, one directory per run (claim.run); None when
-        the Delta root is not a local path."""
-        root = self.root.removeprefix("file://") if self.root.startswith("file:/") else self.root
-        if "://" in root or ":" in root.split("/")[0]:
-            return None
-        return Path(root).absolute() / "_staging"
+    def staging_root(self) -> str:
+        """Where runs keep their side files, one directory per run (claim.run), beside the
+        tables: a local path (absolute: executors have other working directories) or a URI
+        on the same object storage (storage.py)."""
+        root = self.root
+        if storage.is_local(root):
+            root = str(Path(storage.local_path(root)).absolute())
+        return storage.join(root, "_staging")
 
-    def side_dir(self) -> str | None:
-        """This run's side-output directory, or None without a local staging root."""
-        staging = self.staging_root()
-        return None if staging is None else str(staging / self.claim.run / "side")
+    def side_dir(self) -> str:
+        """This run's side-output directory."""
+        return storage.join(self.staging_root(), self.claim.run, "side")
 
     def local_slots(self) -> int:
         """The task slots of a local master; 0 for any other (local_master.py)."""

@@ -33,12 +33,15 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from streamplatform import storage
+from streamplatform.runtime import delta_direct
 from streamplatform.runtime.changelog import ChangelogFile, files_by_task
 from streamplatform.runtime.delta_direct import table_or_none
 
@@ -89,8 +92,12 @@ def maintain(
     *,
     min_changelog_files: int = 10,
     retention_hours: float = 168.0,
+    settings: Mapping[str, Any] | None = None,
 ) -> MaintenanceReport:
     """Maintain the runtime tables under ``app_root`` (``<delta root>/<application.id>``).
+
+    ``settings``: the job's, for the storage settings of a root on object storage
+    (``platform.storage.s3.*``; without them, the standard AWS environment).
 
     ``min_changelog_files``: a task's changelog is snapshotted once it has at least this many
     files up to the last committed batch (a snapshot counts as one).
@@ -104,6 +111,7 @@ def maintain(
         )
     from streamplatform.runtime.logs import CommitLog
 
+    storage.configure({**(settings or {}), "platform.delta.root": app_root})
     started = time.monotonic()
     report = MaintenanceReport()
     for name in RUNTIME_TABLES:
@@ -152,17 +160,8 @@ def snapshot_changelog(
 
 
 def _snapshot_task(path: str, task: str, files: list[ChangelogFile]) -> tuple[int, int]:
-    import pyarrow.parquet as pq
-    from deltalake import write_deltalake
-
-    rows = pa.concat_tables(
-        [
-            pq.read_table(f.path).select(
-                ["store", "batch_id", "seq", "column_family", "key", "value"]
-            )
-            for f in files
-        ]  # fmt: skip
-    )
+    columns = ["store", "batch_id", "seq", "column_family", "key", "value"]
+    rows = pa.concat_tables([storage.read_parquet(f.path, columns=columns) for f in files])
     batch = max(f.last_batch for f in files)
     # The last write of each key: rows in (batch, seq) order, the highest position per key.
     ordered = rows.take(pc.sort_indices(rows, [("batch_id", "ascending"), ("seq", "ascending")]))
@@ -186,7 +185,7 @@ def _snapshot_task(path: str, task: str, files: list[ChangelogFile]) -> tuple[in
         "value": live.column("value"),
         "batch_id": pa.repeat(pa.scalar(batch, pa.int64()), n),
     }).select(schema.names).cast(schema)  # fmt: skip
-    write_deltalake(
+    delta_direct.write(
         table, snapshot, mode="overwrite",
         predicate=f"task = '{_quoted(task)}' AND batch_id <= {int(batch)}",
     )  # fmt: skip

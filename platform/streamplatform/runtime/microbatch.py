@@ -28,7 +28,6 @@ the same output once.
 from __future__ import annotations
 
 import logging
-import shutil
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -36,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from streamplatform import storage
 from streamplatform.config import ConfigError, StreamsConfig
 from streamplatform.dsl.graph import SinkNode, topic_name
 from streamplatform.dsl.topology import Topology
@@ -124,6 +124,7 @@ class StreamingJob:
         self.group_offsets = GroupOffsets(producer_settings, self.app, self.config.exactly_once)
         root = self.config["platform.delta.root"] or str(data_dir() / "delta")
         self.root = f"{root.rstrip('/')}/{self.app}"
+        storage.configure(self.config)  # where the root's tables and files are, in this process
         # Unset, ``state.dir`` is resolved where each task runs (home.default_state_dir): a
         # cluster's executors keep their tasks' state on their own local disks.
         self.state_dir = self.config["state.dir"] or str(default_state_dir())
@@ -136,6 +137,7 @@ class StreamingJob:
         partitions = self._check_topics(sources, internal_topics)
         partitions |= _internal_partitions(topology, self.app, partitions)
         self._spark = spark
+        self._spark_configured = False
         self._last: Any = _UNREAD  # the newest committed batch, once read
         # One driver per application.id: claimed at the first batch, proven at each commit.
         self.claim = JobClaim(
@@ -211,7 +213,11 @@ class StreamingJob:
             arm()
             from streamplatform.spark import spark_session
 
-            self._spark = spark_session(self.config["platform.spark.master"], app_name=self.app)
+            self._spark = spark_session(self.config["platform.spark.master"], app_name=self.app,
+                                        extra=storage.spark_settings(self.config))  # fmt: skip
+        if not self._spark_configured:  # a session given to the job too: S3A for its root
+            storage.configure_spark(self._spark, self.config)
+            self._spark_configured = True
         return self._spark
 
     # Running -------------------------------------------------------------------------------
@@ -312,10 +318,9 @@ class StreamingJob:
             self.claim.release()
             raise
         staging = self.context.staging_root()
-        if staging is not None and staging.exists():
-            for run in staging.iterdir():
-                if run.name != self.claim.run:
-                    shutil.rmtree(run, ignore_errors=True)
+        for run in storage.list_directories(staging):
+            if run != self.claim.run:
+                storage.remove_tree(storage.join(staging, run))
 
     # The spine -------------------------------------------------------------------------------
 

@@ -157,9 +157,7 @@ def merge_batch(root: str, app: str, table: StateTable, batch_id: int) -> int:
     existing = delta_direct.table_or_none(path)
     commit = CommitProperties(app_transactions=[Transaction(app_id=app_id, version=batch_id)])
     if existing is None:
-        from deltalake import write_deltalake
-
-        write_deltalake(path, upserts, mode="append", commit_properties=commit)
+        delta_direct.write(path, upserts, mode="append", commit_properties=commit)
         return upserts.num_rows
     source = pa.concat_tables([
         upserts.append_column("deleted", pa.array([False] * upserts.num_rows, pa.bool_())),

@@ -10,8 +10,8 @@
   spill their sink rows to files, which the driver appends.
 - ``delta-write``: one Delta sink and nothing else, ``platform.sink.driver.max.records = 0``:
   the tasks run inside Spark's Delta write of the sink.
-- ``cached``: one sub-topology, one Kafka topic, with ``platform.sink.driver.max.records = 0``
-  (or a Delta root that is not a local path): Spark's Kafka source, the tasks in
+- ``cached``: one sub-topology, one Kafka topic, with ``platform.sink.driver.max.records = 0``:
+  Spark's Kafka source, the tasks in
   ``mapInArrow``, their output cached; Delta by Spark, Kafka from the executors.
 - ``grouped``: the same for one sub-topology reading several Kafka topics: each task's
   records grouped (``applyInArrow``), then as ``cached``.
@@ -41,24 +41,23 @@ def choose(context: JobContext, plan: BatchPlan) -> ExecutionPath:
         return StagesPath(context)
     side_dir = context.side_dir()
     sinks = set(context.sink_topics())
-    if side_dir is not None:
-        limit = context.config["platform.sink.driver.max.records"]
-        if limit > 0:
-            records = plan.records
-            small = records <= limit
-            in_driver = (
-                small
-                and records <= context.config["platform.driver.tasks.max.records"]
-                and context.local_slots() > 0
-            )
-            return DirectPath(context, side_dir, "driver" if in_driver else "spark", not small)
-        one_topic = len(context.sources) == 1  # Spark's Kafka source, one task per partition
-        streamable = not context.value_fields  # typed columns are added outside the stream
-        if (
-            one_topic and len(sinks) == 1 and sinks <= context.delta_sinks
-            and not plan.replayed and streamable
-        ):  # fmt: skip
-            # A replay's write of a sink its first attempt committed would be skipped by
-            # Delta, and the tasks inside it with it: replayed on the cached path instead.
-            return DeltaWritePath(context, side_dir)
+    limit = context.config["platform.sink.driver.max.records"]
+    if limit > 0:
+        records = plan.records
+        small = records <= limit
+        in_driver = (
+            small
+            and records <= context.config["platform.driver.tasks.max.records"]
+            and context.local_slots() > 0
+        )
+        return DirectPath(context, side_dir, "driver" if in_driver else "spark", not small)
+    one_topic = len(context.sources) == 1  # Spark's Kafka source, one task per partition
+    streamable = not context.value_fields  # typed columns are added outside the stream
+    if (
+        one_topic and len(sinks) == 1 and sinks <= context.delta_sinks
+        and not plan.replayed and streamable
+    ):  # fmt: skip
+        # A replay's write of a sink its first attempt committed would be skipped by
+        # Delta, and the tasks inside it with it: replayed on the cached path instead.
+        return DeltaWritePath(context, side_dir)
     return CachedPath(context, grouped=len(context.sources) > 1)

@@ -17,11 +17,10 @@ of the sink.
 
 from __future__ import annotations
 
-import shutil
 import time
-from pathlib import Path
 from typing import Any
 
+from streamplatform import storage
 from streamplatform.runtime.batch_outputs import Progress, read_side_files
 from streamplatform.runtime.executor import SINK_COLUMNS, SINK_SCHEMA, STREAM_COLUMNS
 from streamplatform.runtime.job_context import BatchPlan
@@ -41,7 +40,7 @@ class DeltaWritePath(ExecutionPath):
         from pyspark.sql import functions as F
 
         context = self.context
-        shutil.rmtree(self.side_dir, ignore_errors=True)  # a crashed attempt's files
+        storage.remove_tree(self.side_dir)  # a crashed attempt's files
         started = time.monotonic()
         (sink,) = context.sink_topics()
         runner = context.runner(plan, changelog_files, side_output_dir=self.side_dir)
@@ -65,4 +64,4 @@ class DeltaWritePath(ExecutionPath):
         return progress
 
     def after_commit(self) -> None:
-        shutil.rmtree(Path(self.side_dir).parent, ignore_errors=True)
+        storage.remove_tree(self.side_dir.rsplit("/", 1)[0])

@@ -33,16 +33,15 @@ Spark, and no row goes through Spark's Kafka source.
 
 from __future__ import annotations
 
-import shutil
 import threading
 import time
 from collections.abc import Callable, Collection
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from streamplatform import storage
 from streamplatform.runtime import delta_direct, kafka_input, kafka_output
 from streamplatform.runtime.batch_outputs import (
     Progress,
@@ -74,7 +73,7 @@ class DirectPath(ExecutionPath):
 
     def run(self, plan: BatchPlan, changelog_files: Any) -> Progress:
         context = self.context
-        shutil.rmtree(self.side_dir, ignore_errors=True)  # a crashed attempt's files
+        storage.remove_tree(self.side_dir)  # a crashed attempt's files
         started = time.monotonic()
         tasks = task_ranges(plan)
         runner = context.runner(plan, changelog_files)  # every row back in OUTPUT_ARROW
@@ -110,7 +109,7 @@ class DirectPath(ExecutionPath):
         return progress
 
     def after_commit(self) -> None:
-        shutil.rmtree(Path(self.side_dir).parent, ignore_errors=True)
+        storage.remove_tree(self.side_dir.rsplit("/", 1)[0])
 
     def _run_tasks(self, run: Callable[[Any], Any], tasks: int, here: int) -> pa.Table:
         """Run ``read_and_run``'s tasks 0 .. ``tasks`` - 1: the last ``here`` of them in this
