@@ -153,14 +153,27 @@ def test_a_table_that_would_forget_its_transaction_ids_is_refused(tmp_path):
 @pytest.mark.broker
 @pytest.mark.spark
 @pytest.mark.child_process
+@pytest.mark.parametrize("where", ["local", pytest.param("s3", marks=[pytest.mark.s3,
+                                                                     pytest.mark.slow])])
 def test_maintenance_between_batches_and_after_a_crash_keeps_re_runs_exactly_once(
-    spark, kafka_settings, source_topic, tmp_path, capsys
+    spark, kafka_settings, source_topic, tmp_path, capsys, monkeypatch, request, where
 ):
+    """On a local disk, and on the S3 server: there the job has its storage settings, and the
+    command line takes them from the standard AWS environment."""
     source, sent = source_topic
     app = f"maintain-{uuid.uuid4().hex[:6]}"
+    delta_root = f"{tmp_path}/delta"
+    storage_settings = {}
+    if where == "s3":
+        server = request.getfixturevalue("s3_server")
+        delta_root = f"s3://{server.bucket}/maintain-{uuid.uuid4().hex[:6]}"
+        storage_settings = server.settings
+        for variable, value in server.environment.items():
+            monkeypatch.setenv(variable, value)
     config = job_config(kafka_settings, tmp_path, app, source,
-                        **{"platform.max.records.per.batch": 10})  # 8 batches  # fmt: skip
-    app_root = f"{tmp_path}/delta/{app}"
+                        **{"platform.max.records.per.batch": 10,  # 8 batches
+                           "platform.delta.root": delta_root, **storage_settings})  # fmt: skip
+    app_root = f"{delta_root}/{app}"
     job = StreamingJob(dedup_topology(source, "deduplicated"), config, spark=spark,
                        delta_sinks=["deduplicated"])  # fmt: skip
     first = job.run(max_batches=3)
@@ -185,7 +198,7 @@ def test_maintenance_between_batches_and_after_a_crash_keeps_re_runs_exactly_onc
     assert child.returncode == -signal.SIGKILL, output[-3000:]
 
     # After the crash, from the command line.
-    assert cli.main(["maintain", "--application-id", app, "--delta-root", f"{tmp_path}/delta",
+    assert cli.main(["maintain", "--application-id", app, "--delta-root", delta_root,
                      "--min-changelog-files", "2"]) == 0  # fmt: skip
     after = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert after["snapshot_batch"] == 4 and after["tasks_snapshotted"] == 3

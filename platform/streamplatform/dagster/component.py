@@ -70,6 +70,9 @@ class ResourceModel(dg.Model):
         default_factory=SparkModel, description="master, conf, stop_after_run"
     )
     delta_root: str = ""
+    storage: dict[str, str] = Field(
+        default_factory=dict, description="platform.storage.s3.* settings of the Delta root"
+    )
     state_dir: str = ""
 
 
@@ -156,6 +159,7 @@ class StreamingJobComponent(dg.Component, dg.Model, dg.Resolvable):
                 spark=platform_pyspark(self.resource.spark.master, self.resource.spark.conf),
                 stop_spark_after_run=self.resource.spark.stop_after_run,
                 delta_root=self.resource.delta_root,
+                storage=self.resource.storage,
                 state_dir=self.resource.state_dir,
             )
         return streaming_definitions(

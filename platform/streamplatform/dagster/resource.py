@@ -28,6 +28,8 @@ import dagster as dg
 from dagster_pyspark import LazyPySparkResource
 from pydantic import Field, PrivateAttr
 
+from streamplatform import storage
+from streamplatform.config import ConfigError
 from streamplatform.home import data_dir
 from streamplatform.kafka import end_offsets
 from streamplatform.kafka.local_broker import default_data_dir, running_broker
@@ -101,6 +103,11 @@ class StreamplatformResource(dg.ConfigurableResource):
         default="", description="Every job's tables live under <delta_root>/<application.id>/. "
         "Empty: .data/delta. Shared storage on a cluster (s3a://..., abfss://...).",
     )  # fmt: skip
+    storage: dict[str, str] = Field(
+        default_factory=dict, description="The Delta root's storage settings for every job "
+        "(`platform.storage.s3.*`: endpoint, region, keys); each falls back to the standard "
+        "AWS environment variable (docs/cluster.md).",
+    )  # fmt: skip
     state_dir: str = Field(
         default="", description="Local state stores: <state_dir>/<application.id>/<task>/. "
         "Empty: resolved on each executor, STREAMPLATFORM_STATE_DIR or .data/state. A local "
@@ -141,8 +148,18 @@ class StreamplatformResource(dg.ConfigurableResource):
 
     def job_settings(self, job: StreamingJobSpec) -> dict[str, Any]:
         """``job``'s StreamsConfig settings on this Kafka, Delta root and state dir."""
-        return job.streams_settings(self.kafka_settings() | self.registry_settings(),
-                                    self.delta_root_path(), self.state_dir_path())  # fmt: skip
+        return job.streams_settings(
+            self.kafka_settings() | self.registry_settings() | self.storage_settings(),
+            self.delta_root_path(), self.state_dir_path(),
+        )  # fmt: skip
+
+    def storage_settings(self) -> dict[str, Any]:
+        """``storage``, checked: only ``platform.storage.*`` settings belong there."""
+        wrong = sorted(k for k in self.storage if not k.startswith("platform.storage."))
+        if wrong:
+            raise ConfigError(f"StreamplatformResource.storage: {', '.join(wrong)} are not "
+                              "storage settings (platform.storage.*)")  # fmt: skip
+        return dict(self.storage)
 
     def app_root(self, job: StreamingJobSpec) -> str:
         """Where ``job``'s tables live: ``<delta root>/<application.id>`` (its Delta sinks
@@ -165,6 +182,11 @@ class StreamplatformResource(dg.ConfigurableResource):
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
             self._session = self.spark.spark_session
             self._started_here = started_here
+            # Assets and checks read the jobs' tables: on object storage, with its settings.
+            root_settings = {"platform.delta.root": self.delta_root_path(),
+                             **self.storage_settings()}  # fmt: skip
+            storage.configure(root_settings)
+            storage.configure_spark(self._session, root_settings)
         return self._session
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from streamplatform import storage
 from streamplatform.config import StreamsConfig
 from streamplatform.dlq.inspect import mirror_path, read_mirror
 from streamplatform.dlq.ledger import PARK, REPUBLISH, Decision, Plan, ReplayLedger
@@ -109,6 +110,8 @@ class DlqReplayer:
         self.max_attempts = max_attempts
         root = self.config["platform.delta.root"] or str(data_dir() / "delta")
         self.app_root = f"{root.rstrip('/')}/{self.app}"
+        storage.configure(self.config)  # a root on object storage: its settings, both engines
+        storage.configure_spark(spark, self.config)
         self.mirror = mirror_path(root, self.app)
         self.ledger = ReplayLedger(spark, self.app_root, self.app)
         self.kafka = self.config.kafka_settings("producer")

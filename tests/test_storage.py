@@ -1,0 +1,121 @@
+"""The storage layer's settings and local files, without a server: one set of settings becomes
+delta-rs' options, pyarrow's filesystem and Spark's S3A settings; a wrong root or endpoint
+stops start-up naming the setting; secrets never show."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pytest
+
+from streamplatform import storage
+from streamplatform.config import ConfigError, StreamsConfig
+from streamplatform.spark import spark_conf
+
+GIVEN = {
+    "platform.delta.root": "s3://bucket/streams",
+    "platform.storage.s3.endpoint": "http://127.0.0.1:9000",
+    "platform.storage.s3.region": "eu-west-1",
+    "platform.storage.s3.access.key.id": "AKIA-TEST",
+    "platform.storage.s3.secret.access.key": "very-secret",
+}
+
+
+@pytest.fixture(autouse=True)
+def _no_aws_environment(monkeypatch):
+    for name in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_REGION",
+                 "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):  # fmt: skip
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_one_set_of_settings_reaches_all_three_engines_alike():
+    found = storage.s3_settings(StreamsConfig(GIVEN | {"application.id": "a"}))
+    assert found.delta_options() == {
+        "AWS_REGION": "eu-west-1", "AWS_ENDPOINT_URL": "http://127.0.0.1:9000",
+        "AWS_ALLOW_HTTP": "true", "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false",
+        "AWS_ACCESS_KEY_ID": "AKIA-TEST", "AWS_SECRET_ACCESS_KEY": "very-secret",
+    }  # fmt: skip
+    spark = storage.spark_settings(GIVEN)
+    assert spark["spark.hadoop.fs.s3a.endpoint"] == "http://127.0.0.1:9000"
+    assert spark["spark.hadoop.fs.s3a.path.style.access"] == "true"
+    assert spark["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "false"
+    assert spark["spark.hadoop.fs.s3a.access.key"] == "AKIA-TEST"
+    assert spark["spark.hadoop.fs.s3a.endpoint.region"] == "eu-west-1"
+    # s3:// in Spark is S3A too: the same URI names the same table in both engines.
+    assert spark["spark.hadoop.fs.s3.impl"] == "org.apache.hadoop.fs.s3a.S3AFileSystem"
+    filesystem = found.arrow_filesystem()
+    assert isinstance(filesystem, pafs.S3FileSystem) and filesystem.region == "eu-west-1"
+    assert storage.spark_settings({"platform.delta.root": "/data/delta"}) == {}
+
+
+def test_each_setting_falls_back_to_the_standard_aws_environment(monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "https://minio.example:9000")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "ap-south-1")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "from-env")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "env-secret")
+    found = storage.s3_settings({"platform.delta.root": "s3://b/x"})
+    assert (found.endpoint, found.region, found.access_key_id) == (
+        "https://minio.example:9000", "ap-south-1", "from-env")  # fmt: skip
+    assert found.path_style  # an endpoint of one's own: path-style unless told otherwise
+    assert found.delta_options()["AWS_ALLOW_HTTP"] == "false"
+    # A setting given wins over the environment; AWS itself gets virtual-hosted requests.
+    given = storage.s3_settings({"platform.storage.s3.access.key.id": "given",
+                                 "platform.storage.s3.path.style.access": False})  # fmt: skip
+    assert given.access_key_id == "given" and not given.path_style
+    # What the driver ships to executors: resolved here, whatever their environment.
+    assert storage.resolved_settings({})["platform.storage.s3.secret.access.key"] == "env-secret"
+
+
+def test_a_wrong_root_or_endpoint_stops_start_up_naming_the_setting():
+    with pytest.raises(ConfigError) as wrong:
+        StreamsConfig({"application.id": "a", "platform.delta.root": "hdfs://nn/streams",
+                       "platform.storage.s3.endpoint": "127.0.0.1:9000"})  # fmt: skip
+    message = str(wrong.value)
+    assert "platform.delta.root='hdfs://nn/streams'" in message and "hdfs://" in message
+    assert "platform.storage.s3.endpoint='127.0.0.1:9000'" in message and "http://" in message
+    with pytest.raises(ConfigError, match="no bucket"):
+        StreamsConfig({"application.id": "a", "platform.delta.root": "s3:///streams"})
+    for fine in ("/data/delta", "file:///data/delta", "s3a://b/x", "gs://b/x",
+                 "abfss://c@account.dfs.core.windows.net/x"):  # fmt: skip
+        StreamsConfig({"application.id": "a", "platform.delta.root": fine})
+
+
+def test_credentials_never_show():
+    config = StreamsConfig(
+        GIVEN | {"application.id": "a", "platform.storage.s3.session.token": "token-123"}
+    )
+    shown = repr(config) + repr(storage.s3_settings(config))
+    assert "very-secret" not in shown and "token-123" not in shown
+    assert "AKIA-TEST" not in repr(storage.s3_settings(config))
+
+
+def test_the_s3_jars_are_referenced_in_place_not_copied():
+    jars = spark_conf("local[1]")["spark.jars"].split(",")
+    s3 = [jar for jar in jars if "hadoop-aws" in jar or "bundle-" in jar]
+    if not s3:
+        pytest.skip("the S3A jars are not fetched (.jvm/s3: make setup)")
+    assert all(jar.startswith("local:") for jar in s3), s3
+
+
+def test_local_files_are_written_whole_listed_and_removed(tmp_path):
+    directory = str(tmp_path / "run" / "side")
+    storage.write_file(f"{directory}/0_1.arrow", lambda sink: sink.write(b"x" * 10))
+
+    def fail(sink):
+        sink.write(b"half")
+        raise RuntimeError("killed half-way")
+
+    with pytest.raises(RuntimeError):
+        storage.write_file(f"{directory}/0_2.arrow", fail)
+    assert storage.list_files(directory, ".arrow") == [f"{directory}/0_1.arrow"]  # no half
+    assert list((tmp_path / "run" / "side").iterdir()) == [tmp_path / "run" / "side" / "0_1.arrow"]
+    table = pa.table({"n": [1, 2]})
+    storage.write_file(
+        f"{directory}/0_3.parquet",
+        lambda sink: __import__("pyarrow.parquet").parquet.write_table(table, sink),
+    )
+    assert storage.read_parquet(f"{directory}/0_3.parquet").equals(table)
+    assert storage.list_directories(str(tmp_path)) == ["run"]
+    storage.remove_tree(str(tmp_path / "run"))
+    storage.remove_tree(str(tmp_path / "run"))  # gone already: nothing happens
+    assert storage.list_files(directory, ".arrow") == []
