@@ -24,18 +24,21 @@ its process started do. Here:
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import psutil
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -197,6 +200,29 @@ def log_tail(path: Path, lines: int = 30) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no output)"
+
+
+def record_state(path: Path, state: Any) -> None:
+    """Write a server's state (a dataclass) to ``path`` as JSON, whole or not at all: a process
+    reading it meanwhile sees the old file or the new one."""
+    partial = path.with_name(f"{path.name}.partial")
+    partial.write_text(json.dumps(asdict(state)))
+    partial.replace(path)
+
+
+def recorded_state(path: Path, kind: type[T]) -> T | None:
+    """The state recorded in ``path`` as a ``kind``; None when none (or an unreadable one) is."""
+    try:
+        return kind(**json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def runs_with_marker(pid: int, started: str, marker: str) -> bool:
+    """True when process ``pid`` still runs (not a zombie), is the one that was started (its
+    start mark: not a later process given the same pid), and has ``marker`` in its command
+    line (the server of one data directory)."""
+    return is_running(pid, started) and marker in command_line(pid)
 
 
 class LocalServer:

@@ -214,6 +214,22 @@ CRASHING_RUN = textwrap.dedent("""
     print("finished without crashing")
 """)
 
+# A driver process (the two-driver tests) running the dedup job to the end; exit 3 when its claim is refused.
+DRIVER = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {tests!r})
+    from runtime.support import dedup_topology
+    from streamplatform import JobClaimedError
+    from streamplatform.runtime.microbatch import StreamingJob
+    try:
+        StreamingJob(dedup_topology({source!r}, "deduplicated"), {config!r},
+                     delta_sinks=["deduplicated"]).run_until_caught_up()
+    except JobClaimedError as error:
+        print("REFUSED", error)
+        sys.exit(3)
+    print("FINISHED")
+""")
+
 # The same for the join job (support.join_topology) over {transactions} and {rates}.
 JOIN_CRASHING_RUN = textwrap.dedent("""
     import sys

@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 import uuid
 from pathlib import Path
@@ -27,6 +26,7 @@ from streamplatform.runtime.logs import OffsetLog
 
 from .support import (
     CRASHING_RUN,
+    DRIVER,
     JOIN_CRASHING_RUN,
     PARTITIONS,
     RECORDS,
@@ -43,22 +43,6 @@ from .support import (
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark]
 TESTS = os.path.dirname(os.path.dirname(__file__))
-
-# A driver process running the dedup job to the end; exit 3 when its claim is refused.
-DRIVER = textwrap.dedent("""
-    import sys
-    sys.path.insert(0, {tests!r})
-    from runtime.support import dedup_topology
-    from streamplatform import JobClaimedError
-    from streamplatform.runtime.microbatch import StreamingJob
-    try:
-        StreamingJob(dedup_topology({source!r}, "deduplicated"), {config!r},
-                     delta_sinks=["deduplicated"]).run_until_caught_up()
-    except JobClaimedError as error:
-        print("REFUSED", error)
-        sys.exit(3)
-    print("FINISHED")
-""")
 
 
 def _dedup_job(spark, config, source):

@@ -153,8 +153,9 @@ def test_a_table_that_would_forget_its_transaction_ids_is_refused(tmp_path):
 @pytest.mark.broker
 @pytest.mark.spark
 @pytest.mark.child_process
-@pytest.mark.parametrize("where", ["local", pytest.param("s3", marks=[pytest.mark.s3,
-                                                                     pytest.mark.slow])])
+@pytest.mark.parametrize(
+    "where", ["local", pytest.param("s3", marks=[pytest.mark.s3, pytest.mark.slow])]
+)
 def test_maintenance_between_batches_and_after_a_crash_keeps_re_runs_exactly_once(
     spark, kafka_settings, source_topic, tmp_path, capsys, monkeypatch, request, where
 ):

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from streamplatform import storage
 from streamplatform.local_cluster import LocalCluster, free_port
 from streamplatform.runtime.microbatch import StreamingJob
 
@@ -133,8 +134,11 @@ def root(request, tmp_path) -> dict:
     if request.param == "local":
         return {"platform.delta.root": str(tmp_path / "delta")}
     server = request.getfixturevalue("s3_server")
-    return {"platform.delta.root": f"s3://{server.bucket}/cluster-{uuid.uuid4().hex[:6]}",
-            **server.settings}  # fmt: skip
+    settings = {"platform.delta.root": f"s3://{server.bucket}/cluster-{uuid.uuid4().hex[:6]}",
+                **server.settings}  # fmt: skip
+    # This process reads the tables the cluster's driver wrote: its session needs S3A too.
+    storage.configure_spark(request.getfixturevalue("spark"), settings)
+    return settings
 
 
 @pytest.mark.cluster

@@ -10,7 +10,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 import uuid
@@ -24,6 +23,7 @@ from streamplatform.runtime.microbatch import StreamingJob
 
 from .support import (
     CRASHING_RUN,
+    DRIVER,
     RECORDS,
     dedup_topology,
     delta_rows,
@@ -108,7 +108,12 @@ def test_two_writers_of_one_table_version_on_s3_never_both_commit(s3_storage):
 @pytest.mark.spark
 @pytest.mark.parametrize(
     ("overrides", "paths"),
-    [({}, {"direct-driver"}), (SPILLED, {"direct-spilled"}), (SPARK_WRITES, {"delta-write"})],
+    [
+        ({}, {"direct-driver"}),
+        # ~25 s each: make test keeps the default path on S3, make test-all runs these too.
+        pytest.param(SPILLED, {"direct-spilled"}, marks=pytest.mark.slow),
+        pytest.param(SPARK_WRITES, {"delta-write"}, marks=pytest.mark.slow),
+    ],
     ids=["direct", "spilled", "spark-writes"],
 )
 def test_the_dedup_job_on_an_s3_root_equals_the_test_driver_and_restores_from_it(
@@ -149,6 +154,51 @@ def test_the_dedup_job_on_an_s3_root_equals_the_test_driver_and_restores_from_it
     # Side files of committed batches are gone; nothing of the job went to the local disk.
     assert not [key for key in keys if "/_staging/" in key and "/side/" in key]
     assert not (tmp_path / "delta").exists()
+
+
+@pytest.mark.broker
+@pytest.mark.spark
+@pytest.mark.slow  # ~20 s
+def test_a_spill_file_missing_on_s3_fails_the_batch_uncommitted_and_the_re_run_loses_nothing(
+    spark, kafka_settings, s3_server, source_topic, tmp_path, monkeypatch
+):
+    """Task 0_2's spill file (its sink rows too) is deleted from the bucket before the driver
+    lists the files: the batch fails with nothing committed or appended, and runs again."""
+    from streamplatform import MissingTaskOutputs
+    from streamplatform.runtime.paths import direct
+
+    source, sent = source_topic
+    app = f"s3-lost-{uuid.uuid4().hex[:6]}"
+    config = s3_job_config(kafka_settings, s3_server, tmp_path, app, source, **SPILLED)
+    root = config["platform.delta.root"]
+    job = StreamingJob(dedup_topology(source, "deduplicated"), config, spark=spark,
+                       delta_sinks=["deduplicated"])  # fmt: skip
+    read_side_files = direct.read_side_files
+    lost = []
+
+    def lose_task_0_2(directory):
+        for file in storage.list_files(directory, ".arrow"):
+            if file.rsplit("/", 1)[1].startswith("0_2."):
+                fs, path = storage.filesystem(file)
+                fs.delete_file(path)
+                lost.append(file.rsplit("/", 1)[1])
+        return read_side_files(directory)
+
+    monkeypatch.setattr(direct, "read_side_files", lose_task_0_2)
+    with pytest.raises(MissingTaskOutputs, match="task 0_2 had records"):
+        job.run_batch()
+    assert lost == ["0_2.arrow"]
+    assert job.commit_log.last() is None  # nothing committed as consumed
+    for table in ("deduplicated", "_dlq", "_changelog"):  # nor any of the outputs
+        assert not delta_direct.is_table(f"{root}/{app}/{table}")
+
+    monkeypatch.setattr(direct, "read_side_files", read_side_files)
+    results = job.run_until_caught_up()
+    job.close()
+    assert results[0].batch_id == 0 and results[0].replayed
+    rows = delta_rows(spark, f"{root}/{app}/deduplicated")
+    assert sorted((k, v) for _, _, k, v in rows) == expected_with_the_test_driver(source, sent)
+    assert len({(p, o) for p, o, _, _ in rows}) == len(rows)
 
 
 # --- crashes and a second driver with the root on S3 -------------------------------------
@@ -201,23 +251,6 @@ def test_a_job_on_an_s3_root_killed_at_any_step_resumes_to_the_clean_output(
     assert len({(p, o) for p, o, _, _ in rows}) == len(rows)
     dlq = spark.read.format("delta").load(f"{root}/{app}/_dlq").collect()
     assert sorted(r.value for r in dlq) == [b"{poison"] * 3
-
-
-# A driver of the dedup job to its end; exit 3 when its claim is refused.
-DRIVER = textwrap.dedent("""
-    import sys
-    sys.path.insert(0, {tests!r})
-    from runtime.support import dedup_topology
-    from streamplatform import JobClaimedError
-    from streamplatform.runtime.microbatch import StreamingJob
-    try:
-        StreamingJob(dedup_topology({source!r}, "deduplicated"), {config!r},
-                     delta_sinks=["deduplicated"]).run_until_caught_up()
-    except JobClaimedError as error:
-        print("REFUSED", error)
-        sys.exit(3)
-    print("FINISHED")
-""")
 
 
 @pytest.mark.broker

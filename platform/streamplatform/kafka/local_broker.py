@@ -36,6 +36,7 @@ from streamplatform.processes import (
     is_running,
     log_tail,
     reap,
+    recorded_state,
     stop_group,
 )
 
@@ -107,11 +108,7 @@ def _is_our_broker(pid: int, directory: Path) -> bool:
 
 def read_state(directory: Path | None = None) -> BrokerState | None:
     """The broker recorded in ``directory``, or None when none is recorded."""
-    path = (directory or default_data_dir()) / STATE_FILE
-    try:
-        return BrokerState(**json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError):
-        return None
+    return recorded_state((directory or default_data_dir()) / STATE_FILE, BrokerState)
 
 
 def running_broker(directory: Path | None = None) -> BrokerState | None:

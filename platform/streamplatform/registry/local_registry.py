@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import logging
 import os
 import re
@@ -41,17 +40,18 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from streamplatform.home import data_dir, jvm_dir, project_home
 from streamplatform.kafka.local_broker import _free_port
 from streamplatform.processes import (
     LocalServer,
-    command_line,
-    is_running,
     log_tail,
     reap,
+    record_state,
+    recorded_state,
+    runs_with_marker,
     start_mark,
     stop_group,
 )
@@ -225,18 +225,12 @@ def _is_our_registry(state: RegistryState, directory: Path) -> bool:
     """True when the recorded process still runs (not a zombie), is the one that was started
     (same start mark: not a later process given the same pid), and is the registry JVM of
     ``directory``."""
-    return is_running(state.pid, state.started) and (
-        f"{_MARKER}{directory}" in command_line(state.pid)
-    )
+    return runs_with_marker(state.pid, state.started, f"{_MARKER}{directory}")
 
 
 def read_state(directory: Path | None = None) -> RegistryState | None:
     """The registry recorded in ``directory``, or None when none is recorded."""
-    path = (directory or default_data_dir()) / STATE_FILE
-    try:
-        return RegistryState(**json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError):
-        return None
+    return recorded_state((directory or default_data_dir()) / STATE_FILE, RegistryState)
 
 
 def running_registry(directory: Path | None = None) -> RegistryState | None:
@@ -419,9 +413,7 @@ class LocalRegistry(LocalServer):
             data_dir=str(self.directory),
             cds_partial=cds_partial,
         )
-        partial = self.directory / f"{STATE_FILE}.partial"
-        partial.write_text(json.dumps(asdict(self.state)))
-        partial.replace(self.directory / STATE_FILE)
+        record_state(self.directory / STATE_FILE, self.state)
         try:
             self._wait_ready()
         except BaseException:

@@ -23,7 +23,6 @@ starts empty (a fresh bucket). That suits tests and demos; it is not a store to 
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -34,7 +33,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,10 +41,11 @@ from streamplatform.home import data_dir
 from streamplatform.kafka.local_broker import _free_port
 from streamplatform.processes import (
     LocalServer,
-    command_line,
-    is_running,
     log_tail,
     reap,
+    record_state,
+    recorded_state,
+    runs_with_marker,
     start_mark,
     stop_group,
 )
@@ -160,9 +160,7 @@ class LocalS3(LocalServer):
             port=port,
             data_dir=str(self.directory),
         )
-        partial = self.directory / f"{STATE_FILE}.partial"
-        partial.write_text(json.dumps(asdict(self.state)))
-        partial.replace(self.directory / STATE_FILE)
+        record_state(self.directory / STATE_FILE, self.state)
         try:
             self._wait_ready()
             for bucket in self.buckets:
@@ -217,17 +215,11 @@ class LocalS3(LocalServer):
 
 
 def _is_our_server(state: S3State, directory: Path) -> bool:
-    return is_running(state.pid, state.started) and (
-        f"{_MARKER}{directory}" in command_line(state.pid)
-    )
+    return runs_with_marker(state.pid, state.started, f"{_MARKER}{directory}")
 
 
 def read_state(directory: Path | None = None) -> S3State | None:
-    path = (directory or default_data_dir()) / STATE_FILE
-    try:
-        return S3State(**json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError):
-        return None
+    return recorded_state((directory or default_data_dir()) / STATE_FILE, S3State)
 
 
 def running_s3(directory: Path | None = None) -> S3State | None:
