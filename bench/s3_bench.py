@@ -12,7 +12,8 @@ by Spark through S3A. Both run once on other data first (``--warmup-records``, d
 
 Prints records/s of each (median, spread), the ratio local / S3, the execution path each took,
 where the time of a run goes (the batch's phases from its metrics: planning, the tasks and
-their spill files, the Delta appends, the commit; summed over batches, medians over runs),
+their spill files, fetching and reading those files in the driver, the Delta appends, the
+commit; summed over batches, medians over runs; the rest of a run is outside the batch),
 and the CPU seconds the S3 server spent per S3 run (its process, from psutil): on a machine
 of 2 cores the server competes with the tasks, so the ratio is the price of this server
 here, not of S3.
@@ -40,7 +41,7 @@ from streamplatform.kafka import LocalBroker, TopicSpec, create_topics  # noqa: 
 from streamplatform.spark import spark_session  # noqa: E402
 from streamplatform.storage.local_s3 import LocalS3  # noqa: E402
 
-PHASES = ("plan_ms", "tasks_and_sink_ms", "writes_ms", "commit_ms")
+PHASES = ("plan_ms", "tasks_and_sink_ms", "side_files_ms", "writes_ms", "commit_ms")
 
 
 def run(spark, settings, topic, tmp: Path, records: int, name: str, root: dict) -> dict:
@@ -54,6 +55,7 @@ def run(spark, settings, topic, tmp: Path, records: int, name: str, root: dict) 
     table = f"{config['platform.delta.root']}/{name}/deduplicated"
     rows = spark.read.format("delta").load(table).count()
     phases = {p: sum(r.metrics.get(p, 0) for r in results) / 1000 for p in PHASES}
+    phases["batch total"] = sum(r.duration_ms for r in results) / 1000
     return {"seconds": seconds, "rows": rows, "paths": paths_of(results), "phases": phases}
 
 
@@ -104,7 +106,8 @@ def main() -> None:
         print(f"{where:5s} root: {n / median:>9,.0f} records/s ({median:.1f} s, runs "
               f"{min(seconds):.1f}-{max(seconds):.1f} s; {counts} rows; path "
               f"{', '.join(paths)})")  # fmt: skip
-        phases = {p: statistics.median(r["phases"][p] for r in runs[where]) for p in PHASES}
+        phases = {p: statistics.median(r["phases"][p] for r in runs[where])
+                  for p in (*PHASES, "batch total")}  # fmt: skip
         print("        where the time goes: " + ", ".join(
             f"{p.removesuffix('_ms')} {s:.1f} s" for p, s in phases.items()))  # fmt: skip
     local = statistics.median(r["seconds"] for r in runs["local"])

@@ -165,7 +165,6 @@ def test_a_spill_file_missing_on_s3_fails_the_batch_uncommitted_and_the_re_run_l
     """Task 0_2's spill file (its sink rows too) is deleted from the bucket before the driver
     lists the files: the batch fails with nothing committed or appended, and runs again."""
     from streamplatform import MissingTaskOutputs
-    from streamplatform.runtime.paths import direct
 
     source, sent = source_topic
     app = f"s3-lost-{uuid.uuid4().hex[:6]}"
@@ -173,18 +172,18 @@ def test_a_spill_file_missing_on_s3_fails_the_batch_uncommitted_and_the_re_run_l
     root = config["platform.delta.root"]
     job = StreamingJob(dedup_topology(source, "deduplicated"), config, spark=spark,
                        delta_sinks=["deduplicated"])  # fmt: skip
-    read_side_files = direct.read_side_files
+    local_copy = storage.local_copy
     lost = []
 
-    def lose_task_0_2(directory):
+    def lose_task_0_2(directory):  # before the driver fetches the files
         for file in storage.list_files(directory, ".arrow"):
             if file.rsplit("/", 1)[1].startswith("0_2."):
                 fs, path = storage.filesystem(file)
                 fs.delete_file(path)
                 lost.append(file.rsplit("/", 1)[1])
-        return read_side_files(directory)
+        return local_copy(directory)
 
-    monkeypatch.setattr(direct, "read_side_files", lose_task_0_2)
+    monkeypatch.setattr(storage, "local_copy", lose_task_0_2)
     with pytest.raises(MissingTaskOutputs, match="task 0_2 had records"):
         job.run_batch()
     assert lost == ["0_2.arrow"]
@@ -192,7 +191,7 @@ def test_a_spill_file_missing_on_s3_fails_the_batch_uncommitted_and_the_re_run_l
     for table in ("deduplicated", "_dlq", "_changelog"):  # nor any of the outputs
         assert not delta_direct.is_table(f"{root}/{app}/{table}")
 
-    monkeypatch.setattr(direct, "read_side_files", read_side_files)
+    monkeypatch.setattr(storage, "local_copy", local_copy)
     results = job.run_until_caught_up()
     job.close()
     assert results[0].batch_id == 0 and results[0].replayed

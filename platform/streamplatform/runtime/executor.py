@@ -485,8 +485,12 @@ def _spill(rows: Iterable[pa.RecordBatch], directory: str, task: str) -> None:
     a local disk under a temporary name of its own, as a speculative copy of the task may
     write beside it; on object storage as one upload)."""
 
+    # Over the network (object storage) the bytes cost more than LZ4's CPU; on a local disk
+    # the file is read back from the page cache, and uncompressed is faster.
+    options = None if storage.is_local(directory) else pa.ipc.IpcWriteOptions(compression="lz4")
+
     def write(sink: Any) -> None:
-        with pa.ipc.new_file(sink, OUTPUT_ARROW) as writer:
+        with pa.ipc.new_file(sink, OUTPUT_ARROW, options=options) as writer:
             for batch in rows:
                 writer.write_batch(batch)
 

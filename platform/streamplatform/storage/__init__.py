@@ -22,8 +22,10 @@ the many places that read or write a path need only the path.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -333,6 +335,25 @@ def write_file(uri: str, write: Callable[[Any], None]) -> None:
     finally:
         if os.path.exists(partial):
             os.remove(partial)
+
+
+@contextlib.contextmanager
+def local_copy(directory: str) -> Iterator[str]:
+    """``directory`` as a local directory to read: itself when it is local; else its files
+    downloaded once (in parallel) into a temporary directory, removed afterwards. A reader
+    that goes over the files twice (the driver's check of the tasks' reports, then the sink
+    append) then fetches each object once."""
+    if is_local(directory):
+        yield directory
+        return
+    import pyarrow.fs as pafs
+
+    with tempfile.TemporaryDirectory(prefix="streamplatform-side-") as local:
+        fs, path = filesystem(directory)
+        if list_files(directory, ""):
+            pafs.copy_files(path, local, source_filesystem=fs,
+                            destination_filesystem=pafs.LocalFileSystem())  # fmt: skip
+        yield local
 
 
 def open_input(uri: str) -> Any:
