@@ -119,3 +119,34 @@ def test_local_files_are_written_whole_listed_and_removed(tmp_path):
     storage.remove_tree(str(tmp_path / "run"))
     storage.remove_tree(str(tmp_path / "run"))  # gone already: nothing happens
     assert storage.list_files(directory, ".arrow") == []
+
+
+def test_storage_settings_mean_the_same_from_python_the_cli_and_dagster(monkeypatch):
+    from streamplatform.dagster import StreamingJobSpec, StreamplatformResource
+    from tests.runtime.support import dedup_topology
+
+    python = StreamsConfig(GIVEN | {"application.id": "a",
+                                    "platform.storage.s3.path.style.access": True})  # fmt: skip
+    cli = StreamsConfig(dict(setting.split("=", 1) for setting in [
+        "application.id=a", "platform.delta.root=s3://bucket/streams",
+        "platform.storage.s3.endpoint=http://127.0.0.1:9000",
+        "platform.storage.s3.region=eu-west-1", "platform.storage.s3.access.key.id=AKIA-TEST",
+        "platform.storage.s3.secret.access.key=very-secret",
+        "platform.storage.s3.path.style.access=true",
+    ]))  # fmt: skip
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "broker:9092")
+    resource = StreamplatformResource(
+        delta_root="s3://bucket/streams",
+        storage={k: str(v) for k, v in GIVEN.items() if k.startswith("platform.storage.")}
+        | {"platform.storage.s3.path.style.access": "true"},
+    )  # fmt: skip
+    spec = StreamingJobSpec(name="a", topology=lambda: dedup_topology("in", "out"))
+    dagster = StreamsConfig(resource.job_settings(spec))
+    assert dagster["platform.delta.root"] == "s3://bucket/streams"
+    made = [storage.s3_settings(config) for config in (python, cli, dagster)]
+    assert made[0] == made[1] == made[2]
+    assert [storage.spark_settings(c) for c in (cli, dagster)] == [
+        storage.spark_settings(python)
+    ] * 2
+    with pytest.raises(ConfigError, match="spark.master"):
+        StreamplatformResource(storage={"spark.master": "local"}).storage_settings()

@@ -169,7 +169,7 @@ class StreamingJob:
         self.planner = Planner(self.context, self.group_offsets)
         self.replay = ReplayPolicy(self.context, self.offset_log, self.commit_log,
                                    self.group_offsets)  # fmt: skip
-        self.standby_sync = StandbySync(topology, self.app, BATCH_MARKER, self.config.to_dict())
+        self.standby_sync = StandbySync(topology, self.app, BATCH_MARKER, self.context.settings)
         self.keep_standbys_warm = True
         # The changelog's files (one per task and batch, read from the Delta log) would be
         # shipped to every task, and only a task whose local state is behind needs them: they

@@ -112,7 +112,7 @@ class StandbySync:
         self.topology = topology
         self.application_id = application_id
         self.marker = marker
-        # The job's settings (StreamsConfig.to_dict()): the copies' stores open with the
+        # The job's settings (JobContext.settings): the copies' stores open with the
         # RocksDB options the tasks' do (rocksdb.config.setter, platform.rocksdb.*), as the
         # last store opened in a process sets its shared cache's size.
         self.settings = dict(settings or {})
@@ -132,10 +132,12 @@ class StandbySync:
         work = [(task, root, list(files.get(task, []))) for task, root in copies]
 
         def replay_copy(item: tuple[str, str, list[ChangelogFile]]) -> int:
+            from streamplatform import storage
             from streamplatform.config import StreamsConfig
             from streamplatform.runtime.changelog import replay
             from streamplatform.state.rocks import TaskStoreOptions
 
+            storage.configure(settings)  # the changelog's files may be on object storage
             task, root, task_files = item
             directory = Path(root) / app / task
             options = TaskStoreOptions(StreamsConfig(settings))
