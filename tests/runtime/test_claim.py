@@ -157,6 +157,7 @@ def test_a_process_that_exits_holding_a_claim_stops_its_heartbeat_first(tmp_path
 def test_two_drivers_claiming_at_once_get_one_claim(claim_root):
     delta_direct.create_table(f"{claim_root}/c", ROW)
     outcomes: list[str] = []
+    winners: list[JobClaim] = []
     barrier = threading.Barrier(4)
 
     def contend() -> None:
@@ -165,6 +166,7 @@ def test_two_drivers_claiming_at_once_get_one_claim(claim_root):
         try:
             contender.acquire()
             outcomes.append("won")
+            winners.append(contender)
         except JobClaimedError:
             outcomes.append("refused")
 
@@ -173,8 +175,12 @@ def test_two_drivers_claiming_at_once_get_one_claim(claim_root):
         thread.start()
     for thread in threads:
         thread.join()
-    assert sorted(outcomes) == ["refused"] * 3 + ["won"]
-    assert delta_direct.open_table(f"{claim_root}/c").transaction_version("app-epoch") == 1
+    try:
+        assert sorted(outcomes) == ["refused"] * 3 + ["won"]
+        assert delta_direct.open_table(f"{claim_root}/c").transaction_version("app-epoch") == 1
+    finally:
+        for winner in winners:  # its heartbeat would outlive the test (and the S3 server)
+            winner.release()
 
 
 def test_a_commit_log_append_goes_through_the_claim(claim_root):
