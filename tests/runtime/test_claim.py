@@ -22,8 +22,22 @@ from streamplatform.runtime.logs import COMMITS_SCHEMA, CommitLog
 ROW = pa.schema([("batch_id", pa.int64())])
 
 
+_MADE: list[JobClaim] = []
+
+
 def claim(path, **options) -> JobClaim:
-    return JobClaim(str(path), "app", ROW, **options)
+    made = JobClaim(str(path), "app", ROW, **options)
+    _MADE.append(made)
+    return made
+
+
+@pytest.fixture(autouse=True)
+def _release_every_claim():
+    """A claim a test leaves held keeps its heartbeat going: past the test, and on S3 past the
+    run's S3 server, whose absence it would retry for minutes at exit."""
+    yield
+    while _MADE:
+        _MADE.pop().release()
 
 
 def append(holder: JobClaim, batch_id: int) -> None:
