@@ -55,7 +55,8 @@ def claim_root(request, tmp_path) -> str:
     if request.param == "local":
         return str(tmp_path)
     server = request.getfixturevalue("s3_server")
-    root = f"s3://{server.bucket}/claims-{uuid.uuid4().hex[:8]}"
+    # s3a://, as Hadoop users write it (the job tests use s3://): the same bucket to delta-rs.
+    root = f"s3a://{server.bucket}/claims-{uuid.uuid4().hex[:8]}"
     storage.configure({"platform.delta.root": root, **server.settings})
     return root
 
