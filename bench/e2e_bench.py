@@ -42,8 +42,9 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from streamplatform import StreamingJob, StreamsBuilder, Topology
 from streamplatform.kafka import LocalBroker, TopicSpec, create_topics, producer
@@ -74,13 +75,25 @@ def bench_records(records: int, seed: int = 5) -> Iterator[tuple[str, str, int]]
         yield key, json.dumps({"id": tx_id, "amount": index % 997}), timestamp
 
 
-def produce(settings: dict, topic: str, records: int, seed: int = 5) -> None:
+def produce_all(settings: dict, records: Iterable[tuple[str, Any, Any, int]]) -> None:
+    """``(topic, key, value, timestamp)`` records through one batching producer, waiting out a
+    full local queue; every record acknowledged at the end."""
     out = producer(settings, **{"linger.ms": 50, "batch.size": 1_000_000})
-    for index, (key, value, timestamp) in enumerate(bench_records(records, seed)):
-        out.produce(topic, key=key, value=value, timestamp=timestamp)
+    for index, (topic, key, value, timestamp) in enumerate(records):
+        while True:
+            try:
+                out.produce(topic, key=key, value=value, timestamp=timestamp)
+                break
+            except BufferError:  # the local queue is full: let deliveries drain it
+                out.poll(0.1)
         if index % 20_000 == 0:
             out.poll(0)
     assert out.flush(120) == 0
+
+
+def produce(settings: dict, topic: str, records: int, seed: int = 5) -> None:
+    produce_all(settings, ((topic, key, value, timestamp)
+                           for key, value, timestamp in bench_records(records, seed)))  # fmt: skip
 
 
 def dedup_topology(topic: str, sink: str = "deduplicated") -> Topology:

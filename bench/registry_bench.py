@@ -54,11 +54,12 @@ from e2e_bench import (  # noqa: E402
     kafka_stream,
     paths_of,
     produce,
+    produce_all,
     run_to_the_end,
 )
 
 from streamplatform import StreamingJob, StreamsBuilder, Topology  # noqa: E402
-from streamplatform.kafka import LocalBroker, TopicSpec, create_topics, producer  # noqa: E402
+from streamplatform.kafka import LocalBroker, TopicSpec, create_topics  # noqa: E402
 from streamplatform.registry.local_registry import (  # noqa: E402
     LocalRegistry,
     NoSuitableJava,
@@ -131,19 +132,9 @@ def produce_avro(settings: dict, registry_url: str, topic: str, records: int, se
     """bench_records (same keys, ids, amounts, timestamps as e2e_bench's ``produce``) into
     ``topic`` as Avro in Confluent's wire format."""
     encode = avro_encoder(registry_url, topic)
-    out = producer(settings, **{"linger.ms": 50, "batch.size": 1_000_000})
     loads = json.loads
-    for index, (key, value, timestamp) in enumerate(bench_records(records, seed)):
-        data = encode(loads(value))
-        while True:
-            try:
-                out.produce(topic, key=key, value=data, timestamp=timestamp)
-                break
-            except BufferError:  # the local queue is full: let deliveries drain it
-                out.poll(0.1)
-        if index % 20_000 == 0:
-            out.poll(0)
-    assert out.flush(120) == 0
+    produce_all(settings, ((topic, key, encode(loads(value)), timestamp)
+                           for key, value, timestamp in bench_records(records, seed)))  # fmt: skip
 
 
 def run_ours(spark, settings, registry_url, which, topic, tmp: Path, cap: int, name: str):

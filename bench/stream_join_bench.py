@@ -36,11 +36,12 @@ from e2e_bench import (  # noqa: E402
     job_config,
     kafka_stream,
     print_ratio,
+    produce_all,
     run_to_the_end,
 )
 
 from streamplatform import JoinWindows, StreamingJob, StreamsBuilder  # noqa: E402
-from streamplatform.kafka import LocalBroker, TopicSpec, create_topics, producer  # noqa: E402
+from streamplatform.kafka import LocalBroker, TopicSpec, create_topics  # noqa: E402
 from streamplatform.serdes import Serdes  # noqa: E402
 from streamplatform.spark import spark_session  # noqa: E402
 
@@ -81,17 +82,9 @@ def events(records: int, seed: int) -> list[tuple[int, int, str, str, bytes]]:
 
 def produce(settings: dict, prefix: str, records: int, seed: int) -> None:
     """``records`` records into ``{prefix}orders`` and ``{prefix}payments``."""
-    out = producer(settings, **{"linger.ms": 50, "batch.size": 1_000_000})
-    for index, (_, timestamp, topic, key, value) in enumerate(events(records, seed)):
-        while True:
-            try:
-                out.produce(prefix + topic, key=key, value=value, timestamp=timestamp)
-                break
-            except BufferError:  # the local queue is full: let deliveries drain it
-                out.poll(0.1)
-        if index % 20_000 == 0:
-            out.poll(0)
-    assert out.flush(120) == 0
+    records_out = events(records, seed)
+    produce_all(settings, ((prefix + topic, key, value, timestamp)
+                           for _, timestamp, topic, key, value in records_out))  # fmt: skip
 
 
 def topology(prefix: str):

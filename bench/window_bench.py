@@ -27,10 +27,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from e2e_bench import PARTITIONS, job_config, kafka_stream, print_ratio, run_to_the_end  # noqa: E402
+from e2e_bench import (  # noqa: E402
+    PARTITIONS,
+    job_config,
+    kafka_stream,
+    print_ratio,
+    produce_all,
+    run_to_the_end,
+)
 
 from streamplatform import EmitStrategy, StreamingJob, StreamsBuilder, TimeWindows  # noqa: E402
-from streamplatform.kafka import LocalBroker, TopicSpec, create_topics, producer  # noqa: E402
+from streamplatform.kafka import LocalBroker, TopicSpec, create_topics  # noqa: E402
 from streamplatform.serdes import Serdes  # noqa: E402
 from streamplatform.spark import spark_session  # noqa: E402
 
@@ -42,22 +49,16 @@ def produce(settings: dict, topic: str, records: int, keys: int, seed: int) -> N
     import random
 
     rng = random.Random(seed)
-    out = producer(settings, **{"linger.ms": 50, "batch.size": 1_000_000})
     start = 1_767_225_600_000
-    for index in range(records):
-        timestamp = start + index * 10
-        if rng.random() < 0.03:
-            timestamp -= rng.randrange(GRACE_MS // 2)  # out of order, within the grace
-        key = f"user-{rng.randrange(keys):05d}"
-        while True:
-            try:
-                out.produce(topic, key=key, value=b'{"page": "/home"}', timestamp=timestamp)
-                break
-            except BufferError:  # the local queue is full: let deliveries drain it
-                out.poll(0.1)
-        if index % 20_000 == 0:
-            out.poll(0)
-    assert out.flush(120) == 0
+
+    def views():
+        for index in range(records):
+            timestamp = start + index * 10
+            if rng.random() < 0.03:
+                timestamp -= rng.randrange(GRACE_MS // 2)  # out of order, within the grace
+            yield topic, f"user-{rng.randrange(keys):05d}", b'{"page": "/home"}', timestamp
+
+    produce_all(settings, views())
 
 
 def topology(topic: str):
