@@ -185,7 +185,6 @@ class StreamplatformResource(dg.ConfigurableResource):
             # Assets and checks read the jobs' tables: on object storage, with its settings.
             root_settings = {"platform.delta.root": self.delta_root_path(),
                              **self.storage_settings()}  # fmt: skip
-            storage.configure(root_settings)
             storage.configure_spark(self._session, root_settings)
         return self._session
 

@@ -110,8 +110,7 @@ class DlqReplayer:
         self.max_attempts = max_attempts
         root = self.config["platform.delta.root"] or str(data_dir() / "delta")
         self.app_root = f"{root.rstrip('/')}/{self.app}"
-        storage.configure(self.config)  # a root on object storage: its settings, both engines
-        storage.configure_spark(spark, self.config)
+        storage.configure_spark(spark, self.config)  # a root on object storage: both engines
         self.mirror = mirror_path(root, self.app)
         self.ledger = ReplayLedger(spark, self.app_root, self.app)
         self.kafka = self.config.kafka_settings("producer")

@@ -253,10 +253,12 @@ def spark_settings(settings: Mapping[str, Any]) -> dict[str, str]:
 
 
 def configure_spark(spark: Any, settings: Mapping[str, Any]) -> None:
-    """Apply the S3A settings of ``settings``' root to a running session: its Hadoop
-    configuration (the driver's filesystems) and its SQL settings, which every query's Hadoop
-    configuration, on the executors too, is made from. Hadoop keeps one S3A filesystem per
-    bucket per JVM, made with the settings of its first use."""
+    """Register ``settings``' root in this process (:func:`configure`) and apply its S3A
+    settings to a running session: its Hadoop configuration (the driver's filesystems) and its
+    SQL settings, which every query's Hadoop configuration, on the executors too, is made from.
+    Hadoop keeps one S3A filesystem per bucket per JVM, made with the settings of its first
+    use."""
+    configure(settings)
     found = spark_settings(settings)
     if not found:
         return
