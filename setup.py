@@ -1,18 +1,20 @@
-"""The one C extension of the package (pyproject.toml holds everything else).
+"""The C extensions of the package (pyproject.toml holds everything else).
 
-``streamplatform.dsl._dedup_core`` is the dedup processor's per-record path in C; without it
-the processor runs its pure-Python core, which gives the same results, slower (dsl/dedup.py).
+``streamplatform.dsl._dedup_core`` is the dedup processor's per-record path in C, and
+``streamplatform.dsl._window_core`` the time-windowed aggregation's; without them the
+processors run their pure-Python reference, which gives the same results, slower
+(dsl/dedup.py, dsl/window_aggregate.py).
 
-The core is expected: an install whose C build fails **fails**, with a message saying why and
+The cores are expected: an install whose C build fails **fails**, with a message saying why and
 what to do, instead of going on without it. (A warning would not do: ``pip install --quiet``,
 as ``make setup`` runs it, shows a build's output only when the build fails, so a failed
 optional build used to pass unseen and leave the slow path running.)
 
 To install without the C core on purpose (no C compiler on the machine), set
 ``STREAMPLATFORM_NO_C_CORE=1``: the extension is then not built at all. Set it where the tests
-run too: ``tests/dsl/test_dedup_core.py`` fails when the core is missing unless it is set.
+run too: ``tests/dsl/test_dedup_core.py`` fails when a core is missing unless it is set.
 
-Rebuilding after a change to ``_dedup_core.c``: ``make setup`` (it reinstalls when the source
+Rebuilding after a change to a ``.c`` file: ``make setup`` (it reinstalls when the source
 or this file changed), or in place ``.venv/bin/python setup.py build_ext --inplace``.
 """
 
@@ -34,7 +36,7 @@ class BuildCCore(build_ext):
 
     def run(self) -> None:
         if _opted_out():
-            self.announce(f"{OPT_OUT} is set: not building the C dedup core", level=2)
+            self.announce(f"{OPT_OUT} is set: not building the C cores", level=2)
             self.extensions = []
         super().run()
 
@@ -45,7 +47,7 @@ class BuildCCore(build_ext):
             from setuptools.errors import CompileError
 
             raise CompileError(
-                f"\n\nBuilding the C dedup core ({ext.name}, from {', '.join(ext.sources)}) "
+                f"\n\nBuilding the C core {ext.name} (from {', '.join(ext.sources)}) "
                 f"failed: {error}\n"
                 "Install a C compiler and Python's headers (e.g. `apt-get install gcc "
                 "python3-dev`, or `xcode-select --install`) and install again, or set "
@@ -60,6 +62,10 @@ setup(
         Extension(
             "streamplatform.dsl._dedup_core",
             sources=["platform/streamplatform/dsl/_dedup_core.c"],
-        )
+        ),
+        Extension(
+            "streamplatform.dsl._window_core",
+            sources=["platform/streamplatform/dsl/_window_core.c"],
+        ),
     ],
 )

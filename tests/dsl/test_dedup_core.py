@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from streamplatform import StreamsBuilder
 from streamplatform.config import StreamsConfig
-from streamplatform.dsl import dedup
+from streamplatform.dsl import dedup, window_aggregate
 from streamplatform.records import ConsumedRecord
 from streamplatform.runtime.task import Task
 from streamplatform.serdes import Serdes
@@ -32,7 +32,7 @@ from streamplatform.state import IsolationLevel
 MINUTE = 60_000
 NO_C_CORE = os.environ.get("STREAMPLATFORM_NO_C_CORE", "").strip().lower() in {"1", "true", "yes"}
 REBUILD = (
-    "Rebuild it with `make setup` (which reinstalls when _dedup_core.c or setup.py changed) or "
+    "Rebuild it with `make setup` (which reinstalls when a core's .c or setup.py changed) or "
     "`.venv/bin/python setup.py build_ext --inplace`; to run without it on purpose (no C "
     "compiler), set STREAMPLATFORM_NO_C_CORE=1 for the install and the tests."
 )
@@ -168,30 +168,13 @@ def test_a_closed_task_with_the_c_core_is_freed(tmp_path):
     assert task_ref() is None and processor_ref() is None
 
 
-class _HeldSerde:
-    """Decodes to objects the test holds (made at run time: neither interned nor shared), so
-    that the keys, values and ids the core is handed are objects whose references it counts."""
-
-    name = "held"
-
-    def __init__(self, decoded: dict) -> None:
-        self.decoded = decoded
-        self.encoded = {id(value): data for data, value in decoded.items()}
-
-    def serialize(self, value):
-        return None if value is None else self.encoded[id(value)]
-
-    def deserialize(self, data):
-        return None if data is None else self.decoded[data]
-
-
 def _held(text: str) -> str:
     return "".join(["held-", text])  # a new str object, not the interned constant
 
 
 @pytest.mark.parametrize("core", ["c", "python"])
 @pytest.mark.parametrize("dedup_by", ["key and str id", "key and int id", "key"])
-def test_the_core_leaves_no_reference_behind(tmp_path, core, dedup_by):
+def test_the_core_leaves_no_reference_behind(tmp_path, core, dedup_by, held_serde):
     """200 records whose keys, values and ids are objects held here, each handed to the core
     ~40-70 times; once their ids have expired and been committed (one commit in between, so
     that some went to the store and left it again), the core may hold no reference to any
@@ -207,7 +190,7 @@ def test_the_core_leaves_no_reference_behind(tmp_path, core, dedup_by):
     held = [*keys.values(), *values.values(), *ids]
     last_key, last_value = {b"z": _held("z")}, {b"z": {"id": _held("z")}}
     builder = StreamsBuilder()
-    stream = builder.stream("in", _HeldSerde(keys | last_key), _HeldSerde(values | last_value))
+    stream = builder.stream("in", held_serde(keys | last_key), held_serde(values | last_value))
     if dedup_by == "key":
         stream.deduplicate_by_key(MINUTE).to("out")
     else:
@@ -253,19 +236,25 @@ def test_the_c_core_is_built_unless_opted_out():
         "The C dedup core (streamplatform.dsl._dedup_core, from "
         f"platform/streamplatform/dsl/_dedup_core.c) is not built: {REBUILD}"
     )
+    assert window_aggregate._native is not None, (
+        "The C windowed-aggregation core (streamplatform.dsl._window_core, from "
+        f"platform/streamplatform/dsl/_window_core.c) is not built: {REBUILD}"
+    )
 
 
 @needs_c_core
 def test_the_c_core_in_the_source_tree_is_not_older_than_its_source():
     """An editable install imports the core built next to its source: a change to the source
     is not run until it is built again."""
-    built = Path(dedup._native.__file__)
-    source = built.parent / "_dedup_core.c"
-    if not source.exists():
-        pytest.skip("the core was installed from a wheel: no source next to it")
-    assert built.stat().st_mtime >= source.stat().st_mtime, (
-        f"{built.name} is older than _dedup_core.c: the running core is not the source's. {REBUILD}"
-    )
+    for native in (dedup._native, window_aggregate._native):
+        built = Path(native.__file__)
+        source = built.parent / f"{native.__name__.rsplit('.', 1)[-1]}.c"
+        if not source.exists():
+            pytest.skip("the core was installed from a wheel: no source next to it")
+        assert built.stat().st_mtime >= source.stat().st_mtime, (
+            f"{built.name} is older than {source.name}: the running core is not the source's. "
+            f"{REBUILD}"
+        )
 
 
 @pytest.mark.parametrize("opted_out", [False, True])
@@ -288,5 +277,5 @@ def test_a_failed_c_build_fails_the_install_unless_opted_out(tmp_path, opted_out
         assert built == []
     else:
         assert build.returncode != 0
-        assert "Building the C dedup core" in build.stderr, build.stderr
+        assert "Building the C core streamplatform.dsl._dedup_core" in build.stderr, build.stderr
         assert "STREAMPLATFORM_NO_C_CORE=1" in build.stderr

@@ -31,12 +31,11 @@ from collections.abc import Callable
 from typing import Any
 
 from streamplatform.dsl.processor import Processor, ProcessorContext, engine_store
-from streamplatform.dsl.windows import EmitStrategy, TimeWindows, Window, Windowed
+from streamplatform.dsl.windows import Window, Windowed
 from streamplatform.records import Record
 from streamplatform.serdes import Serde
 
 _TIMESTAMP = struct.Struct(">q")
-_WINDOW_PREFIX = b"w"  # b"w" + start (8 bytes, big-endian) + key: windows in time order
 _STREAM_TIME_KEY = b"m:stream-time"  # the processor's own stream time, kept with the store
 
 
@@ -105,6 +104,12 @@ class ResultCache:
             self.bytes += len(key) + self._ENTRY_BYTES
         source = None if self.task is None else self.task.current
         entries[key] = [result, timestamp, record, window, True, source]
+        if self.bytes > self.max_bytes:
+            self.evict_over_budget()
+
+    def evict_over_budget(self) -> None:
+        """The least recently written entries leave until the cache is within its bytes."""
+        entries = self.entries
         while self.bytes > self.max_bytes and entries:
             self._evict(*entries.popitem(last=False))
 
@@ -138,6 +143,21 @@ class ResultCache:
             self.aggregation._store(key, entry[0], entry[1], entry[2], entry[3])
         finally:
             task.current = current
+
+
+def count_one(key: Any, value: Any, count: int) -> int:
+    """count()'s aggregator."""
+    return count + 1
+
+
+def zero() -> int:
+    """count()'s initializer."""
+    return 0
+
+
+def is_count(initializer: Any, aggregator: Any) -> bool:
+    """Whether an aggregation is count() (the C cores count without calling Python)."""
+    return initializer is zero and aggregator is count_one
 
 
 def _cache_bytes(context: ProcessorContext) -> int:
@@ -245,99 +265,6 @@ class StreamAggregate(_Aggregation):
         key = self.key_serde.serialize(record.key) or b""
         result, timestamp = self._updated(record, self.cache.get(key))
         self.cache.put(key, result, timestamp, record, None)
-
-
-class WindowedAggregate(_Aggregation):
-    """count / reduce / aggregate of a grouped stream per time window (``TimeWindows``): a
-    KTable keyed by ``Windowed(key, window)``."""
-
-    def __init__(self, windows: TimeWindows, emit: EmitStrategy, *aggregation: Any) -> None:
-        """``aggregation``: what ``StreamAggregate`` takes."""
-        super().__init__(*aggregation)
-        self.windows = windows
-        self.emit_final = emit == EmitStrategy.on_window_close()
-
-    def init(self, context: ProcessorContext) -> None:
-        super().init(context)
-        self.stream_time = KeptStreamTime(self.store)
-        self.closed_to = self.stream_time.time - self.windows.grace_ms  # ending by it: gone
-        self.next_end = self._next_end()
-        self.pending_close: int | None = None
-        # Windows starting before it are gone from the store: a closing scan starts there
-        # (not at the first key, past every window deleted in this batch's transaction).
-        self.gone_below = 0
-
-    def _window(self, start: int) -> Window:
-        return Window(start, start + self.windows.size_ms)
-
-    def _next_end(self) -> int:
-        """The earliest window end after ``closed_to``: closing is looked at only once stream
-        time passes a window's end (plus grace), not at every record."""
-        size, advance = self.windows.size_ms, self.windows.advance_ms
-        return (max(0, (self.closed_to - size) // advance + 1)) * advance + size
-
-    def flush(self) -> None:
-        super().flush()
-        if self.pending_close is not None:  # on update: closed windows go once forwarded
-            self._close_windows(None, self.pending_close)
-            self.pending_close = None
-        self.stream_time.save()
-
-    def process(self, record: Record) -> None:
-        if record.key is None:
-            self.dropped_records += 1
-            return
-        timestamp, stream_time = record.timestamp, self.stream_time
-        if timestamp > stream_time.time:
-            stream_time.time = timestamp
-        close = stream_time.time - self.windows.grace_ms
-        key = self.key_serde.serialize(record.key) or b""
-        cache, size = self.cache, self.windows.size_ms
-        forwarded = None if self.emit_final else record  # on window close: no update goes on
-        for start in self.windows.window_starts(timestamp):
-            if start + size <= close:
-                self.dropped_records += 1  # its window has closed: too late
-                continue
-            store_key = _WINDOW_PREFIX + _TIMESTAMP.pack(start) + key
-            result, result_timestamp = self._updated(record, cache.get(store_key))
-            cache.put(store_key, result, result_timestamp, forwarded, start)
-        if close >= self.next_end:
-            if self.emit_final:
-                self._close_windows(record, close)
-            else:  # their last updates go on at the flush, in their order (Kafka Streams')
-                self.pending_close = close
-
-    def _close_windows(self, record: Record | None, close: int) -> None:
-        """Windows that ended at or before ``close``: their final results go on
-        (on_window_close; ``record`` the one that closed them), any update of theirs not
-        forwarded yet goes on, and they leave the store and the cache."""
-        size = self.windows.size_ms
-        low = _WINDOW_PREFIX + _TIMESTAMP.pack(self.gone_below)
-        high = _WINDOW_PREFIX + _TIMESTAMP.pack(close - size + 1)
-        self.closed_to = close
-        self.next_end = self._next_end()
-        self.gone_below = max(self.gone_below, close - size + 1)
-        transaction = self.store.transaction
-        closed: dict[bytes, tuple[Any, int]] = {}
-        for store_key, raw in transaction.range(low, high):
-            closed[store_key] = (self.result_serde.deserialize(raw[8:]),
-                                 _TIMESTAMP.unpack_from(raw)[0])  # fmt: skip
-        cache = self.cache
-        for store_key in [k for k in cache.entries if k < high and k[:1] == _WINDOW_PREFIX]:
-            entry = cache.pop(store_key)
-            assert entry is not None
-            if entry[4] and entry[2] is not None:  # an update not forwarded yet
-                self._forward(entry[2], entry[3], entry[0], entry[1])
-            closed[store_key] = (entry[0], entry[1])
-        for store_key in sorted(closed):  # by window start, then key, as Kafka Streams
-            if record is not None:
-                result, timestamp = closed[store_key]
-                start = _TIMESTAMP.unpack_from(store_key, 1)[0]
-                windowed = Windowed(self.key_serde.deserialize(store_key[9:]),
-                                    self._window(start))  # fmt: skip
-                self.context.forward(record._replace(key=windowed, value=result,
-                                                     timestamp=timestamp))  # fmt: skip
-            transaction.delete(store_key)
 
 
 # Sliding windows and sessions (sliding_aggregate.py, session_aggregate.py) look up a key's

@@ -14,11 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
 
-from streamplatform.dsl.aggregate import StreamAggregate, WindowedAggregate
+from streamplatform.dsl.aggregate import StreamAggregate, count_one, zero
 from streamplatform.dsl.ktable import KTable
 from streamplatform.dsl.processor import Processor
 from streamplatform.dsl.session_aggregate import SessionWindowAggregate
 from streamplatform.dsl.sliding_aggregate import SlidingWindowAggregate
+from streamplatform.dsl.window_aggregate import WindowedAggregate
 from streamplatform.dsl.windows import (
     EmitStrategy,
     SessionWindowedSerde,
@@ -34,14 +35,6 @@ if TYPE_CHECKING:
     from streamplatform.dsl.kstream import KStream
 
 
-def _count(key: Any, value: Any, count: int) -> int:
-    return count + 1
-
-
-def _zero() -> int:
-    return 0
-
-
 class _Aggregations:
     """count, reduce and aggregate, for a grouped stream over all time or per window."""
 
@@ -51,7 +44,7 @@ class _Aggregations:
     def count(self, name: str | None = None) -> KTable:
         """Records per key (per key and window). A None value is not counted over all time,
         and is in a window, as in Kafka Streams."""
-        return self._aggregate("COUNT", name, _zero, _count, Serdes.long())
+        return self._aggregate("COUNT", name, zero, count_one, Serdes.long())
 
     def reduce(self, reducer: Callable[[Any, Any], Any], name: str | None = None) -> KTable:
         """``reducer(aggregate, value)``; a key's first value is its first result. The
@@ -195,7 +188,7 @@ class SessionWindowedKStream(_Aggregations):
 
     def count(self, name: str | None = None) -> KTable:
         """Records per session, None values too; merged sessions' counts add up."""
-        return self._copy(self._emit, _add)._aggregate("COUNT", name, _zero, _count,
+        return self._copy(self._emit, _add)._aggregate("COUNT", name, zero, count_one,
                                                       Serdes.long())  # fmt: skip
 
     def reduce(self, reducer: Callable[[Any, Any], Any], name: str | None = None) -> KTable:
