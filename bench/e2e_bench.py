@@ -171,6 +171,22 @@ def run_to_the_end(job) -> tuple[float, list]:
     return elapsed, results
 
 
+# A batch's phases, from its metrics: planning, the tasks (with the sink rows they return),
+# the side or spill files, the sinks' writes, the commit.
+PHASES = ("plan_ms", "tasks_and_sink_ms", "side_files_ms", "writes_ms", "commit_ms")
+
+
+def phases(results: list) -> dict[str, float]:
+    """Seconds per phase summed over a run's batches, and the batches' total."""
+    out = {p: sum(r.metrics.get(p, 0) for r in results) / 1000 for p in PHASES}
+    out["batch total"] = sum(r.duration_ms for r in results) / 1000
+    return out
+
+
+def format_phases(seconds: dict[str, float]) -> str:
+    return ", ".join(f"{p.removesuffix('_ms')} {s:.1f} s" for p, s in seconds.items())
+
+
 def print_ratio(peer: str, ours: list[float], theirs: list[float]) -> None:
     """The ratio of records/s, ours over the peer's, from the runs' seconds (medians), and
     per pair of runs."""

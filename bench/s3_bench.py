@@ -34,14 +34,21 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from e2e_bench import PARTITIONS, dedup_topology, job_config, paths_of, produce  # noqa: E402
+from e2e_bench import (  # noqa: E402
+    PARTITIONS,
+    PHASES,
+    dedup_topology,
+    format_phases,
+    job_config,
+    paths_of,
+    phases,
+    produce,
+)
 
 from streamplatform import StreamingJob  # noqa: E402
 from streamplatform.kafka import LocalBroker, TopicSpec, create_topics  # noqa: E402
 from streamplatform.spark import spark_session  # noqa: E402
 from streamplatform.storage.local_s3 import LocalS3  # noqa: E402
-
-PHASES = ("plan_ms", "tasks_and_sink_ms", "side_files_ms", "writes_ms", "commit_ms")
 
 
 def run(spark, settings, topic, tmp: Path, records: int, name: str, root: dict) -> dict:
@@ -54,9 +61,8 @@ def run(spark, settings, topic, tmp: Path, records: int, name: str, root: dict) 
     job.close()
     table = f"{config['platform.delta.root']}/{name}/deduplicated"
     rows = spark.read.format("delta").load(table).count()
-    phases = {p: sum(r.metrics.get(p, 0) for r in results) / 1000 for p in PHASES}
-    phases["batch total"] = sum(r.duration_ms for r in results) / 1000
-    return {"seconds": seconds, "rows": rows, "paths": paths_of(results), "phases": phases}
+    return {"seconds": seconds, "rows": rows, "paths": paths_of(results),
+            "phases": phases(results)}  # fmt: skip
 
 
 def main() -> None:
@@ -106,10 +112,9 @@ def main() -> None:
         print(f"{where:5s} root: {n / median:>9,.0f} records/s ({median:.1f} s, runs "
               f"{min(seconds):.1f}-{max(seconds):.1f} s; {counts} rows; path "
               f"{', '.join(paths)})")  # fmt: skip
-        phases = {p: statistics.median(r["phases"][p] for r in runs[where])
-                  for p in (*PHASES, "batch total")}  # fmt: skip
-        print("        where the time goes: " + ", ".join(
-            f"{p.removesuffix('_ms')} {s:.1f} s" for p, s in phases.items()))  # fmt: skip
+        medians = {p: statistics.median(r["phases"][p] for r in runs[where])
+                   for p in (*PHASES, "batch total")}  # fmt: skip
+        print("        where the time goes: " + format_phases(medians))
     local = statistics.median(r["seconds"] for r in runs["local"])
     on_s3 = statistics.median(r["seconds"] for r in runs["s3"])
     print(f"ratio S3 / local disk (records/s): {local / on_s3:.2f}x")

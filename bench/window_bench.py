@@ -29,8 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from e2e_bench import (  # noqa: E402
     PARTITIONS,
+    format_phases,
     job_config,
     kafka_stream,
+    phases,
     print_ratio,
     produce_all,
     run_to_the_end,
@@ -70,12 +72,12 @@ def topology(topic: str):
     return b.build()
 
 
-def run_ours(spark, settings, topic: str, tmp: Path, name: str) -> tuple[float, int, set[str]]:
+def run_ours(spark, settings, topic: str, tmp: Path, name: str) -> tuple[float, int, list]:
     config = job_config(settings, tmp, name, 10_000_000)  # one batch
     job = StreamingJob(topology(topic), config, spark=spark, delta_sinks=["counts"])
     elapsed, results = run_to_the_end(job)
     rows = spark.read.format("delta").load(str(tmp / "delta" / name / "counts")).count()
-    return elapsed, rows, {r.path for r in results}
+    return elapsed, rows, results
 
 
 def run_native(spark, settings, topic: str, tmp: Path, name: str) -> tuple[float, int]:
@@ -136,10 +138,11 @@ def main() -> None:
             for repeat in range(args.repeats):
                 for which in ("ours", "native") if repeat % 2 == 0 else ("native", "ours"):
                     if which == "ours":
-                        seconds, written, used = run_ours(spark, settings, "views", tmp,
-                                                          f"ours-{repeat}")  # fmt: skip
+                        seconds, written, results = run_ours(spark, settings, "views", tmp,
+                                                             f"ours-{repeat}")  # fmt: skip
                         ours.append(seconds)
-                        paths |= used
+                        paths |= {r.path for r in results}
+                        print(f"    where ours' time goes: {format_phases(phases(results))}")
                     else:
                         seconds, written = run_native(spark, settings, "views", tmp,
                                                       f"native-{repeat}")  # fmt: skip

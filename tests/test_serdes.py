@@ -97,7 +97,7 @@ def test_deserialize_all_equals_record_by_record_or_declines(datas):
     """The bulk decode never differs from the per-record one: it gives the same values, or
     None (the caller decodes record by record) when any value fails or needs the standard
     library's JSON (integers beyond 64 bits)."""
-    for serde in (Serdes.string(), Serdes.json()):
+    for serde in (Serdes.string(), Serdes.json(), Serdes.bytes()):
         bulk = deserialize_all(serde, datas)
         if bulk is not None:
             assert bulk == _one_by_one(serde, datas)
@@ -112,5 +112,5 @@ def test_deserialize_all_declines_what_only_the_record_path_does_right():
     assert deserialize_all(json, [bytearray(b"1")]) is None  # not bytes: record by record
     assert deserialize_all(Serdes.string(), [b"ok", b"\xff"]) is None  # not UTF-8
     assert deserialize_all(Serdes.string(), [b"ok", None]) == ["ok", None]
-    for serde in (Serdes.long(), Serdes.bytes()):  # no bulk form
-        assert deserialize_all(serde, [b"\x00" * 8]) is None
+    assert deserialize_all(Serdes.long(), [b"\x00" * 8]) is None  # no bulk form
+    assert deserialize_all(Serdes.bytes(), [b"a", None, bytearray(b"b")]) == [b"a", None, b"b"]

@@ -211,8 +211,8 @@ class _JsonSerde:
 
 
 def deserialize_all(serde: Serde, datas: list[Any]) -> list[Any] | None:
-    """``[serde.deserialize(d) for d in datas]`` in one pass, for the built-in string and JSON
-    serdes (pure functions, so decoding ahead of processing changes nothing). None for any
+    """``[serde.deserialize(d) for d in datas]`` in one pass, for the built-in string, bytes and
+    JSON serdes (pure functions, so decoding ahead of processing changes nothing). None for any
     other serde, and whenever a value fails or needs the slow path: the caller then
     deserializes record by record, which reports a failure at its record, in order.
 
@@ -223,6 +223,9 @@ def deserialize_all(serde: Serde, datas: list[Any]) -> list[Any] | None:
     try:
         if kind is _StringSerde:
             return [None if data is None else data.decode() for data in datas]
+        if kind is _BytesSerde:  # bytes(data) of bytes is data itself
+            return [data if data is None or type(data) is bytes else bytes(data)
+                    for data in datas]  # fmt: skip
         if kind is _JsonSerde:
             present = [data for data in datas if data is not None]
             if not all(type(data) is bytes for data in present):

@@ -23,7 +23,7 @@ typedef __int128 wide;
 static PyObject *str_time, *str_current, *str_bytes, *str_next_end, *str_closed_to,
     *str_gone_below, *str_dropped_records, *str_pending_close, *str_key, *str_window,
     *str_start, *str_end, *str_max_bytes, *str_entry_bytes, *str_read, *str_stored_windows, *str_delete_stored,
-    *str_forward_update, *str_put, *str_evict, *empty_tuple, *one;
+    *str_forward_update, *str_put, *str_evict, *str_move_to_end, *empty_tuple, *one;
 
 #define WINDOW_PREFIX 'w'
 #define STORE_KEY_HEAD 9 /* b"w" + the window start, 8 bytes big-endian */
@@ -228,21 +228,6 @@ static int
 cache_put(Core *self, PyObject *store_key, PyObject *result, PyObject *timestamp,
           PyObject *forwarded, PyObject *start)
 {
-    int present = PyDict_Contains(self->entries, store_key);
-    if (present < 0)
-        return -1;
-    if (present) { /* re-inserted: the order is the write order */
-        if (PyObject_DelItem(self->entries, store_key) < 0)
-            return -1;
-    }
-    else {
-        long long held;
-        if (int_attr(self->cache, str_bytes, &held) < 0)
-            return -1;
-        held += PyBytes_GET_SIZE(store_key) + self->entry_bytes;
-        if (set_int_attr(self->cache, str_bytes, held) < 0)
-            return -1;
-    }
     PyObject *source;
     if (self->task == Py_None) {
         Py_INCREF(Py_None);
@@ -250,12 +235,44 @@ cache_put(Core *self, PyObject *store_key, PyObject *result, PyObject *timestamp
     }
     else if ((source = PyObject_GetAttr(self->task, str_current)) == NULL)
         return -1;
-    PyObject *entry = PyList_New(6);
+    PyObject *items[6] = {result, timestamp, forwarded, start, Py_True, source};
+    PyObject *entry = PyDict_GetItemWithError(self->entries, store_key);
+    if (entry != NULL) { /* rewritten in place, and last: the order is the write order */
+        Py_INCREF(entry);
+        PyObject *moved = PyObject_CallMethodOneArg(self->entries, str_move_to_end, store_key);
+        int failed = moved == NULL || !PyList_Check(entry) || PyList_GET_SIZE(entry) != 6;
+        Py_XDECREF(moved);
+        if (!failed) {
+            for (int i = 0; i < 6; i++) {
+                Py_INCREF(items[i]);
+                PyList_SetItem(entry, i, items[i]); /* steals; drops the old item */
+            }
+        }
+        else if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "a record cache entry is not a list of 6");
+        Py_DECREF(entry);
+        Py_DECREF(source);
+        return failed ? -1 : 0;
+    }
+    if (PyErr_Occurred()) {
+        Py_DECREF(source);
+        return -1;
+    }
+    long long held;
+    if (int_attr(self->cache, str_bytes, &held) < 0) {
+        Py_DECREF(source);
+        return -1;
+    }
+    held += PyBytes_GET_SIZE(store_key) + self->entry_bytes;
+    if (set_int_attr(self->cache, str_bytes, held) < 0) {
+        Py_DECREF(source);
+        return -1;
+    }
+    entry = PyList_New(6);
     if (entry == NULL) {
         Py_DECREF(source);
         return -1;
     }
-    PyObject *items[6] = {result, timestamp, forwarded, start, Py_True, source};
     for (int i = 0; i < 6; i++) {
         if (i != 5)
             Py_INCREF(items[i]);
@@ -264,9 +281,6 @@ cache_put(Core *self, PyObject *store_key, PyObject *result, PyObject *timestamp
     int failed = PyObject_SetItem(self->entries, store_key, entry);
     Py_DECREF(entry);
     if (failed)
-        return -1;
-    long long held;
-    if (int_attr(self->cache, str_bytes, &held) < 0)
         return -1;
     if (held > self->max_bytes) {
         PyObject *done = PyObject_CallMethodNoArgs(self->cache, str_evict);
@@ -855,6 +869,7 @@ PyInit__window_core(void)
     INTERN(str_forward_update, "_forward")
     INTERN(str_put, "put")
     INTERN(str_evict, "evict_over_budget")
+    INTERN(str_move_to_end, "move_to_end")
 #undef INTERN
     empty_tuple = PyTuple_New(0);
     one = PyLong_FromLong(1);

@@ -100,9 +100,13 @@ class ResultCache:
             self.aggregation._store(key, result, timestamp, record, window)
             return
         entries = self.entries
-        if entries.pop(key, None) is None:  # re-inserted: the order is the write order
-            self.bytes += len(key) + self._ENTRY_BYTES
         source = None if self.task is None else self.task.current
+        entry = entries.get(key)
+        if entry is not None:  # rewritten in place, and last: the order is the write order
+            entries.move_to_end(key)
+            entry[:] = result, timestamp, record, window, True, source
+            return
+        self.bytes += len(key) + self._ENTRY_BYTES
         entries[key] = [result, timestamp, record, window, True, source]
         if self.bytes > self.max_bytes:
             self.evict_over_budget()
