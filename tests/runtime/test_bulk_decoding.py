@@ -21,15 +21,19 @@ from streamplatform.state import IsolationLevel
 MINUTE = 60_000
 
 
-def _topology():
+def _topology(second_value_serde=None):
+    """The dedup of "in"; with ``second_value_serde``, of "in" merged with "in2" (read with
+    that value serde)."""
     builder = StreamsBuilder()
     stream = builder.stream("in", Serdes.string(), Serdes.json())
+    if second_value_serde is not None:
+        stream = stream.merge(builder.stream("in2", Serdes.string(), second_value_serde))
     stream.deduplicate_by_key_value(lambda key, value: value["id"], MINUTE).to("out")
     return builder.build()
 
 
-def _task(state_dir) -> Task:
-    topology = _topology()
+def _task(state_dir, second_value_serde=None) -> Task:
+    topology = _topology(second_value_serde)
     config = StreamsConfig({
         "application.id": "bulk", "processing.guarantee": "exactly_once_v2",
         "errors.dead.letter.queue.topic.name": "dlq",
@@ -80,6 +84,34 @@ def test_a_list_and_one_record_at_a_time_give_the_same_result(tmp_path_factory, 
         one_by_one.close()
 
 
+@settings(max_examples=30, deadline=None)
+@given(
+    rows=st.lists(st.tuples(st.booleans(), keys, values, st.integers(0, 3 * MINUTE)),
+                  max_size=2 * DECODE_SLICE),
+    second_value_serde=st.sampled_from([Serdes.json(), Serdes.string()]),
+)  # fmt: skip
+def test_records_of_two_topics_read_merged_give_the_same_result(
+    tmp_path_factory, rows, second_value_serde
+):
+    """A merge's two topics in one list: decoded together when their sources share both
+    serdes (JSON and JSON), record by record when not (JSON and string, whose values fail the
+    id lookup: processing errors); the same result as one record at a time either way."""
+    records = [
+        ConsumedRecord("in2" if second else "in", 0, offset, timestamp, key, value, [])
+        for offset, (second, key, value, timestamp) in enumerate(rows)
+    ]
+    in_bulk = _task(tmp_path_factory.mktemp("bulk"), second_value_serde)
+    one_by_one = _task(tmp_path_factory.mktemp("single"), second_value_serde)
+    try:
+        in_bulk.process_all(list(records))
+        for record in records:
+            one_by_one.process(record)
+        assert _outcome(in_bulk) == _outcome(one_by_one)
+    finally:
+        in_bulk.close()
+        one_by_one.close()
+
+
 def test_a_record_that_fails_to_decode_reaches_the_handler_in_order(tmp_path):
     """A malformed record in the middle of a slice: the records before and after it are
     processed, and its DLQ record comes between their outputs."""
@@ -97,3 +129,17 @@ def test_a_record_that_fails_to_decode_reaches_the_handler_in_order(tmp_path):
         assert task.metrics()["records_in"] == 7
     finally:
         task.close()
+
+
+def test_two_topics_decode_in_bulk_only_when_their_sources_share_both_serdes(tmp_path):
+    records = [
+        ConsumedRecord(topic, 0, offset, 0, b"k", b'{"id": 1}', [])
+        for offset, topic in enumerate(["in", "in2"] * 3)
+    ]
+    for second_value_serde, in_bulk in ((Serdes.json(), True), (Serdes.string(), False)):
+        task = _task(tmp_path / str(in_bulk), second_value_serde)
+        try:
+            values = [value for _, _, value in task._decoded(records)]
+            assert (values == [{"id": 1}] * 6) is in_bulk
+        finally:
+            task.close()

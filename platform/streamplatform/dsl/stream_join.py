@@ -45,6 +45,7 @@ _RECORD_PREFIX = b"w"  # window store: b"w" + segment + key -> (timestamp, value
 _OUTER_PREFIX = b"o"  # outer store: b"o" + timestamp + side + key -> values
 _LEFT, _RIGHT = b"\x01", b"\x00"  # at one timestamp right sorts first, as in Kafka Streams
 _MIN_SEGMENT_MS = 60_000  # Kafka Streams' smallest segment interval
+_new_record = tuple.__new__  # a Record without its Python-level __new__ (as Task does)
 
 
 @dataclass(frozen=True)
@@ -145,7 +146,11 @@ class _WindowSide:
         """The records of ``key`` with timestamps in [time_from, time_to] that are not
         expired, in time order (arrival order within one timestamp), as Kafka Streams'
         window store fetches them."""
-        time_from = max(time_from, self.observed.time - self.retention_ms + 1)
+        observed = self.observed.time
+        time_from = max(time_from, observed - self.retention_ms + 1)
+        # Nothing later than the latest timestamp put is stored: the segments after it are
+        # not looked up (a record at the head of the stream reads one segment less).
+        time_to = min(time_to, observed)
         if time_to < time_from:
             return []
         found: list[tuple[int, bytes]] = []
@@ -286,6 +291,11 @@ class StreamStreamJoinSide(Processor):
 
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
+        # The runtime's context: its single child called without the forward loop.
+        children = getattr(context, "runtime_children", None)
+        self.forward = (
+            children[0] if children is not None and len(children) == 1 else context.forward
+        )
         # Both sides' processors of one task share the join's state: the first creates it.
         task = getattr(context, "runtime_task", None)
         shared: dict[str, Any] = task.shared if task is not None else {}
@@ -322,13 +332,14 @@ class StreamStreamJoinSide(Processor):
         time_from = max(0, timestamp - self.join_before)
         time_to = max(0, timestamp + self.join_after)
         partners = self.others.fetch(key, time_from, time_to)
-        deserialize = self.other_serde.deserialize
-        for other_timestamp, other_raw in partners:
-            if outer is not None:
-                outer.remove(other_timestamp, self.other_side, key)
-            joined = self._joined(record.value, deserialize(other_raw))
-            later = max(timestamp, other_timestamp)
-            self.context.forward(record._replace(value=joined, timestamp=later))
+        if partners:
+            deserialize, forward = self.other_serde.deserialize, self.forward
+            for other_timestamp, other_raw in partners:
+                if outer is not None:
+                    outer.remove(other_timestamp, self.other_side, key)
+                joined = self._joined(record[1], deserialize(other_raw))
+                later = timestamp if timestamp >= other_timestamp else other_timestamp
+                forward(_new_record(Record, (record[0], joined, later, record[3])))
         value = self.serde.serialize(record.value) or b""
         if self.outer and not partners:
             if outer is None or time_to < outer.stream_time.time:

@@ -458,14 +458,26 @@ class Task:
 
     def _decoded(self, records: Iterable[ConsumedRecord]) -> Iterator[tuple[Any, Any, Any]]:
         """``(record, key, value)`` for each of ``records``. A list of records of one source
-        topic whose serdes decode in bulk (``deserialize_all``) comes with its keys and values
-        decoded, a slice at a time, as the loop reaches it; anything else (or a slice with a
-        value that fails) with ``_UNDECODED`` for both, and ``process_all`` decodes each record
-        itself (and hands a failure to the handler at its record)."""
+        topic, or of several whose sources share both serdes, whose serdes decode in bulk
+        (``deserialize_all``) comes with its keys and values decoded, a slice at a time, as
+        the loop reaches it; anything else (or a slice with a value that fails) with
+        ``_UNDECODED`` for both, and ``process_all`` decodes each record itself (and hands a
+        failure to the handler at its record)."""
         if type(records) is list and len(records) > 1:
             topics = list(map(itemgetter(0), records))
             source = self._sources.get(topics[0])
-            if source is not None and topics.count(topics[0]) == len(topics):
+            if source is not None and topics.count(topics[0]) != len(topics):
+                # Several topics (a join's or a merge's, read merged): decoded together when
+                # their sources share both serdes.
+                sources = [self._sources.get(topic) for topic in set(topics)]
+                if not all(
+                    other is not None
+                    and other.key_serde is source.key_serde
+                    and other.value_serde is source.value_serde
+                    for other in sources
+                ):
+                    source = None
+            if source is not None:
                 return chain.from_iterable(
                     map(
                         partial(_decode_slice, source, records),
