@@ -40,6 +40,9 @@ from streamplatform.state.stores import duration_ms
 
 _TIME = struct.Struct(">q")
 _LENGTH = struct.Struct(">I")
+_RECORD_HEAD = struct.Struct(">qI")  # a stored record: timestamp, value length, then the value
+_pack_time, _pack_record_head = _TIME.pack, _RECORD_HEAD.pack
+_unpack_record_head = _RECORD_HEAD.unpack_from
 _OBSERVED_TIME_KEY = b"m:observed-time"  # a window store's largest timestamp put
 _RECORD_PREFIX = b"w"  # window store: b"w" + segment + key -> (timestamp, value)s
 _OUTER_PREFIX = b"o"  # outer store: b"o" + timestamp + side + key -> values
@@ -125,21 +128,18 @@ class _WindowSide:
         self.dropped_below = 0  # segments before it are gone (0: not known yet, look from 0)
         self.next_drop_at = 0  # the observed time at which a segment may expire next
 
-    def _segment(self, timestamp: int) -> bytes:
-        return _RECORD_PREFIX + _TIME.pack(timestamp // self.segment_ms)
-
     def put(self, key: bytes, timestamp: int, value: bytes) -> None:
         observed = self.observed
         if timestamp > observed.time:
             observed.time = timestamp
             if timestamp >= self.next_drop_at:
                 self._drop_expired_segments()
-        if timestamp <= observed.time - self.retention_ms:
+        elif timestamp <= observed.time - self.retention_ms:
             return  # already expired: no fetch could see it
-        store_key = self._segment(timestamp) + key
+        store_key = _RECORD_PREFIX + _pack_time(timestamp // self.segment_ms) + key
         transaction = self.transaction
         old = transaction.get(store_key)
-        packed = _TIME.pack(timestamp) + _LENGTH.pack(len(value)) + value
+        packed = _pack_record_head(timestamp, len(value)) + value
         transaction.put(store_key, packed if old is None else old + packed)
 
     def fetch(self, key: bytes, time_from: int, time_to: int) -> list[tuple[int, bytes]]:
@@ -154,20 +154,20 @@ class _WindowSide:
         if time_to < time_from:
             return []
         found: list[tuple[int, bytes]] = []
-        get = self.transaction.get
-        for segment in range(time_from // self.segment_ms, time_to // self.segment_ms + 1):
-            raw = get(_RECORD_PREFIX + _TIME.pack(segment) + key)
+        get, segment_ms = self.transaction.get, self.segment_ms
+        for segment in range(time_from // segment_ms, time_to // segment_ms + 1):
+            raw = get(_RECORD_PREFIX + _pack_time(segment) + key)
             if raw is None:
                 continue
             records = []
             position, size = 0, len(raw)
             while position < size:
-                timestamp = _TIME.unpack_from(raw, position)[0]
-                (length,) = _LENGTH.unpack_from(raw, position + 8)
+                timestamp, length = _unpack_record_head(raw, position)
                 position += 12 + length
                 if time_from <= timestamp <= time_to:
                     records.append((timestamp, raw[position - length : position]))
-            records.sort(key=itemgetter(0))  # stable: arrival order within a timestamp
+            if len(records) > 1:
+                records.sort(key=itemgetter(0))  # stable: arrival order within a timestamp
             found += records
         return found
 
@@ -317,21 +317,22 @@ class StreamStreamJoinSide(Processor):
         return joiner(this, other) if self.is_left else joiner(other, this)
 
     def process(self, record: Record) -> None:
-        timestamp, outer = record.timestamp, self.state.outer
+        timestamp, outer = record[2], self.state.outer
         if outer is not None and timestamp > outer.stream_time.time:
             outer.stream_time.time = timestamp
-        if record.key is None or record.value is None:
+        if record[0] is None or record[1] is None:
             if self.outer and record.key is None and record.value is not None:
                 self.context.forward(record._replace(value=self._joined(record.value, None)))
             else:
                 self.dropped_records += 1
             return
-        key = self.serialize_key(record.key) or b""
+        key = self.serialize_key(record[0]) or b""
         if outer is not None and timestamp == outer.stream_time.time:
             self._emit_closed(record)
-        time_from = max(0, timestamp - self.join_before)
-        time_to = max(0, timestamp + self.join_after)
-        partners = self.others.fetch(key, time_from, time_to)
+        time_from = timestamp - self.join_before
+        time_to = timestamp + self.join_after
+        partners = self.others.fetch(key, time_from if time_from > 0 else 0,
+                                     time_to if time_to > 0 else 0)  # fmt: skip
         if partners:
             deserialize, forward = self.other_serde.deserialize, self.forward
             for other_timestamp, other_raw in partners:
@@ -340,7 +341,7 @@ class StreamStreamJoinSide(Processor):
                 joined = self._joined(record[1], deserialize(other_raw))
                 later = timestamp if timestamp >= other_timestamp else other_timestamp
                 forward(_new_record(Record, (record[0], joined, later, record[3])))
-        value = self.serde.serialize(record.value) or b""
+        value = self.serde.serialize(record[1]) or b""
         if self.outer and not partners:
             if outer is None or time_to < outer.stream_time.time:
                 self.context.forward(record._replace(value=self._joined(record.value, None)))
