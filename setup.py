@@ -1,9 +1,10 @@
 """The C extensions of the package (pyproject.toml holds everything else).
 
-``streamplatform.dsl._dedup_core`` is the dedup processor's per-record path in C, and
-``streamplatform.dsl._window_core`` the time-windowed aggregation's; without them the
-processors run their pure-Python reference, which gives the same results, slower
-(dsl/dedup.py, dsl/window_aggregate.py).
+``streamplatform.dsl._dedup_core`` is the dedup processor's per-record path in C,
+``streamplatform.dsl._window_core`` the time-windowed aggregation's, and
+``streamplatform.runtime._kafka_rows`` turns a task's consumed Kafka messages into its record
+tuples. Without them the same code runs in its pure-Python reference, which gives the same
+results, slower (dsl/dedup.py, dsl/window_aggregate.py, runtime/kafka_input.py).
 
 The cores are expected: an install whose C build fails **fails**, with a message saying why and
 what to do, instead of going on without it. (A warning would not do: ``pip install --quiet``,
@@ -66,6 +67,10 @@ setup(
         Extension(
             "streamplatform.dsl._window_core",
             sources=["platform/streamplatform/dsl/_window_core.c"],
+        ),
+        Extension(
+            "streamplatform.runtime._kafka_rows",
+            sources=["platform/streamplatform/runtime/_kafka_rows.c"],
         ),
     ],
 )

@@ -25,6 +25,7 @@ from streamplatform import StreamsBuilder
 from streamplatform.config import StreamsConfig
 from streamplatform.dsl import dedup, window_aggregate
 from streamplatform.records import ConsumedRecord
+from streamplatform.runtime import kafka_input
 from streamplatform.runtime.task import Task
 from streamplatform.serdes import Serdes
 from streamplatform.state import IsolationLevel
@@ -240,13 +241,19 @@ def test_the_c_core_is_built_unless_opted_out():
         "The C windowed-aggregation core (streamplatform.dsl._window_core, from "
         f"platform/streamplatform/dsl/_window_core.c) is not built: {REBUILD}"
     )
+    assert kafka_input._native_append_rows is not None, (
+        "The C Kafka reader's rows (streamplatform.runtime._kafka_rows, from "
+        f"platform/streamplatform/runtime/_kafka_rows.c) are not built: {REBUILD}"
+    )
 
 
 @needs_c_core
 def test_the_c_core_in_the_source_tree_is_not_older_than_its_source():
     """An editable install imports the core built next to its source: a change to the source
     is not run until it is built again."""
-    for native in (dedup._native, window_aggregate._native):
+    from streamplatform.runtime import _kafka_rows
+
+    for native in (dedup._native, window_aggregate._native, _kafka_rows):
         built = Path(native.__file__)
         source = built.parent / f"{native.__name__.rsplit('.', 1)[-1]}.c"
         if not source.exists():

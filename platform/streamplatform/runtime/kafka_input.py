@@ -76,6 +76,32 @@ class KafkaInputError(RuntimeError):
     """The planned range could not be read (the message names the range and the cause)."""
 
 
+def append_rows(
+    messages: list[Any], topic: str, partition: int, end: int, rows: list[Any], no_headers: Any
+) -> int:
+    """Append ``messages`` to ``rows`` in the task's record layout, in order, up to the first
+    that has an error or is at or past ``end``; its index (``len(messages)``: none). Straight
+    into the tuples the task takes: no Arrow batch in between, which the task would only turn
+    back into these tuples. ``_kafka_rows.append_rows`` (C) does the same."""
+    append = rows.append
+    for index, message in enumerate(messages):
+        if message.error() is not None:
+            return index
+        offset = message.offset()
+        if offset >= end:
+            return index
+        append((topic, partition, offset, message.timestamp()[1], message.key(),
+                message.value(), message.headers() or no_headers))  # fmt: skip
+    return len(messages)
+
+
+try:  # built with the package where a C compiler is available (setup.py)
+    from streamplatform.runtime._kafka_rows import append_rows as _native_append_rows
+except ImportError:  # pragma: no cover - depends on the build
+    _native_append_rows = None
+_append_rows = _native_append_rows or append_rows
+
+
 def read_range(
     settings: Mapping[str, Any], topic: str, partition: int, start: int, end: int
 ) -> Generator[list[ConsumedRecord], None, None]:
@@ -96,29 +122,21 @@ def read_range(
     consumer.assign([TopicPartition(topic, partition, start)])
     try:
         rows: list[Any] = []
-        append = rows.append
         position = start
         stalled_since = time.monotonic()
         while position < end:
             messages = consumer.consume(min(CHUNK_RECORDS, end - position), timeout=0.5)
-            for message in messages:
-                error = message.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        # At the last stable offset, which is at or past ``end``: the rest of
-                        # the range was markers or aborted records.
-                        position = end
-                        break
+            had = len(rows)
+            stopped = _append_rows(messages, topic, partition, end, rows, NO_HEADERS)
+            if len(rows) > had:
+                position = rows[-1][2] + 1
+            if stopped < len(messages):
+                error = messages[stopped].error()
+                if error is not None and error.code() != KafkaError._PARTITION_EOF:
                     raise KafkaInputError(f"reading {what}: {error}")
-                offset = message.offset()
-                if offset >= end:
-                    position = end
-                    break
-                # Straight into the task's record layout: no Arrow batch in between, which
-                # the task would only turn back into these tuples.
-                append((topic, partition, offset, message.timestamp()[1], message.key(),
-                        message.value(), message.headers() or NO_HEADERS))  # fmt: skip
-                position = offset + 1
+                # At ``end``, or at the last stable offset, which is at or past it (the rest
+                # of the range was markers or aborted records).
+                position = end
             if messages:
                 stalled_since = time.monotonic()
             elif time.monotonic() - stalled_since > STALL_TIMEOUT_S:
@@ -128,7 +146,6 @@ def read_range(
             if len(rows) >= CHUNK_RECORDS or (rows and position >= end):
                 yield rows
                 rows = []
-                append = rows.append
     finally:
         try:
             consumer.unassign()

@@ -1,0 +1,117 @@
+/* Consumed Kafka messages into a task's record tuples, in C (kafka_input.py).
+ *
+ * `append_rows(messages, topic, partition, end, rows, no_headers)` does what the Python loop
+ * in kafka_input.append_rows does, which is the reference: for each message in order, while
+ * it has no error and its offset is below `end`, append
+ *     (topic, partition, offset, timestamp, key, value, headers or no_headers)
+ * to `rows`; return the index of the first message it stopped at (len(messages) when none).
+ * The caller handles that message (an error, or the end of the range). What C saves is the
+ * interpreter's work per message around the Message's accessors: about half a microsecond
+ * of the reader's cost per record.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+static PyObject *str_error, *str_offset, *str_timestamp, *str_key, *str_value, *str_headers;
+
+static PyObject *
+call(PyObject *message, PyObject *name)
+{
+    return PyObject_CallMethodNoArgs(message, name);
+}
+
+static PyObject *
+append_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError,
+                        "append_rows(messages, topic, partition, end, rows, no_headers)");
+        return NULL;
+    }
+    PyObject *messages = args[0], *topic = args[1], *partition = args[2], *rows = args[4];
+    PyObject *no_headers = args[5];
+    long long end = PyLong_AsLongLong(args[3]);
+    if (end == -1 && PyErr_Occurred())
+        return NULL;
+    if (!PyList_Check(messages) || !PyList_Check(rows)) {
+        PyErr_SetString(PyExc_TypeError, "messages and rows must be lists");
+        return NULL;
+    }
+    Py_ssize_t index = 0;
+    for (; index < PyList_GET_SIZE(messages); index++) {
+        PyObject *message = PyList_GET_ITEM(messages, index);
+        PyObject *error = call(message, str_error);
+        if (error == NULL)
+            return NULL;
+        int failed = error != Py_None;
+        Py_DECREF(error);
+        if (failed)
+            break;
+        PyObject *offset = call(message, str_offset);
+        if (offset == NULL)
+            return NULL;
+        long long at = PyLong_AsLongLong(offset);
+        if (at == -1 && PyErr_Occurred()) {
+            Py_DECREF(offset);
+            return NULL;
+        }
+        if (at >= end) {
+            Py_DECREF(offset);
+            break;
+        }
+        PyObject *stamp = call(message, str_timestamp);
+        PyObject *key = stamp == NULL ? NULL : call(message, str_key);
+        PyObject *value = key == NULL ? NULL : call(message, str_value);
+        PyObject *headers = value == NULL ? NULL : call(message, str_headers);
+        PyObject *row = NULL;
+        if (headers != NULL) {
+            if (!PyTuple_Check(stamp) || PyTuple_GET_SIZE(stamp) != 2)
+                PyErr_SetString(PyExc_TypeError, "a message's timestamp() is not a pair");
+            else {
+                int has_headers = PyObject_IsTrue(headers);
+                if (has_headers >= 0)
+                    row = PyTuple_Pack(7, topic, partition, offset, PyTuple_GET_ITEM(stamp, 1),
+                                       key, value, has_headers ? headers : no_headers);
+            }
+        }
+        Py_DECREF(offset);
+        Py_XDECREF(stamp);
+        Py_XDECREF(key);
+        Py_XDECREF(value);
+        Py_XDECREF(headers);
+        if (row == NULL)
+            return NULL;
+        int appended = PyList_Append(rows, row);
+        Py_DECREF(row);
+        if (appended < 0)
+            return NULL;
+    }
+    return PyLong_FromSsize_t(index);
+}
+
+static PyMethodDef methods[] = {
+    {"append_rows", (PyCFunction)(void (*)(void))append_rows, METH_FASTCALL,
+     "Consumed messages into task rows, up to the first with an error or at `end`."},
+    {NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_kafka_rows", "Consumed Kafka messages into task rows, in C.", -1,
+    methods,
+};
+
+PyMODINIT_FUNC
+PyInit__kafka_rows(void)
+{
+#define INTERN(variable, text)                                                                 \
+    if ((variable = PyUnicode_InternFromString(text)) == NULL)                                 \
+        return NULL;
+    INTERN(str_error, "error")
+    INTERN(str_offset, "offset")
+    INTERN(str_timestamp, "timestamp")
+    INTERN(str_key, "key")
+    INTERN(str_value, "value")
+    INTERN(str_headers, "headers")
+#undef INTERN
+    return PyModule_Create(&module);
+}
