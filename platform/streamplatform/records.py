@@ -11,6 +11,9 @@ from typing import Any, NamedTuple
 Headers = list[tuple[str, bytes | None]]
 # The headers of every record that has none: one shared list, never modified.
 NO_HEADERS: Headers = []
+# The source of an output record produced outside any source record (a punctuation): what a
+# task records beside such an output, in a ConsumedRecord's layout.
+NO_SOURCE = (None, -1, -1, None, None, None, None)
 
 
 class TopicPartition(NamedTuple):

@@ -167,6 +167,27 @@ def test_the_c_core_gives_the_windowed_keys_the_reference_gives(tmp_path):
 
 
 @needs_c_core
+@pytest.mark.parametrize(
+    ("kind", "string_keys", "direct"),
+    [("count", True, True), ("count", False, True), ("reduce", True, False),
+     ("aggregate", False, False)],
+)  # fmt: skip
+def test_closed_counts_are_written_by_the_core_where_the_sink_allows(
+    tmp_path, kind, string_keys, direct
+):
+    """A count into a sink with the windowed key serde and the long serde is written by the
+    core itself (the indistinguishability test above holds its bytes to the sink's); other
+    results are forwarded to the sink."""
+    windows = TimeWindows.of_size_with_no_grace(MINUTE)
+    task = _task(tmp_path, _topology(kind, windows, True, string_keys), 10_000_000)
+    try:
+        processor = _processor(task)
+        assert (processor._direct_sink(processor.context) is not None) is direct
+    finally:
+        task.close()
+
+
+@needs_c_core
 def test_a_closed_task_with_the_c_core_is_freed(tmp_path):
     """The core refers to the aggregation, its cache and the task, which refer back to it:
     only the cycle collector can free them, so the core must show it its references."""

@@ -33,6 +33,8 @@ typedef struct {
     PyObject *aggregation, *cache, *entries, *stream_time, *stored_to, *task;
     PyObject *key_serialize, *key_deserialize, *initializer, *aggregator, *forward;
     PyObject *record_type, *windowed_type, *window_type;
+    /* Where a closed window's count is written directly (sink_append None: forwarded). */
+    PyObject *sink_topic, *sink_append, *sink_sources_append, *producer_type, *no_source;
     long long size, advance, grace, max_bytes, entry_bytes;
     int string_keys, count, emit_final;
 } Core;
@@ -501,6 +503,72 @@ forward_final(Core *self, PyObject *record, PyObject *key, PyObject *result,
     return 0;
 }
 
+/* What the sink's delivery function does for Record(Windowed(key, window), count, timestamp,
+ * record's headers), with the time-windowed serde of the key's serde (the key's bytes, then
+ * the window start, 8 bytes big-endian, as the store key holds them) and the long serde:
+ * 1 when written, 0 when this result is not a count that fits (the caller forwards it), -1
+ * on an error. */
+static int
+write_final(Core *self, PyObject *record, PyObject *store_key, PyObject *result,
+            PyObject *timestamp)
+{
+    if (self->sink_append == Py_None || !PyLong_CheckExact(result))
+        return 0;
+    int overflow;
+    long long count = PyLong_AsLongLongAndOverflow(result, &overflow);
+    if (count == -1 && PyErr_Occurred())
+        return -1;
+    if (overflow)
+        return 0;
+    Py_ssize_t length = PyBytes_GET_SIZE(store_key) - STORE_KEY_HEAD;
+    const char *bytes = PyBytes_AS_STRING(store_key);
+    PyObject *key = PyBytes_FromStringAndSize(NULL, length + 8);
+    PyObject *value = PyBytes_FromStringAndSize(NULL, 8);
+    PyObject *out = NULL, *args = NULL, *items = NULL, *current = NULL;
+    int written = -1;
+    if (key == NULL || value == NULL)
+        goto done;
+    memcpy(PyBytes_AS_STRING(key), bytes + STORE_KEY_HEAD, length);
+    memcpy(PyBytes_AS_STRING(key) + length, bytes + 1, 8);
+    unsigned char *data = (unsigned char *)PyBytes_AS_STRING(value);
+    unsigned long long number = (unsigned long long)count;
+    for (int i = 7; i >= 0; i--) {
+        data[i] = (unsigned char)(number & 0xff);
+        number >>= 8;
+    }
+    items = PyTuple_Pack(6, self->sink_topic, key, value, timestamp,
+                         PyTuple_GET_ITEM(record, 3), Py_None);
+    args = items == NULL ? NULL : PyTuple_Pack(1, items);
+    out = args == NULL ? NULL
+                       : PyTuple_Type.tp_new((PyTypeObject *)self->producer_type, args, NULL);
+    if (out == NULL)
+        goto done;
+    PyObject *done_append = PyObject_CallOneArg(self->sink_append, out);
+    if (done_append == NULL)
+        goto done;
+    Py_DECREF(done_append);
+    current = PyObject_GetAttr(self->task, str_current); /* current or NO_SOURCE */
+    if (current == NULL)
+        goto done;
+    int present = PyObject_IsTrue(current);
+    if (present < 0)
+        goto done;
+    done_append = PyObject_CallOneArg(self->sink_sources_append,
+                                      present ? current : self->no_source);
+    if (done_append == NULL)
+        goto done;
+    Py_DECREF(done_append);
+    written = 1;
+done:
+    Py_XDECREF(key);
+    Py_XDECREF(value);
+    Py_XDECREF(items);
+    Py_XDECREF(args);
+    Py_XDECREF(out);
+    Py_XDECREF(current);
+    return written;
+}
+
 /* The cached windows starting before `high_key` leave the cache into `closed`; an update not
  * forwarded yet goes on first. */
 static int
@@ -662,11 +730,16 @@ close_windows(Core *self, PyObject *record, wide close)
                 goto done;
             }
             Py_INCREF(pair);
-            PyObject *windowed = windowed_key(self, store_key, start);
-            int failed = windowed == NULL
+            int written = write_final(self, record, store_key, PyTuple_GET_ITEM(pair, 0),
+                                      PyTuple_GET_ITEM(pair, 1));
+            int failed = written < 0;
+            if (written == 0) {
+                PyObject *windowed = windowed_key(self, store_key, start);
+                failed = windowed == NULL
                          || forward_final(self, record, windowed, PyTuple_GET_ITEM(pair, 0),
                                           PyTuple_GET_ITEM(pair, 1)) < 0;
-            Py_XDECREF(windowed);
+                Py_XDECREF(windowed);
+            }
             Py_DECREF(pair);
             if (failed)
                 goto done;
@@ -703,7 +776,8 @@ Core_close_windows(Core *self, PyObject *const *args, Py_ssize_t nargs)
 #define REFERENCES(X)                                                                          \
     X(aggregation) X(cache) X(entries) X(stream_time) X(stored_to) X(task) X(key_serialize)    \
     X(key_deserialize) X(initializer) X(aggregator) X(forward) X(record_type)                  \
-    X(windowed_type) X(window_type)
+    X(windowed_type) X(window_type) X(sink_topic) X(sink_append) X(sink_sources_append)       \
+    X(producer_type) X(no_source)
 
 static int
 Core_init(Core *self, PyObject *args, PyObject *kwargs)
@@ -712,19 +786,30 @@ Core_init(Core *self, PyObject *args, PyObject *kwargs)
         "aggregation", "cache", "stream_time", "stored_to", "task", "key_serialize",
         "key_deserialize", "string_keys", "initializer", "aggregator", "count", "size",
         "advance", "grace", "emit_final", "forward", "record_type", "windowed_type",
-        "window_type", NULL};
+        "window_type", "sink_topic", "sink_append", "sink_sources_append", "producer_type",
+        "no_source", NULL};
     PyObject *aggregation, *cache, *stream_time, *stored_to, *task, *key_serialize,
         *key_deserialize, *initializer, *aggregator, *forward, *record_type, *windowed_type,
-        *window_type;
+        *window_type, *sink_topic, *sink_append, *sink_sources_append, *producer_type,
+        *no_source;
     long long size, advance, grace;
     int string_keys, count, emit_final;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwargs, "$OOOOOOOpOOpLLLpOO!O!O!", names, &aggregation, &cache,
+            args, kwargs, "$OOOOOOOpOOpLLLpOO!O!O!OOOO!O", names, &aggregation, &cache,
             &stream_time, &stored_to, &task, &key_serialize, &key_deserialize, &string_keys,
             &initializer, &aggregator, &count, &size, &advance, &grace, &emit_final, &forward,
             &PyType_Type, &record_type, &PyType_Type, &windowed_type, &PyType_Type,
-            &window_type))
+            &window_type, &sink_topic, &sink_append, &sink_sources_append, &PyType_Type,
+            &producer_type, &no_source))
         return -1;
+    if (sink_append != Py_None && (task == Py_None || sink_sources_append == Py_None)) {
+        PyErr_SetString(PyExc_ValueError, "a direct sink needs the task and its sources list");
+        return -1;
+    }
+    if (!PyType_IsSubtype((PyTypeObject *)producer_type, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "producer_type must be a tuple type");
+        return -1;
+    }
     if (size <= 0 || advance <= 0 || advance > size || grace < 0) {
         PyErr_SetString(PyExc_ValueError, "windows need 0 < advance <= size and grace >= 0");
         return -1;

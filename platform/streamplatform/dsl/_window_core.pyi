@@ -28,6 +28,11 @@ class Core:
         record_type: type,
         windowed_type: type,
         window_type: type,
+        sink_topic: str | None,
+        sink_append: Callable[[Any], None] | None,
+        sink_sources_append: Callable[[Any], None] | None,
+        producer_type: type,
+        no_source: tuple[Any, ...],
     ) -> None: ...
     def process(self, record: Record) -> None: ...
     def close_windows(self, record: Record | None, close: int) -> None: ...

@@ -26,8 +26,14 @@ from typing import Any
 
 from streamplatform.dsl.aggregate import _TIMESTAMP, KeptStreamTime, _Aggregation, is_count
 from streamplatform.dsl.processor import ProcessorContext
-from streamplatform.dsl.windows import EmitStrategy, TimeWindows, Window, Windowed
-from streamplatform.records import Record
+from streamplatform.dsl.windows import (
+    EmitStrategy,
+    TimeWindowedSerde,
+    TimeWindows,
+    Window,
+    Windowed,
+)
+from streamplatform.records import NO_SOURCE, ProducerRecord, Record
 from streamplatform.serdes import Serdes
 
 try:  # the C per-record path, built with the package where a C compiler is available
@@ -76,6 +82,7 @@ class WindowedAggregate(_Aggregation):
             return None
         children = getattr(context, "runtime_children", None)
         forward = children[0] if children is not None and len(children) == 1 else context.forward
+        sink = self._direct_sink(context)
         return _native.Core(
             aggregation=self, cache=self.cache, stream_time=self.stream_time,
             stored_to=self.stored_to, task=self.cache.task,
@@ -85,7 +92,34 @@ class WindowedAggregate(_Aggregation):
             size=self.windows.size_ms, advance=self.windows.advance_ms,
             grace=self.windows.grace_ms, emit_final=self.emit_final, forward=forward,
             record_type=Record, windowed_type=Windowed, window_type=Window,
+            sink_topic=None if sink is None else sink[0],
+            sink_append=None if sink is None else sink[1].append,
+            sink_sources_append=None if sink is None else sink[2].append,
+            producer_type=ProducerRecord, no_source=NO_SOURCE,
         )  # fmt: skip
+
+    def _direct_sink(self, context: ProcessorContext) -> tuple[str, list, list] | None:
+        """Where the C core writes the final results of closed windows itself, as the sink's
+        delivery function would (the same bytes: the store key holds the windowed key's, and
+        a count is 8 bytes big-endian): when this aggregation's only child is a sink of an
+        external topic whose key serde is the time-windowed serde of this aggregation's key
+        serde and whose value serde is the long serde (``Task.direct_sink``). Anything the
+        core cannot write so goes the usual way (forwarded as a Record)."""
+        task = getattr(context, "runtime_task", None)
+        node = getattr(context, "runtime_node", None)
+        found = None if task is None or node is None else task.direct_sink(node)
+        if found is None:
+            return None
+        sink, topic, output, sources = found
+        key_serde = sink.key_serde
+        if not (
+            isinstance(key_serde, TimeWindowedSerde)
+            and key_serde.inner is self.key_serde
+            and key_serde.size_ms == self.windows.size_ms
+            and sink.value_serde is Serdes.long()
+        ):
+            return None
+        return topic, output, sources
 
     def _window(self, start: int) -> Window:
         return Window(start, start + self.windows.size_ms)

@@ -96,10 +96,11 @@ def append_rows(
 
 
 try:  # built with the package where a C compiler is available (setup.py)
-    from streamplatform.runtime._kafka_rows import append_rows as _native_append_rows
+    from streamplatform.runtime import _kafka_rows
 except ImportError:  # pragma: no cover - depends on the build
-    _native_append_rows = None
-_append_rows = _native_append_rows or append_rows
+    _kafka_rows = None  # type: ignore[assignment]
+_native_append_rows = None if _kafka_rows is None else _kafka_rows.append_rows
+_append_rows = append_rows if _native_append_rows is None else _native_append_rows
 
 
 def read_range(

@@ -39,7 +39,13 @@ from streamplatform.errors.handlers import (
 )
 from streamplatform.errors.response import Action
 from streamplatform.identity import canonical_bytes
-from streamplatform.records import ConsumedRecord, ProducerRecord, Record, TopicPartition
+from streamplatform.records import (
+    NO_SOURCE,
+    ConsumedRecord,
+    ProducerRecord,
+    Record,
+    TopicPartition,
+)
 from streamplatform.registry.serdes import configure_registry_serdes
 from streamplatform.runtime.partitioner import partition_for
 from streamplatform.serdes import (
@@ -67,8 +73,6 @@ PUNCTUATION_MARKER_TOPIC = "__streamplatform.punctuation__"  # partition: the sc
 # committed, so that a replayed batch fires the punctuations its first attempt fired, whether
 # its task was kept open in a worker or opened anew (docs/guarantees.md).
 WALL_CLOCK_MARKER_TOPIC = "__streamplatform.wall_clock_punctuation__"
-# The source of an output record produced outside any source record (a punctuation).
-NO_SOURCE = (None, -1, -1, None, None, None, None)
 _new_tuple = tuple.__new__  # builds a NamedTuple without its Python-level __new__
 _UNDECODED = object()  # Task._decoded: a record whose key and value process_all decodes
 # Records decoded at once by Task._decoded. Small: a slice's decoded values are still in the
@@ -141,6 +145,7 @@ class NodeContext:
         self._child = dict(zip(node.children, self._children, strict=True))
         # For the built-in processors' per-record paths (they read these directly).
         self.runtime_task = task
+        self.runtime_node = node.name
         self.runtime_children = self._children
 
     application_id = property(lambda self: self._task.application_id)
@@ -581,6 +586,24 @@ class Task:
             add_source(current or NO_SOURCE)
 
         return write
+
+    def direct_sink(self, node: str) -> tuple[SinkNode, str, list, list] | None:
+        """The sink that is processor ``node``'s only child, when a built-in processor may
+        write its output records itself, as the sink's delivery function would: an external
+        topic (no partition to choose), serdes that take no context, and nothing written as
+        read. Then (the sink, its topic, the task's output list, the list of their source
+        records), else None."""
+        processor = self.topology.nodes[node]
+        children = processor.children if isinstance(processor, ProcessorNode) else []
+        sink = self.topology.nodes[children[0]] if len(children) == 1 else None
+        if (
+            not isinstance(sink, SinkNode) or sink.internal
+            or uses_context(sink.key_serde) or uses_context(sink.value_serde)
+            or self._written_as_read(sink)
+        ):  # fmt: skip
+            return None
+        topic = topic_name(sink.topic, sink.internal, self.application_id)
+        return sink, topic, self.output, self.output_sources
 
     def _context_writer(self, sink: SinkNode, topic: str) -> Callable[[Record], None]:
         """``_writer`` for a sink whose serdes take a context (the topic, key or value, and
