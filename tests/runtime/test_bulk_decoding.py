@@ -65,15 +65,11 @@ def _outcome(task: Task) -> tuple:
     return output, task.metrics(), committed, task.stream_time, list(store.prefix(b""))
 
 
-@settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(keys, values, st.integers(0, 3 * MINUTE)), max_size=3 * DECODE_SLICE))
-def test_a_list_and_one_record_at_a_time_give_the_same_result(tmp_path_factory, rows):
-    records = [
-        ConsumedRecord("in", 0, offset, timestamp, key, value, [])
-        for offset, (key, value, timestamp) in enumerate(rows)
-    ]
-    in_bulk = _task(tmp_path_factory.mktemp("bulk"))
-    one_by_one = _task(tmp_path_factory.mktemp("single"))
+def _assert_bulk_as_one_by_one(tmp_path_factory, records, second_value_serde=None) -> None:
+    """``records`` as one list and one at a time, each into a task of its own: the same
+    outcome."""
+    in_bulk = _task(tmp_path_factory.mktemp("bulk"), second_value_serde)
+    one_by_one = _task(tmp_path_factory.mktemp("single"), second_value_serde)
     try:
         in_bulk.process_all(list(records))
         for record in records:
@@ -82,6 +78,16 @@ def test_a_list_and_one_record_at_a_time_give_the_same_result(tmp_path_factory, 
     finally:
         in_bulk.close()
         one_by_one.close()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(keys, values, st.integers(0, 3 * MINUTE)), max_size=3 * DECODE_SLICE))
+def test_a_list_and_one_record_at_a_time_give_the_same_result(tmp_path_factory, rows):
+    records = [
+        ConsumedRecord("in", 0, offset, timestamp, key, value, [])
+        for offset, (key, value, timestamp) in enumerate(rows)
+    ]
+    _assert_bulk_as_one_by_one(tmp_path_factory, records)
 
 
 @settings(max_examples=30, deadline=None)
@@ -100,16 +106,7 @@ def test_records_of_two_topics_read_merged_give_the_same_result(
         ConsumedRecord("in2" if second else "in", 0, offset, timestamp, key, value, [])
         for offset, (second, key, value, timestamp) in enumerate(rows)
     ]
-    in_bulk = _task(tmp_path_factory.mktemp("bulk"), second_value_serde)
-    one_by_one = _task(tmp_path_factory.mktemp("single"), second_value_serde)
-    try:
-        in_bulk.process_all(list(records))
-        for record in records:
-            one_by_one.process(record)
-        assert _outcome(in_bulk) == _outcome(one_by_one)
-    finally:
-        in_bulk.close()
-        one_by_one.close()
+    _assert_bulk_as_one_by_one(tmp_path_factory, records, second_value_serde)
 
 
 def test_a_record_that_fails_to_decode_reaches_the_handler_in_order(tmp_path):
