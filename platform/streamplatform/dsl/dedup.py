@@ -67,7 +67,12 @@ from streamplatform.dsl.dedup_store import (
     store_key,
     unpack_entry,
 )
-from streamplatform.dsl.processor import Processor, ProcessorContext, engine_store
+from streamplatform.dsl.processor import (
+    Processor,
+    ProcessorContext,
+    engine_store,
+    single_forward,
+)
 from streamplatform.identity import canonical_bytes
 from streamplatform.records import Record
 from streamplatform.state import IsolationLevel
@@ -338,8 +343,7 @@ class DeduplicationProcessor(Processor):
         # current record directly, and call a single child without the forward loop; any
         # other ProcessorContext goes through the protocol.
         task = getattr(context, "runtime_task", None)
-        children = getattr(context, "runtime_children", None)
-        forward = children[0] if children is not None and len(children) == 1 else context.forward
+        forward = single_forward(context)
         # Purging waits until the horizon has moved on by a sliver of the interval since the
         # last purge: an entry just past the horizon can no longer cause a drop (the rule reads
         # its timestamp), so it may stay a little longer, and one purge then takes out a run

@@ -63,6 +63,14 @@ class ProcessorContext(Protocol):
     ) -> None: ...
 
 
+def single_forward(context: ProcessorContext) -> Callable[[Record], None]:
+    """How a built-in processor forwards a record: with the runtime's context and a single
+    child, that child's delivery function itself (no forward loop per record); else
+    ``context.forward``."""
+    children = getattr(context, "runtime_children", None)
+    return children[0] if children is not None and len(children) == 1 else context.forward
+
+
 def engine_store(context: ProcessorContext, name: str) -> Any:
     """The engine's own store behind ``name`` (bytes, the writing transaction): for the
     built-in processors only. A user's processor gets ``context.get_state_store(name)``."""

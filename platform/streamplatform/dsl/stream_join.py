@@ -33,7 +33,12 @@ from operator import itemgetter
 from typing import Any
 
 from streamplatform.dsl.aggregate import KeptStreamTime
-from streamplatform.dsl.processor import Processor, ProcessorContext, engine_store
+from streamplatform.dsl.processor import (
+    Processor,
+    ProcessorContext,
+    engine_store,
+    single_forward,
+)
 from streamplatform.records import Record
 from streamplatform.serdes import Serde
 from streamplatform.state.stores import duration_ms
@@ -291,11 +296,7 @@ class StreamStreamJoinSide(Processor):
 
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
-        # The runtime's context: its single child called without the forward loop.
-        children = getattr(context, "runtime_children", None)
-        self.forward = (
-            children[0] if children is not None and len(children) == 1 else context.forward
-        )
+        self.forward = single_forward(context)
         # Both sides' processors of one task share the join's state: the first creates it.
         task = getattr(context, "runtime_task", None)
         shared: dict[str, Any] = task.shared if task is not None else {}

@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from streamplatform.dsl.aggregate import _TIMESTAMP, KeptStreamTime, _Aggregation, is_count
-from streamplatform.dsl.processor import ProcessorContext
+from streamplatform.dsl.processor import ProcessorContext, single_forward
 from streamplatform.dsl.windows import (
     EmitStrategy,
     TimeWindowedSerde,
@@ -80,8 +80,6 @@ class WindowedAggregate(_Aggregation):
         or switched off by a test)."""
         if _native is None or not NATIVE_CORE:
             return None
-        children = getattr(context, "runtime_children", None)
-        forward = children[0] if children is not None and len(children) == 1 else context.forward
         sink = self._direct_sink(context)
         return _native.Core(
             aggregation=self, cache=self.cache, stream_time=self.stream_time,
@@ -90,7 +88,8 @@ class WindowedAggregate(_Aggregation):
             string_keys=self.key_serde is Serdes.string(), initializer=self.initializer,
             aggregator=self.aggregator, count=is_count(self.initializer, self.aggregator),
             size=self.windows.size_ms, advance=self.windows.advance_ms,
-            grace=self.windows.grace_ms, emit_final=self.emit_final, forward=forward,
+            grace=self.windows.grace_ms, emit_final=self.emit_final,
+            forward=single_forward(context),
             record_type=Record, windowed_type=Windowed, window_type=Window,
             sink_topic=None if sink is None else sink[0],
             sink_append=None if sink is None else sink[1].append,
