@@ -15,8 +15,8 @@ from streamplatform.config import ConfigError, StreamsConfig
 from streamplatform.runtime import paths
 from streamplatform.runtime.job_context import BatchPlan, JobContext
 from streamplatform.runtime.local_master import local_master_slots, tasks_beside_spark
-from streamplatform.runtime.paths.stages import MAX_BATCH_ID, repartition_offset_base
 from streamplatform.runtime.planning import Planner, partition_change_message
+from streamplatform.runtime.repartition_buffer import MAX_BATCH_ID, repartition_offset_base
 from streamplatform.serdes import Serdes
 
 RUNTIME = Path(__file__).parents[2] / "platform" / "streamplatform" / "runtime"
@@ -190,46 +190,6 @@ def test_the_runtime_modules_import_each_other_without_a_circle():
 
     for name in sorted(modules):
         visit(name)
-
-
-def _chunked(records, size):
-    for index in range(0, len(records), size):
-        yield records[index : index + size]
-
-
-@pytest.mark.parametrize("seed", range(40))
-def test_a_task_reading_several_topics_takes_their_records_in_the_grouped_paths_order(seed):
-    """The direct path's merge of a task's own reads (chunk by chunk, as they arrive) gives
-    the order the grouped path gives the same records held whole: per topic in offset order,
-    across topics the lowest timestamp first, ties to the topic's name; chunks stay bounded."""
-    import random
-
-    import pyarrow as pa
-
-    from streamplatform.runtime import kafka_input
-    from streamplatform.runtime.executor import records_in_pick_order
-
-    rng = random.Random(seed)
-    topics = rng.sample(["orders", "payments", "rates"], rng.randint(2, 3))
-    by_topic = {
-        topic: [
-            (topic, 1, offset, rng.randint(0, 30), b"k", b"v", ())
-            for offset in range(rng.randint(0, 2_500))
-        ]  # fmt: skip
-        for topic in topics
-    }
-    readers = [_chunked(records, rng.randint(1, 1_200)) for records in by_topic.values() if records]
-    chunks = list(kafka_input._in_pick_order(readers)) if readers else []
-    assert all(0 < len(chunk) <= kafka_input.CHUNK_RECORDS for chunk in chunks)
-
-    held = [record for records in by_topic.values() for record in records]
-    table = pa.table({
-        "topic": [r[0] for r in held], "partition": [r[1] for r in held],
-        "offset": [r[2] for r in held], "timestamp": [r[3] for r in held],
-        "key": [r[4] for r in held], "value": [r[5] for r in held], "headers": [None] * len(held),
-    })  # fmt: skip
-    expected = [tuple(record)[:4] for record in records_in_pick_order(table)]
-    assert [record[:4] for chunk in chunks for record in chunk] == expected
 
 
 def test_a_batch_reading_two_topics_has_one_task_per_partition_with_both_ranges():

@@ -71,6 +71,8 @@ class Progress:
     # (task, where, changelog rows replayed) of each task that restored its state in its run;
     # where: "<executor host>:<state dir>".
     restores: list[tuple[str, str, int]] = field(default_factory=list)
+    # Per task, the bound it reported (partition_group.py): None when it read everything.
+    bounds: dict[str, int | None] = field(default_factory=dict)
 
     @property
     def kinds(self) -> set[str]:
@@ -83,6 +85,7 @@ class Progress:
         for task, value in rows:
             progress = json.loads(value)
             summed.tasks_run.add(task)
+            summed.bounds[task] = progress.get("bound")
             add_metrics(summed.metrics, progress["metrics"])
             if progress.get("restored_on"):
                 summed.restores.append(

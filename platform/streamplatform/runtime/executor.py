@@ -49,12 +49,12 @@ import base64
 import contextlib
 import dataclasses
 import gc
-import heapq
+import itertools
 import json
 import socket
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import islice, repeat
 from operator import itemgetter
@@ -71,9 +71,10 @@ from streamplatform.dsl.topology import Topology
 from streamplatform.errors.exceptions import TaskFailedError
 from streamplatform.home import default_state_dir
 from streamplatform.records import NO_HEADERS, ConsumedRecord, ProducerRecord
-from streamplatform.runtime import kafka_output, task_cache
+from streamplatform.runtime import kafka_output, repartition_buffer, task_cache
 from streamplatform.runtime.changelog import task_offset_rows
 from streamplatform.runtime.faults import crash_point
+from streamplatform.runtime.partition_group import FROM_LAST, InputQueue, MergeResult, merge
 from streamplatform.runtime.task import Task
 
 if TYPE_CHECKING:
@@ -156,33 +157,25 @@ def encode_headers(headers: list[tuple[str, bytes | None]]) -> str | None:
     ])  # fmt: skip
 
 
-def records_in_pick_order(table: pa.Table) -> Iterator[ConsumedRecord]:
-    """Per partition in offset order; across partitions the head with the lowest timestamp
-    first (ties: topic, partition), as Kafka Streams' partition group does."""
+def table_queues(table: pa.Table, internal_topics: frozenset[str]) -> dict[tuple, list]:
+    """A task's rows (INPUT_COLUMNS) as its input queues, each in offset order: one per Kafka
+    partition, keyed ``(topic, partition, -1)``, and one per repartition topic and upstream
+    task, keyed ``(topic, partition, upstream partition)`` (repartition_buffer.py)."""
     columns = table.select(["topic", "partition", "offset", "timestamp", "key", "value", "headers"])
-    queues: dict[tuple[str, int], list[ConsumedRecord]] = {}
+    queues: dict[tuple, list] = {}
     for topic, partition, offset, timestamp, key, value, headers in zip(
         *(column.to_pylist() for column in columns.columns), strict=True
     ):
-        queues.setdefault((topic, partition), []).append(
+        if topic is None:
+            continue  # a row that only wakes the task (its repartition buffer)
+        upstream = repartition_buffer.upstream_of(offset) if topic in internal_topics else -1
+        queues.setdefault((topic, partition, upstream), []).append(
             ConsumedRecord(topic, partition, offset, timestamp, key, value,
                            decode_headers(headers))
         )  # fmt: skip
     for queue in queues.values():
         queue.sort(key=lambda record: record.offset)
-    if len(queues) == 1:
-        yield from next(iter(queues.values()))
-        return
-    positions = {tp: 0 for tp in queues}
-    heads = [(q[0].timestamp, tp) for tp, q in queues.items()]
-    heapq.heapify(heads)
-    while heads:
-        _, tp = heapq.heappop(heads)
-        queue, position = queues[tp], positions[tp]
-        yield queue[position]
-        positions[tp] = position + 1
-        if position + 1 < len(queue):
-            heapq.heappush(heads, (queue[position + 1].timestamp, tp))
+    return queues
 
 
 @contextlib.contextmanager
@@ -241,8 +234,19 @@ class TaskBatchRunner:
         task_runs: ChangelogWrites | None = None,
         changelog_table: str | None = None,
         wall_clock_ms: int | None = None,
+        task_cap: int | None = None,
+        capped: frozenset[tuple[str, int]] = frozenset(),
+        repartition_bounds: Mapping[str, Mapping[int, int]] | None = None,
     ) -> None:
         self.topology = topology
+        # Event time across a task's inputs (partition_group.py): at most ``task_cap`` records
+        # per task (platform.max.records.per.batch; tasks reading repartitioned records take
+        # what their inputs allow), the Kafka partitions whose planned range stops short of
+        # their end (``capped``: they hold the task's other inputs back), and the bound each
+        # upstream task of a repartition topic reported (absent: it read everything).
+        self.task_cap = task_cap
+        self.capped = capped
+        self.repartition_bounds = {t: dict(b) for t, b in (repartition_bounds or {}).items()}
         # The batch's wall-clock time, logged with its plan: every task of the batch, and
         # every attempt of it, fires its wall-clock punctuations and answers
         # current_system_time_ms() with it (a replay sees what the first attempt saw).
@@ -287,16 +291,23 @@ class TaskBatchRunner:
         storage.configure(self.settings)
 
     def run(self, table: pa.Table) -> pa.Table:
-        """One task's rows of the batch (all of one ``task_partition``) in, its output out."""
+        """One task's rows of the batch (all of one ``task_partition``) in, its output out.
+        Its Kafka partitions and its upstream tasks' repartitioned records (and what its
+        repartition buffer held) are merged by timestamp (partition_group.py)."""
         with _collector_paused():
             partition = int(table["task_partition"][0].as_py())
+            by_queue = table_queues(table, self.internal_topics)
             run = _TaskRun(self, partition, planned=table.num_rows)
-            run.first_offsets = _first_offsets(table)
+            run.first_offsets = _first_offsets(table.filter(pc.is_valid(table["topic"])))
             if self.reads_internal:
-                internal = pa.array(sorted(self.internal_topics))
-                run.internal_in = pc.sum(pc.is_in(table["topic"], value_set=internal)).as_py() or 0
+                run.internal_in = sum(
+                    len(records) for (topic, _, _), records in by_queue.items()
+                    if topic in self.internal_topics
+                )  # fmt: skip
             try:
-                tables = [run.process(records_in_pick_order(table)), run.end_punctuation()]
+                queues = run.input_queues(by_queue)
+                tables = [run.process(run.merged(queues)), run.end_punctuation()]
+                run.after_merge(queues)
                 tables += run.finish()
                 run.completed = True
             except TaskFailedError as failure:
@@ -314,16 +325,26 @@ class TaskBatchRunner:
         return self.run_records(_arrow_records(self.stream_topic, self.subtopology, batches))
 
     def run_records(
-        self, chunks: Iterable[list[ConsumedRecord]], read: _ReadRanges | None = None
+        self,
+        chunks: Iterable[list[ConsumedRecord]] | Callable[[_TaskRun], Iterable[list[Any]]],
+        read: _ReadRanges | None = None,
+        partition: int | None = None,
+        queues: list[InputQueue] | None = None,
     ) -> Iterator[pa.RecordBatch]:
         """One task's batch: ``chunks`` of records of its Kafka partition in the order the
         task takes them (tuples in ConsumedRecord's layout), each processed as it arrives, its
         output sent on (OUTPUT_ARROW; sink rows only, SINK_ARROW, with ``side_output_dir``).
         ``read``: the ranges the task read itself; with its ``kafka`` the task produces its
-        Kafka sink and DLQ records itself (``_TaskRun.kafka``)."""
+        Kafka sink and DLQ records itself (``_TaskRun.kafka``). ``chunks`` may also be a
+        function of the task's run giving them (``run_queues``: the run of ``partition`` is
+        opened first, and its ``queues`` merged)."""
         with _collector_paused():
             run: _TaskRun | None = None
             try:
+                if callable(chunks):
+                    run = _TaskRun(self, partition or 0, self.planned_records.get(partition or 0),
+                                   read)  # fmt: skip
+                    chunks = chunks(run)
                 for records in chunks:
                     if not records:
                         continue
@@ -332,7 +353,7 @@ class TaskBatchRunner:
                         run = _TaskRun(self, partition, self.planned_records.get(partition),
                                        read)  # fmt: skip
                     if run.cut:
-                        continue  # stopped early: the rest waits for the next batch
+                        break  # stopped early: the rest waits for the next batch
                     output = run.process(records)
                     if output is not None:
                         yield output
@@ -340,6 +361,8 @@ class TaskBatchRunner:
                     output = run.end_punctuation()
                     if output is not None:
                         yield output
+                    if queues is not None:
+                        run.after_merge(queues)
                     finished = run.finish()
                     if self.side_output_dir is None:
                         yield from finished
@@ -353,6 +376,32 @@ class TaskBatchRunner:
             finally:
                 if run is not None:
                     run.close()
+
+    def run_queues(
+        self, partition: int, queues: list[InputQueue], read: _ReadRanges | None = None
+    ) -> Iterator[pa.RecordBatch]:
+        """``run_records`` over a task's input queues (its Kafka ranges, read as they are
+        taken) merged in pick order and cut as partition_group.py says. No task is opened
+        when no queue holds a record."""
+        for queue in queues:
+            first = next((chunk for chunk in queue.chunks if chunk), None)
+            if first is not None:
+                queue.chunks = itertools.chain([first], queue.chunks)
+                break
+        else:
+            for queue in queues:
+                _close(queue.chunks)
+            return iter(())
+
+        def merged(run: _TaskRun) -> Iterator[list[ConsumedRecord]]:
+            return run.merged(queues, chunks=True)
+
+        return self.run_records(merged, read, partition=partition, queues=queues)
+
+    def _limit(self, topic: str, partition: int) -> Any:
+        """A Kafka partition's queue limit (partition_group.py): bounded when its planned
+        range stops short of its end."""
+        return FROM_LAST if (topic, partition) in self.capped else None
 
     def read_and_run(
         self,
@@ -374,7 +423,7 @@ class TaskBatchRunner:
         With ``kafka`` each task produces its Kafka sink and DLQ records itself as it makes
         them (``_TaskRun.kafka``): its Kafka sink rows are not returned, its DLQ rows are (for
         the DLQ's Delta mirror)."""
-        from streamplatform.runtime.kafka_input import read_ranges
+        from streamplatform.runtime.kafka_input import read_range
 
         assert self.side_output_dir is None
 
@@ -382,9 +431,13 @@ class TaskBatchRunner:
             for batch in ids:
                 for index in batch.column(0).to_pylist():
                     partition, ranges = tasks[index]
-                    records = read_ranges(consumer_settings, partition, list(ranges))
+                    queues = [
+                        InputQueue(read_range(consumer_settings, topic, partition, start, end),
+                                   (topic, partition, -1), self._limit(topic, partition))
+                        for topic, start, end in ranges if end > start
+                    ]  # fmt: skip
                     task = f"{self.subtopology}_{partition}"
-                    rows = self.run_records(records, _ReadRanges(ranges, kafka))
+                    rows = self.run_queues(partition, queues, _ReadRanges(ranges, kafka))
                     if spill_dir is None:
                         yield from rows
                     else:
@@ -477,6 +530,12 @@ def _arrow_records(
         else:
             decoded = [NO_HEADERS if h is None else decode_headers(h) for h in headers.to_pylist()]
             yield list(zip(*columns, decoded, strict=False))  # type: ignore[arg-type]
+
+
+def _close(chunks: Any) -> None:
+    close = getattr(chunks, "close", None)
+    if close is not None:
+        close()
 
 
 def _spill(rows: Iterable[pa.RecordBatch], directory: str, task: str) -> None:
@@ -574,12 +633,20 @@ class _TaskRun:
                 self.config,
                 Path(state_dir), lambda topic: runner.partitions.get(topic, 1), wall_clock=clock,
                 isolation_level=IsolationLevel.READ_COMMITTED, stores_opened=settle_and_restore,
+                runtime_stores=repartition_buffer.runtime_stores(
+                    runner.topology, runner.topology.subtopologies[runner.subtopology],
+                    self.config["application.id"],
+                ),
             )  # fmt: skip
         self.task_name = str(self.task.task_id)
         self.punctuated = False  # the wall-clock punctuations at the start of the batch
         self.settled = time.monotonic()
         self.half = None if planned is None else planned // 2
-        self.cut = False  # stopped early on the stores' uncommitted limits
+        self.cut = False  # stopped early: the stores' uncommitted limits, or the merge's cut
+        self.merge = MergeResult()  # how the merge of the task's inputs went
+        self.bound: int | None = None  # reported to downstream tasks (partition_group.py)
+        self.buffered: dict[tuple[str, int], list[tuple]] = {}  # the repartition buffer's
+        self.held = 0  # repartitioned records left in the buffer for a later batch
         self.internal_in = 0  # records read from internal topics (TaskBatchRunner.run)
         self.first_offsets: dict[tuple[str, int], int] = {}  # per partition given (run())
         self.rows: Counter[tuple[str, str | None]] = Counter()  # (kind, topic) -> rows sent
@@ -595,6 +662,60 @@ class _TaskRun:
         self.kafka = None if read is None else read.kafka
         self._kafka_out: kafka_output.TaskOutput | None = None
         self._kafka_topics = frozenset() if self.kafka is None else self.kafka.topics
+
+    def input_queues(self, by_queue: Mapping[tuple, list]) -> list[InputQueue]:
+        """The task's input queues from its rows (``table_queues``), each repartition
+        topic's queues behind what the repartition buffer held for them, with their limits:
+        a Kafka partition's from the plan, an upstream task's from its reported bound."""
+        runner = self.runner
+        internal = [t for t in runner.internal_topics if t in self.task._sources]
+        store = self.task.stores.get(repartition_buffer.BUFFER_STORE)
+        self.buffered = repartition_buffer.load(store, internal) if store is not None else {}
+        queues = []
+        keys = set(by_queue) | {(topic, self.task.task_id.partition, upstream)
+                                for topic, upstream in self.buffered}  # fmt: skip
+        for key in sorted(keys):
+            topic, partition, upstream = key
+            records = by_queue.get(key, [])
+            if upstream < 0:
+                queues.append(InputQueue(iter([records]), key, runner._limit(topic, partition)))
+                continue
+            held = self.buffered.get((topic, upstream), [])
+            limit = runner.repartition_bounds.get(topic, {}).get(upstream)
+            queues.append(InputQueue(iter([held + records]), key, limit))
+        return queues
+
+    def merged(self, queues: list[InputQueue], chunks: bool = False) -> Iterator[Any]:
+        """``queues`` in pick order, cut (partition_group.py): records, or chunks of them.
+        Tasks reading repartitioned records take as many as their inputs allow; the others
+        at most the task cap."""
+        runner = self.runner
+        time_of = self.task.ordering_time() if len(queues) > 1 else None
+        cap = None if runner.reads_internal else runner.task_cap
+        merged = merge(queues, time_of, cap, self.merge)
+        return merged if chunks else itertools.chain.from_iterable(merged)
+
+    def after_merge(self, queues: list[InputQueue]) -> None:
+        """What the merge decided: the task stopped early when it did (its consumed
+        positions say where), the bound it reports, and its repartition buffer: the
+        repartitioned records it did not take are kept for a later batch."""
+        merge_result, task = self.merge, self.task
+        if self.cut:  # the stores' limits stopped it: its last record is its bound
+            self.bound = task.stream_time
+        else:
+            self.cut = merge_result.stopped
+            self.bound = merge_result.bound
+        store = task.stores.get(repartition_buffer.BUFFER_STORE)
+        if store is None:
+            return
+        internal = [q for q in queues if q.key[2] >= 0]
+        self.held = repartition_buffer.save(
+            store, self.buffered,
+            {(q.key[0], q.key[2]): q.taken for q in internal},
+            {(q.key[0], q.key[2]): list(q.rest()) for q in internal},
+        )  # fmt: skip
+        if self.held and self.bound is None:
+            self.bound = merge_result.bound if merge_result.bound is not None else -1
 
     def process(self, records: Iterable[ConsumedRecord]) -> pa.RecordBatch | None:
         """Run ``records`` through the task (until a store passes its limits); returns the
@@ -676,7 +797,9 @@ class _TaskRun:
                          for topic, offset in self._read_to().items()} | positions  # fmt: skip
         consumed = [[t, p, o] for (t, p), o in positions.items()]
         rows = [[kind, topic, n] for (kind, topic), n in sorted(self.rows.items(), key=str)]
-        report = {"metrics": metrics, "consumed": consumed, "rows": rows, "cut": self.cut}
+        metrics["repartition_buffered"] = self.held
+        report = {"metrics": metrics, "consumed": consumed, "rows": rows, "cut": self.cut,
+                  "bound": self.bound}  # fmt: skip
         if self.restored:  # where: the executor's host and the state dir it restored into
             report["restored_on"] = f"{socket.gethostname()}:{self.state_dir}"
         progress = json.dumps(report).encode()

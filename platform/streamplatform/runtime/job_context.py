@@ -34,6 +34,15 @@ class BatchPlan:
     # it is current.
     resolve_changelog: bool
     changelog_writes: ChangelogWrites | None
+    # Repartitioned records the last committed batch left in its tasks' repartition buffers
+    # (its metrics): the tasks holding them run in this batch even without new records.
+    repartition_buffered: int = 0
+
+    def capped(self, cap: int) -> frozenset[tuple[str, int]]:
+        """The partitions whose range the batch cap cut: each may hold more records than the
+        batch reads, so it holds its task's other inputs back (partition_group.py). Derived
+        from the logged ranges and the cap, so every attempt of the batch cuts alike."""
+        return frozenset(tp for tp, (start, end) in self.ranges.items() if end - start >= cap)
 
     @property
     def records(self) -> int:
@@ -178,8 +187,10 @@ class JobContext:
         changelog_files: Any,
         subtopology: int = 0,
         side_output_dir: str | None = None,
+        repartition_bounds: Mapping[str, Mapping[int, int]] | None = None,
     ) -> TaskBatchRunner:
         """What runs the batch's tasks of ``subtopology`` (executor.py)."""
+        cap = self.config["platform.max.records.per.batch"]
         return TaskBatchRunner(
             self.topology,
             self.settings,
@@ -198,4 +209,7 @@ class JobContext:
             task_runs=plan.changelog_writes,
             changelog_table=self.changelog_table(),
             wall_clock_ms=plan.wall_clock_ms,
+            task_cap=cap,
+            capped=plan.capped(cap),
+            repartition_bounds=repartition_bounds,
         )

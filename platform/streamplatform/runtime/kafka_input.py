@@ -1,5 +1,6 @@
-"""A task's planned ranges of its Kafka partition, read in its Spark Python worker (one topic's,
-or several topics' merged in the order a task takes them: ``read_ranges``).
+"""A task's planned ranges of its Kafka partitions, read in its Spark Python worker, a range
+at a time (``read_range``); a task of several partitions merges them as it takes them
+(partition_group.py).
 
 Spark's Kafka batch source costs about half a second per micro-batch before the first record
 reaches a task (the relation's offset checks on the driver, its consumers' setup). For small
@@ -19,12 +20,11 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import heapq
 import json
 import logging
 import threading
 import time
-from collections.abc import Generator, Iterator, Mapping
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -152,69 +152,6 @@ def read_range(
             consumer.unassign()
         finally:
             kept.in_use = False  # a bool's store is atomic: no lock needed to give it back
-
-
-def read_ranges(
-    settings: Mapping[str, Any], partition: int, ranges: list[tuple[str, int, int]]
-) -> Generator[list[ConsumedRecord], None, None]:
-    """A task's records of several topics' ranges of one partition, ``(topic, start, end)``
-    each, in the order a task takes them: per topic in offset order, across topics the next
-    record with the lowest timestamp first (ties: the topic's name), as Kafka Streams'
-    partition group picks them and ``executor.records_in_pick_order`` does on the grouped
-    path. Read as they are taken, each range with a consumer of its own: no topic's range is
-    held whole."""
-    readers = [read_range(settings, topic, partition, start, end)
-               for topic, start, end in ranges if end > start]  # fmt: skip
-    try:
-        if len(readers) == 1:
-            yield from readers[0]
-        elif readers:
-            yield from _in_pick_order(readers)
-    finally:
-        for reader in readers:
-            reader.close()
-
-
-def _in_pick_order(
-    readers: list[Generator[list[ConsumedRecord], None, None]],
-) -> Iterator[list[ConsumedRecord]]:
-    """Merge ``readers`` (chunks in offset order, one topic each) in pick order. A head is
-    taken, and its topic's records after it, for as long as they come before every other
-    topic's head (and the chunk has room): one heap operation per run, not per record."""
-    chunks: list[list[ConsumedRecord]] = []
-    heads: list[tuple[int, str, int, int]] = []  # (timestamp, topic, partition, reader)
-    for index, reader in enumerate(readers):
-        chunk = next(reader, None)
-        chunks.append(chunk or [])
-        if chunk:
-            heads.append((chunk[0][3], chunk[0][0], chunk[0][1], index))
-    heapq.heapify(heads)
-    positions = [0] * len(readers)
-    out: list[ConsumedRecord] = []
-    while heads:
-        _, _, _, index = heapq.heappop(heads)
-        chunk, position = chunks[index], positions[index]
-        bound = heads[0][:3] if heads else None
-        while True:
-            out.append(chunk[position])
-            position += 1
-            if position == len(chunk):
-                chunk, position = next(readers[index], None) or [], 0
-                chunks[index] = chunk
-                if not chunk:
-                    break
-            record = chunk[position]
-            if len(out) >= CHUNK_RECORDS or (
-                bound is not None and (record[3], record[0], record[1]) > bound
-            ):
-                heapq.heappush(heads, (record[3], record[0], record[1], index))
-                break
-        positions[index] = position
-        if len(out) >= CHUNK_RECORDS:
-            yield out
-            out = []
-    if out:
-        yield out
 
 
 def has_records(

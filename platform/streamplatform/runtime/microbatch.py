@@ -426,6 +426,9 @@ class StreamingJob:
             replayed=logged is not None,
             resolve_changelog=self._resolve_changelog,
             changelog_writes=self._changelog_writes,
+            repartition_buffered=0
+            if last is None
+            else int(last.metrics.get("repartition_buffered", 0) or 0),
         )
 
     def _commit(

@@ -135,6 +135,7 @@ class StandbySync:
             from streamplatform import storage
             from streamplatform.config import StreamsConfig
             from streamplatform.runtime.changelog import replay
+            from streamplatform.runtime.repartition_buffer import every_runtime_store
             from streamplatform.state.rocks import TaskStoreOptions
 
             storage.configure(settings)  # the changelog's files may be on object storage
@@ -144,6 +145,9 @@ class StandbySync:
             stores = {
                 name: topology.stores[name].open(directory, options=options.options(name))
                 for name in topology.stores
+            } | {
+                name: spec.open(directory)  # the repartition buffer (repartition_buffer.py)
+                for name, spec in every_runtime_store(topology, app).items()
             }
             try:
                 return replay(task_files, stores, up_to_batch, marker)

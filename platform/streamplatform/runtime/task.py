@@ -237,6 +237,7 @@ class Task:
         wall_clock: Callable[[], int] = lambda: int(time.time() * 1000),
         isolation_level: IsolationLevel | None = None,
         stores_opened: Callable[[Task], None] | None = None,
+        runtime_stores: Mapping[str, Any] | None = None,
     ) -> None:
         self.topology = topology
         self.subtopology = subtopology
@@ -296,6 +297,10 @@ class Task:
                     max_uncommitted_records=config["statestore.uncommitted.max.records"],
                     max_uncommitted_bytes=config["statestore.uncommitted.max.bytes"],
                 )
+            # The runtime's own stores (the repartition buffer, executor.py): transactional,
+            # in the changelog and restored like the others, never seen by a processor.
+            for name, spec in (runtime_stores or {}).items():
+                self.stores[name] = spec.open(self.directory, isolation)
             if stores_opened is not None:
                 # Before the processors see the stores: the Spark runtime settles and restores
                 # them here, so that what a processor loads at init is already current.
@@ -442,6 +447,48 @@ class Task:
             self.records_in += processed
             self.current = None
         return False
+
+    def ordering_time(self) -> Callable[[Any], int] | None:
+        """Each input record's timestamp as Kafka Streams' record queues stamp it when it
+        enters the task: the extracted one (``timestamp_extractor=`` or
+        ``default.timestamp.extractor``), for ordering the task's input queues
+        (partition_group.py); None when no source has an extractor (the record's own).
+
+        Called once per record, in each partition's order, ahead of processing: it keeps its
+        own partition times. A record whose key, value or time cannot be had is ordered by its
+        own timestamp; processing then hands it to the deserialization handler."""
+        extractors = {
+            topic: source.timestamp_extractor or self._default_extractor
+            for topic, source in self._sources.items()
+        }
+        if not any(extractors.values()):
+            return None
+        decoders = {topic: _deserializers(source, topic) for topic, source in self._sources.items()}
+        times = dict(self.partition_times)
+
+        def time_of(record: Any) -> int:
+            extract = extractors.get(record[0])
+            if extract is None:
+                return record[3]  # type: ignore[no-any-return]
+            key_of, value_of, contextual = decoders[record[0]]
+            partition = (record[0], record[1])
+            partition_time = times.get(partition, -1)
+            try:
+                if contextual:
+                    key, value = key_of(record[4], record[6]), value_of(record[5], record[6])
+                else:
+                    key, value = key_of(record[4]), value_of(record[5])
+                given = ConsumedRecord(*record[:4], key, value, record[6])
+                timestamp = extract(given, partition_time)
+            except Exception:
+                return record[3]  # type: ignore[no-any-return]
+            if type(timestamp) is not int or timestamp < 0:
+                return record[3]  # type: ignore[no-any-return]
+            if timestamp > partition_time:
+                times[partition] = timestamp
+            return timestamp
+
+        return time_of
 
     def _extracted(self, extract: Callable, record: Any, key: Any, value: Any) -> int:
         """``record``'s event time by ``extract(record, partition_time)`` (the record with

@@ -6,12 +6,13 @@ direct path; a stage reading repartitioned records gets them through a Spark shu
 by task (``applyInArrow``).
 
 Repartitioned records never leave Spark: they are shuffled to the task of their partition (the
-one the writing task chose with murmur2, as Kafka Streams would) and get offsets
-``batch_id * 2**40 + n`` (``repartition_offset``), numbered in the order of the records they
-came from (source partition, offset), so a re-run of the batch sees them in the same order at
-the same offsets. The batch stays one atomic unit: nothing of it is visible before its commit,
-and no repartition topic has to be created or kept. A crash leaves what the cached path's
-leaves.
+one the writing task chose with murmur2, as Kafka Streams would) and numbered per upstream task
+in the order it wrote them (repartition_buffer.py), so a re-run of the batch sees them in the
+same order at the same offsets. The downstream task merges its upstream tasks' records by
+timestamp, taking none later than what a bounded upstream task reached (its reported bound);
+the rest waits in its repartition buffer. The batch stays one atomic unit: nothing of it is
+visible before its commit, and no repartition topic has to be created or kept. A crash leaves
+what the cached path's leaves.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 from functools import reduce
 from typing import Any
 
+from streamplatform.runtime.batch_outputs import Progress
 from streamplatform.runtime.executor import INPUT_COLUMNS, OUTPUT_SCHEMA
 from streamplatform.runtime.job_context import BatchPlan
 from streamplatform.runtime.paths.cached import CachedPath
@@ -29,23 +31,7 @@ from streamplatform.runtime.paths.spark_frames import (
     run_grouped,
     union,
 )
-
-# A repartitioned record's offset: the batch in the high bits, its number in the batch in the
-# low ones. 2**40 records per batch; batch ids up to 2**23 - 1 keep it a positive long.
-OFFSET_BITS = 40
-MAX_BATCH_ID = (1 << (63 - OFFSET_BITS)) - 1
-
-
-def repartition_offset_base(batch_id: int) -> int:
-    """The offset of batch ``batch_id``'s first repartitioned record. Raises past
-    ``MAX_BATCH_ID``, where it would overflow a long (and so collide with another batch's)."""
-    if not 0 <= batch_id <= MAX_BATCH_ID:
-        raise OverflowError(
-            f"batch {batch_id}: repartitioned records are numbered batch_id * 2**{OFFSET_BITS} "
-            f"+ n, which fits a long up to batch {MAX_BATCH_ID}; start the application anew "
-            "(another application.id) to go on"
-        )
-    return batch_id << OFFSET_BITS
+from streamplatform.runtime.repartition_buffer import UPSTREAM_BITS, repartition_offset_base
 
 
 class StagesPath(CachedPath):
@@ -62,10 +48,12 @@ class StagesPath(CachedPath):
         internal = sorted(context.internal_topics)
         base = repartition_offset_base(plan.batch_id)
         outputs, repartitioned = [], None
+        bounds: dict[str, dict[int, int]] = {}  # repartition topic -> upstream task -> bound
         for subtopology in context.topology.subtopologies:
             topics = subtopology.source_topics(context.topology, context.app)
             external = [t for t in topics if t in context.sources]
-            runner = context.runner(plan, changelog_files, subtopology=subtopology.id)
+            runner = context.runner(plan, changelog_files, subtopology=subtopology.id,
+                                    repartition_bounds=bounds)  # fmt: skip
             if external and len(external) == len(topics):
                 # Kafka topics only (the first stage): its tasks read their ranges
                 # themselves, as on the direct path: no Spark Kafka source, no grouping.
@@ -83,15 +71,39 @@ class StagesPath(CachedPath):
                     inputs.append(records.where(F.col("topic").isin(external)))
                 if repartitioned is not None:
                     inputs.append(repartitioned.where(F.col("topic").isin(topics)))
+                if plan.repartition_buffered or any(bounds.values()):
+                    # A task may hold repartitioned records in its buffer: every task of the
+                    # stage runs, with or without new records (a row that only wakes it).
+                    inputs.append(self._wake_rows(subtopology, topics))
                 stage = self.cache(run_grouped(reduce(union, inputs), runner))
             outputs.append(stage)
-            order = Window.partitionBy("topic", "partition").orderBy(
-                "source_topic", "source_partition", "source_offset", "row"
-            )
+            written_topics = self._written(subtopology, internal)
+            if written_topics:
+                # What each upstream task reached, for the stages that read what it wrote.
+                progress = Progress.of(
+                    stage.where(F.col("kind") == "progress").select("task", "value").collect()
+                )
+                upstream = {
+                    int(task.split("_")[1]): bound
+                    for task, bound in progress.bounds.items()
+                    if bound is not None
+                }
+                for topic in written_topics:
+                    bounds[topic] = upstream
+            # Each upstream task's records for a partition, numbered in the order it wrote
+            # them, under its own range of offsets (repartition_buffer.py).
+            order = Window.partitionBy("topic", "partition", "task").orderBy("row")
+            upstream_partition = F.split(F.col("task"), "_").getItem(1).cast("long")
             written = (
                 stage.where((F.col("kind") == "sink") & F.col("topic").isin(internal))
                 .withColumn("row", F.monotonically_increasing_id())  # order within a task
-                .withColumn("offset", F.lit(base) + F.row_number().over(order) - 1)
+                .withColumn(
+                    "offset",
+                    F.lit(base)
+                    + F.shiftleft(upstream_partition, UPSTREAM_BITS)
+                    + F.row_number().over(order)
+                    - 1,
+                )
                 .withColumn("task_partition", F.col("partition"))
                 .withColumn("headers", headers_as_json("headers"))
                 .select(*INPUT_COLUMNS)
@@ -99,3 +111,32 @@ class StagesPath(CachedPath):
             repartitioned = written if repartitioned is None else union(repartitioned, written)
         every = reduce(union, outputs)
         return every.where(~((F.col("kind") == "sink") & F.col("topic").isin(internal)))
+
+    def _written(self, subtopology: Any, internal: list[str]) -> list[str]:
+        """The repartition topics ``subtopology`` writes."""
+        from streamplatform.dsl.graph import SinkNode, topic_name
+
+        topology, app = self.context.topology, self.context.app
+        return [
+            topic_name(node.topic, True, app)
+            for node in map(topology.nodes.__getitem__, subtopology.nodes)
+            if isinstance(node, SinkNode) and node.internal
+            and topic_name(node.topic, True, app) in internal
+        ]  # fmt: skip
+
+    def _wake_rows(self, subtopology: Any, topics: list[str]) -> Any:
+        """One row per task of ``subtopology`` with no record in it (topic null)."""
+        from pyspark.sql import functions as F
+
+        width = max(self.context.partitions[t] for t in topics)
+        frame = (
+            self.context.spark()
+            .range(width)
+            .select(F.col("id").cast("int").alias("task_partition"))
+        )
+        for name in INPUT_COLUMNS[1:]:
+            kind = {"topic": "string", "partition": "int", "offset": "long",
+                    "timestamp": "long", "key": "binary", "value": "binary",
+                    "headers": "string"}[name]  # fmt: skip
+            frame = frame.withColumn(name, F.lit(None).cast(kind))
+        return frame

@@ -1,0 +1,167 @@
+"""Event time on Spark is Kafka Streams' event time (docs/semantics.md, "Event time across
+partitions and batches"): the two reproductions of what Spark used to get wrong, each on a
+real broker, against the test driver fed the records in the order they arrived.
+
+1. A windowed count after ``group_by``: the repartitioned records of two source partitions
+   reach the downstream task merged by timestamp, not one upstream task after another.
+2. A stream-stream join of two topics under a batch cap: a task stops where one topic's
+   planned range ends, so the other topic does not run ahead of it in event time.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import timedelta
+
+import pytest
+
+from streamplatform import JoinWindows, StreamsBuilder, TimeWindows, TopologyTestDriver
+from streamplatform.kafka import TopicSpec, create_topics, producer
+from streamplatform.runtime.microbatch import StreamingJob
+from streamplatform.serdes import Serdes
+
+from .support import job_config, read_topic
+
+pytestmark = [pytest.mark.broker, pytest.mark.spark]
+MINUTE = 60_000
+NOON = 1_767_268_800_000  # 2026-01-01T12:00Z
+
+
+def _topics(kafka_settings, **partitions):
+    names = {name: f"{name}-{uuid.uuid4().hex[:8]}" for name in partitions}
+    specs = [TopicSpec(names[n], p) for n, p in partitions.items()]
+    create_topics(kafka_settings, specs + [TopicSpec(f"{t}-dlq", 1) for t in names.values()])
+    return names
+
+
+def _produce(kafka_settings, records):
+    """``records``: (topic, partition, key, value, timestamp), produced in this order."""
+    writer = producer(kafka_settings, **{"enable.idempotence": True})
+    for topic, partition, key, value, timestamp in records:
+        writer.produce(topic, key=key.encode(), value=json.dumps(value).encode(),
+                       partition=partition, timestamp=timestamp)  # fmt: skip
+    assert writer.flush(60) == 0
+
+
+def _through_the_test_driver(topology, records, sink, value_serde):
+    """The records piped in arrival order: the reference."""
+    with TopologyTestDriver(topology, {"application.id": "reference"},
+                            repartition_partitions=2) as driver:  # fmt: skip
+        inputs = {}
+        for topic, partition, key, value, timestamp in records:
+            if topic not in inputs:
+                inputs[topic] = driver.create_input_topic(topic, Serdes.string(), Serdes.json())
+            inputs[topic].pipe_input(key, value, timestamp=timestamp, partition=partition)
+        out = driver.create_output_topic(sink, Serdes.bytes(), value_serde)
+        return out.read_records_to_list()
+
+
+def pages_per_minute(clicks: str, sink: str):
+    """Per page, clicks per 1-minute window (1 minute of grace), final results only."""
+    from streamplatform import EmitStrategy
+
+    b = StreamsBuilder()
+    (
+        b.stream(clicks, Serdes.string(), Serdes.json())
+        .group_by(lambda key, value: value["page"], key_serde=Serdes.string())
+        .windowed_by(TimeWindows.of_size_and_grace(timedelta(minutes=1), timedelta(minutes=1)))
+        .emit_strategy(EmitStrategy.on_window_close())
+        .count()
+        .to_stream()
+        .map(lambda window, count: (f"{window.key}@{window.window.start}", count))
+        .to(sink, key_serde=Serdes.string(), value_serde=Serdes.long())
+    )
+    return b.build()
+
+
+@pytest.mark.parametrize("cap", [100_000, 1])
+def test_a_rekeyed_windowed_count_counts_what_the_test_driver_counts(
+    spark, kafka_settings, tmp_path, cap
+):
+    """``a@12:00`` (p0), ``b@12:01`` (p1), ``a@12:05`` (p0), ``b@12:06`` (p1), then a record
+    per partition at 12:30 that closes every window: four windows of one click each, and
+    nothing dropped as late. Before, the downstream task took partition 0's records first and
+    dropped 12:01. With a cap of one record per task the upstream tasks' cuts hold the merge
+    back, and what they hold waits in the repartition buffer."""
+    topics = _topics(kafka_settings, clicks=2, out=1)
+    records = [
+        (topics["clicks"], 0, "u1", {"page": "a"}, NOON),
+        (topics["clicks"], 1, "u2", {"page": "b"}, NOON + 1 * MINUTE),
+        (topics["clicks"], 0, "u1", {"page": "a"}, NOON + 5 * MINUTE),
+        (topics["clicks"], 1, "u2", {"page": "b"}, NOON + 6 * MINUTE),
+        (topics["clicks"], 0, "u1", {"page": "z"}, NOON + 30 * MINUTE),
+        (topics["clicks"], 1, "u2", {"page": "z"}, NOON + 30 * MINUTE),
+    ]
+    _produce(kafka_settings, records)
+    topology = pages_per_minute(topics["clicks"], topics["out"])
+    want = _through_the_test_driver(topology, records, topics["out"], Serdes.long())
+    assert len(want) == 4  # the reference itself: four windows
+
+    app = f"pages-{uuid.uuid4().hex[:6]}"
+    config = job_config(kafka_settings, tmp_path, app, topics["clicks"],
+                        **{"platform.max.records.per.batch": cap})  # fmt: skip
+    job = StreamingJob(pages_per_minute(topics["clicks"], topics["out"]), config, spark=spark)
+    try:
+        results = job.run_until_caught_up()
+    finally:
+        job.close()
+    got = read_topic(kafka_settings, topics["out"])
+    assert sorted((r.key, r.value) for r in got) == sorted(
+        (r.key, r.value.to_bytes(8, "big", signed=True)) for r in want
+    )
+    assert sum(r.metrics.get("dropped_records", 0) for r in results) == 0
+    assert {r.path for r in results} == {"stages"}
+    if cap == 1:
+        assert len(results) >= 3  # cut batch after batch
+        assert results[-1].metrics.get("repartition_buffered", 0) == 0
+
+
+def clicks_after_impressions(impressions: str, clicks: str, sink: str):
+    """Each click with the impressions of its key within the 10 minutes before it."""
+    b = StreamsBuilder()
+    shown = b.stream(impressions, Serdes.string(), Serdes.json())
+    clicked = b.stream(clicks, Serdes.string(), Serdes.json())
+    windows = JoinWindows.of_time_difference_with_no_grace(timedelta(minutes=10)).after(0)
+    clicked.join(shown, lambda c, i: {"click": c["id"], "impression": i["id"]}, windows).to(sink)
+    return b.build()
+
+
+@pytest.mark.parametrize("cap", [2, 1, 100_000])
+def test_a_join_of_a_dense_and_a_sparse_topic_pairs_what_the_test_driver_pairs(
+    spark, kafka_settings, tmp_path, cap
+):
+    """``i1@12:00, c1@12:00:30, c2@12:00:40, c3@12:00:50, i2@12:19, c4@12:20``, clicks joined
+    with the impressions of the 10 minutes before them: ``c1``, ``c2`` and ``c3`` pair with
+    ``i1``. Before, a cap of 2 took ``c1, c2`` and both impressions in batch 0, and ``c3``
+    came after ``i2`` had moved the join's time past ``i1``'s window."""
+    topics = _topics(kafka_settings, impressions=1, clicks=1, out=1)
+    i, c = topics["impressions"], topics["clicks"]
+    records = [
+        (i, 0, "u", {"id": "i1"}, NOON),
+        (c, 0, "u", {"id": "c1"}, NOON + 30_000),
+        (c, 0, "u", {"id": "c2"}, NOON + 40_000),
+        (c, 0, "u", {"id": "c3"}, NOON + 50_000),
+        (i, 0, "u", {"id": "i2"}, NOON + 19 * MINUTE),
+        (c, 0, "u", {"id": "c4"}, NOON + 20 * MINUTE),
+    ]
+    _produce(kafka_settings, records)
+    want = _through_the_test_driver(clicks_after_impressions(i, c, topics["out"]), records,
+                                    topics["out"], Serdes.json())  # fmt: skip
+    pairs = sorted((r.value["click"], r.value["impression"]) for r in want)
+    assert pairs == [("c1", "i1"), ("c2", "i1"), ("c3", "i1"), ("c4", "i2")]
+
+    app = f"clicks-{uuid.uuid4().hex[:6]}"
+    config = job_config(kafka_settings, tmp_path, app, c,
+                        **{"platform.max.records.per.batch": cap})  # fmt: skip
+    job = StreamingJob(clicks_after_impressions(i, c, topics["out"]), config, spark=spark)
+    try:
+        results = job.run_until_caught_up()
+    finally:
+        job.close()
+    got = sorted(
+        (json.loads(r.value)["click"], json.loads(r.value)["impression"])
+        for r in read_topic(kafka_settings, topics["out"])
+    )
+    assert got == pairs
+    assert all(r.records_in <= cap for r in results)  # the cap is per task: one task here
