@@ -353,7 +353,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("platform.spark.master", _string, None, "Spark master for the job. Default: "
             "$SPARK_MASTER or local[*].", "string"),
     Setting("platform.max.records.per.batch", _int(1), 100_000, "Upper bound on the records a "
-            "micro-batch reads per task.", "int >= 1"),
+            "task takes in one micro-batch, over all its partitions (each partition is planned "
+            "up to it; a task stops where a partition so cut ends: docs/semantics.md, \"Event "
+            "time across partitions and batches\").", "int >= 1"),
     Setting("platform.delta.value.fields", _bool, False, "Delta sinks whose value serde has "
             "a schema (the registry serdes) get a column `value_fields` beside `value`: the "
             "value decoded into the schema's struct, so SQL reads its fields "

@@ -129,22 +129,22 @@ def test_a_driver_task_that_fails_beside_spark_fails_the_batch_uncommitted(
     job = StreamingJob(dedup_topology(source, "deduplicated"), config, spark=spark,
                        delta_sinks=["deduplicated"])  # fmt: skip
     sent = make_input(kafka_settings, source)
-    run_records = executor.TaskBatchRunner.run_records
+    run_queues = executor.TaskBatchRunner.run_queues
 
-    def fail_half_way(self, records, kafka=None):  # only here: Spark's workers import the module
-        for number, rows in enumerate(run_records(self, records, kafka)):
+    def fail_half_way(self, partition, queues, read=None):  # only here: Spark's workers import
+        for number, rows in enumerate(run_queues(self, partition, queues, read)):  # the module
             yield rows
             if number == 0:
                 raise RuntimeError("the driver's task failed")
 
-    monkeypatch.setattr(executor.TaskBatchRunner, "run_records", fail_half_way)
+    monkeypatch.setattr(executor.TaskBatchRunner, "run_queues", fail_half_way)
     with pytest.raises(RuntimeError, match="the driver's task failed"):
         job.run_batch()
     assert job.commit_log.last() is None
     assert not os.path.exists(f"{tmp_path}/delta/{app}/deduplicated")
     assert not [t for t in threading.enumerate() if t.name.endswith("-driver-tasks")]
 
-    monkeypatch.setattr(executor.TaskBatchRunner, "run_records", run_records)
+    monkeypatch.setattr(executor.TaskBatchRunner, "run_queues", run_queues)
     results = job.run_until_caught_up()
     job.close()
     assert results[0].batch_id == 0 and results[0].replayed

@@ -12,18 +12,21 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import timedelta
 
 import pytest
+from pyspark import cloudpickle
 
-from streamplatform import JoinWindows, StreamsBuilder, TimeWindows, TopologyTestDriver
+from streamplatform import TopologyTestDriver
 from streamplatform.kafka import TopicSpec, create_topics, producer
 from streamplatform.runtime.microbatch import StreamingJob
 from streamplatform.serdes import Serdes
 
+from . import event_time_jobs
+from .event_time_jobs import clicks_after_impressions, pages_per_minute
 from .support import job_config, read_topic
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark]
+cloudpickle.register_pickle_by_value(event_time_jobs)  # see test_users_own_job.py
 MINUTE = 60_000
 NOON = 1_767_268_800_000  # 2026-01-01T12:00Z
 
@@ -55,24 +58,6 @@ def _through_the_test_driver(topology, records, sink, value_serde):
             inputs[topic].pipe_input(key, value, timestamp=timestamp, partition=partition)
         out = driver.create_output_topic(sink, Serdes.bytes(), value_serde)
         return out.read_records_to_list()
-
-
-def pages_per_minute(clicks: str, sink: str):
-    """Per page, clicks per 1-minute window (1 minute of grace), final results only."""
-    from streamplatform import EmitStrategy
-
-    b = StreamsBuilder()
-    (
-        b.stream(clicks, Serdes.string(), Serdes.json())
-        .group_by(lambda key, value: value["page"], key_serde=Serdes.string())
-        .windowed_by(TimeWindows.of_size_and_grace(timedelta(minutes=1), timedelta(minutes=1)))
-        .emit_strategy(EmitStrategy.on_window_close())
-        .count()
-        .to_stream()
-        .map(lambda window, count: (f"{window.key}@{window.window.start}", count))
-        .to(sink, key_serde=Serdes.string(), value_serde=Serdes.long())
-    )
-    return b.build()
 
 
 @pytest.mark.parametrize("cap", [100_000, 1])
@@ -117,16 +102,6 @@ def test_a_rekeyed_windowed_count_counts_what_the_test_driver_counts(
         assert results[-1].metrics.get("repartition_buffered", 0) == 0
 
 
-def clicks_after_impressions(impressions: str, clicks: str, sink: str):
-    """Each click with the impressions of its key within the 10 minutes before it."""
-    b = StreamsBuilder()
-    shown = b.stream(impressions, Serdes.string(), Serdes.json())
-    clicked = b.stream(clicks, Serdes.string(), Serdes.json())
-    windows = JoinWindows.of_time_difference_with_no_grace(timedelta(minutes=10)).after(0)
-    clicked.join(shown, lambda c, i: {"click": c["id"], "impression": i["id"]}, windows).to(sink)
-    return b.build()
-
-
 @pytest.mark.parametrize("cap", [2, 1, 100_000])
 def test_a_join_of_a_dense_and_a_sparse_topic_pairs_what_the_test_driver_pairs(
     spark, kafka_settings, tmp_path, cap
@@ -165,3 +140,76 @@ def test_a_join_of_a_dense_and_a_sparse_topic_pairs_what_the_test_driver_pairs(
     )
     assert got == pairs
     assert all(r.records_in <= cap for r in results)  # the cap is per task: one task here
+
+
+CHILD_RUN = """
+import sys
+sys.path.insert(0, {tests!r})
+from runtime.event_time_jobs import pages_per_minute
+from streamplatform import StreamingJob
+StreamingJob(pages_per_minute({clicks!r}, {out!r}), {config!r}).run_until_caught_up()
+print("finished without crashing")
+"""
+
+
+@pytest.mark.child_process
+@pytest.mark.parametrize("step", ["during_tasks", "after_outputs"])
+def test_a_rekeyed_count_killed_mid_batch_with_records_in_its_buffer_replays_exactly(
+    spark, kafka_settings, tmp_path, step
+):
+    """Live clicks on two partitions, a cap of 3 records per task: the downstream tasks hold
+    repartitioned records in their buffers from batch to batch. The driver is SIGKILLed in
+    batch 3 (inside a task half-way through its records, or after every output before the
+    commit); run again, the job's windowed counts in Kafka are the test driver's, once each."""
+    import contextlib
+    import os
+    import random
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    topics = _topics(kafka_settings, clicks=2, out=1)
+    rng = random.Random(5)
+    records, time = [], NOON
+    for n in range(60):
+        time += rng.choice([0, 5_000, 20_000, 40_000])
+        partition = rng.randrange(2)
+        page = rng.choice("abc")
+        records.append((topics["clicks"], partition, f"u{partition}", {"page": page, "n": n}, time))
+    records.append((topics["clicks"], 0, "u0", {"page": "z", "n": 60}, time + 30 * MINUTE))
+    records.append((topics["clicks"], 1, "u1", {"page": "z", "n": 61}, time + 30 * MINUTE))
+    _produce(kafka_settings, records)
+    want = _through_the_test_driver(pages_per_minute(topics["clicks"], topics["out"]), records,
+                                    topics["out"], Serdes.long())  # fmt: skip
+    app = f"pages-kill-{uuid.uuid4().hex[:6]}"
+    config = job_config(kafka_settings, tmp_path, app, topics["clicks"],
+                        **{"platform.max.records.per.batch": 3})  # fmt: skip
+    tests = str(Path(__file__).resolve().parents[1])
+    script = CHILD_RUN.format(tests=tests, clicks=topics["clicks"], out=topics["out"],
+                              config=config)  # fmt: skip
+    child = subprocess.Popen(
+        [sys.executable, "-c", script],
+        env=os.environ | {"STREAMPLATFORM_FAULT": f"{step}:3", "PYTHONPATH": tests},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        output, _ = child.communicate(timeout=600)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)  # the Spark JVM the killed driver left behind
+    assert child.returncode == -signal.SIGKILL, output[-3000:]
+
+    job = StreamingJob(pages_per_minute(topics["clicks"], topics["out"]), config, spark=spark)
+    try:
+        results = job.run_until_caught_up()
+    finally:
+        job.close()
+    assert results[0].batch_id == 3 and results[0].replayed
+    assert any(r.metrics.get("repartition_buffered", 0) for r in results), (
+        "no record ever waited in a buffer: the test would prove nothing"
+    )
+    got = read_topic(kafka_settings, topics["out"])
+    assert sorted((r.key, r.value) for r in got) == sorted(
+        (r.key, r.value.to_bytes(8, "big", signed=True)) for r in want
+    )

@@ -405,8 +405,8 @@ class StreamingJob:
         wall_clock_ms = int(time.time() * 1000)
         if logged is None:
             ranges = self.planner.plan({} if last is None else last.consumed)
-            if not any(end > start for start, end in ranges.values()):
-                return None
+            if not any(end > start for start, end in ranges.values()) and not _buffered(last):
+                return None  # (records waiting in repartition buffers get a batch of their own)
             if not self.offset_log.append(batch_id, ranges, self.fingerprint, wall_clock_ms):
                 logged = self.offset_log.planned(batch_id)  # planned meanwhile: that plan holds
                 log.warning("%s batch %d was planned by another driver meanwhile; running "
@@ -521,6 +521,11 @@ class StreamingJob:
         self.claim.release()
         self.group_offsets.close()
         self.planner.close()
+
+
+def _buffered(last: CommittedBatch | None) -> int:
+    """Repartitioned records the last committed batch left waiting in its tasks' buffers."""
+    return 0 if last is None else int(last.metrics.get("repartition_buffered", 0) or 0)
 
 
 def _internal_partitions(

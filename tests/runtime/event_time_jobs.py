@@ -1,0 +1,35 @@
+"""The jobs of test_event_time_on_spark.py, in a module of their own: a child driver imports
+them by name, and Spark's workers get them by value."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from streamplatform import EmitStrategy, JoinWindows, StreamsBuilder, TimeWindows
+from streamplatform.serdes import Serdes
+
+
+def pages_per_minute(clicks: str, sink: str):
+    """Per page, clicks per 1-minute window (1 minute of grace), final results only."""
+    b = StreamsBuilder()
+    (
+        b.stream(clicks, Serdes.string(), Serdes.json())
+        .group_by(lambda key, value: value["page"], key_serde=Serdes.string())
+        .windowed_by(TimeWindows.of_size_and_grace(timedelta(minutes=1), timedelta(minutes=1)))
+        .emit_strategy(EmitStrategy.on_window_close())
+        .count()
+        .to_stream()
+        .map(lambda window, count: (f"{window.key}@{window.window.start}", count))
+        .to(sink, key_serde=Serdes.string(), value_serde=Serdes.long())
+    )
+    return b.build()
+
+
+def clicks_after_impressions(impressions: str, clicks: str, sink: str):
+    """Each click with the impressions of its key within the 10 minutes before it."""
+    b = StreamsBuilder()
+    shown = b.stream(impressions, Serdes.string(), Serdes.json())
+    clicked = b.stream(clicks, Serdes.string(), Serdes.json())
+    windows = JoinWindows.of_time_difference_with_no_grace(timedelta(minutes=10)).after(0)
+    clicked.join(shown, lambda c, i: {"click": c["id"], "impression": i["id"]}, windows).to(sink)
+    return b.build()
