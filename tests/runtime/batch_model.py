@@ -125,7 +125,7 @@ class BatchModel:
             upstream = {int(t.split("_")[1]): b for t, b in stage.bounds.items() if b is not None}
             bounds = {topic: upstream for topic in written}
         progress = Progress.of(progress_rows)
-        for tp, (start, end) in ranges.items():
+        for tp, (_, end) in ranges.items():
             self.consumed[tp] = progress.consumed.get(tp, end)
         self.buffered = progress.metrics.get("repartition_buffered", 0)
         self.batch_id += 1

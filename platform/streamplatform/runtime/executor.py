@@ -672,8 +672,11 @@ class _TaskRun:
         store = self.task.stores.get(repartition_buffer.BUFFER_STORE)
         self.buffered = repartition_buffer.load(store, internal) if store is not None else {}
         queues = []
-        keys = set(by_queue) | {(topic, self.task.task_id.partition, upstream)
-                                for topic, upstream in self.buffered}  # fmt: skip
+        # A bounded upstream task holds the task back even where it sent it nothing.
+        partition = self.task.task_id.partition
+        keys = set(by_queue) | {(topic, partition, upstream) for topic, upstream in self.buffered}
+        keys |= {(topic, partition, upstream) for topic in internal
+                 for upstream in runner.repartition_bounds.get(topic, {})}  # fmt: skip
         for key in sorted(keys):
             topic, partition, upstream = key
             records = by_queue.get(key, [])
