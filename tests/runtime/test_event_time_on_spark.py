@@ -60,9 +60,13 @@ def _through_the_test_driver(topology, records, sink, value_serde):
         return out.read_records_to_list()
 
 
-@pytest.mark.parametrize("cap", [100_000, 1])
+@pytest.mark.parametrize(
+    ("cap", "path"),
+    [(100_000, "direct-stages-driver"), (1, "direct-stages-driver"), (100_000, "stages"),
+     pytest.param(1, "stages", marks=pytest.mark.slow)],
+)  # fmt: skip
 def test_a_rekeyed_windowed_count_counts_what_the_test_driver_counts(
-    spark, kafka_settings, tmp_path, cap
+    spark, kafka_settings, tmp_path, cap, path
 ):
     """``a@12:00`` (p0), ``b@12:01`` (p1), ``a@12:05`` (p0), ``b@12:06`` (p1), then a record
     per partition at 12:30 that closes every window: four windows of one click each, and
@@ -86,6 +90,8 @@ def test_a_rekeyed_windowed_count_counts_what_the_test_driver_counts(
     app = f"pages-{uuid.uuid4().hex[:6]}"
     config = job_config(kafka_settings, tmp_path, app, topics["clicks"],
                         **{"platform.max.records.per.batch": cap})  # fmt: skip
+    if path == "stages":  # Spark's shuffle between the stages, not the driver's hand-off
+        config["platform.sink.driver.max.records"] = 0
     job = StreamingJob(pages_per_minute(topics["clicks"], topics["out"]), config, spark=spark)
     try:
         results = job.run_until_caught_up()
@@ -96,7 +102,7 @@ def test_a_rekeyed_windowed_count_counts_what_the_test_driver_counts(
         (r.key, r.value.to_bytes(8, "big", signed=True)) for r in want
     )
     assert sum(r.metrics.get("dropped_records", 0) for r in results) == 0
-    assert {r.path for r in results} == {"stages"}
+    assert {r.path for r in results} == {path}
     if cap == 1:
         assert len(results) >= 3  # cut batch after batch
         assert results[-1].metrics.get("repartition_buffered", 0) == 0

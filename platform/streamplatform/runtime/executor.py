@@ -378,25 +378,36 @@ class TaskBatchRunner:
                     run.close()
 
     def run_queues(
-        self, partition: int, queues: list[InputQueue], read: _ReadRanges | None = None
+        self,
+        partition: int,
+        queues: list[InputQueue],
+        read: _ReadRanges | None = None,
+        repartitioned: Mapping[tuple, list] | None = None,
     ) -> Iterator[pa.RecordBatch]:
-        """``run_records`` over a task's input queues (its Kafka ranges, read as they are
-        taken) merged in pick order and cut as partition_group.py says. No task is opened
-        when no queue holds a record."""
-        for queue in queues:
-            first = next((chunk for chunk in queue.chunks if chunk), None)
-            if first is not None:
-                queue.chunks = itertools.chain([first], queue.chunks)
-                break
-        else:
+        """``run_records`` over a task's input queues merged in pick order and cut as
+        partition_group.py says: its Kafka ranges (read as they are taken) and, for a task
+        reading repartition topics, the records its upstream tasks wrote to its partition
+        (``repartitioned``, by queue) behind what its repartition buffer holds. A task
+        reading no repartition topic is not opened when no queue holds a record."""
+        if not self.reads_internal:
             for queue in queues:
-                _close(queue.chunks)
-            return iter(())
+                first = next((chunk for chunk in queue.chunks if chunk), None)
+                if first is not None:
+                    queue.chunks = itertools.chain([first], queue.chunks)
+                    break
+            else:
+                for queue in queues:
+                    _close(queue.chunks)
+                return iter(())
+        given = list(queues)
 
         def merged(run: _TaskRun) -> Iterator[list[ConsumedRecord]]:
-            return run.merged(queues, chunks=True)
+            if self.reads_internal:
+                run.internal_in = sum(len(records) for records in (repartitioned or {}).values())
+                given.extend(run.input_queues(repartitioned or {}))
+            return run.merged(given, chunks=True)
 
-        return self.run_records(merged, read, partition=partition, queues=queues)
+        return self.run_records(merged, read, partition=partition, queues=given)
 
     def _limit(self, topic: str, partition: int) -> Any:
         """A Kafka partition's queue limit (partition_group.py): bounded when its planned
@@ -405,13 +416,14 @@ class TaskBatchRunner:
 
     def read_and_run(
         self,
-        tasks: list[tuple[int, tuple[tuple[str, int, int], ...]]],
+        tasks: Sequence[tuple],
         consumer_settings: Mapping[str, Any],
         spill_dir: str | None = None,
         kafka: kafka_output.InTaskOutputs | None = None,
     ) -> Any:
         """A ``mapInArrow`` function over ``spark.range(len(tasks))``: row i runs the task of
-        ``tasks[i]`` = (partition, its ranges: (topic, start, end) each), reading its records
+        ``tasks[i]`` = (partition, its ranges: (topic, start, end) each[, its repartitioned
+        records by queue: paths/direct_stages.py]), reading its records
         itself (kafka_input.read_ranges: several topics merged in the order a task takes
         them), through ``run_records`` (every row in OUTPUT_ARROW).
 
@@ -430,14 +442,15 @@ class TaskBatchRunner:
         def run(ids: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             for batch in ids:
                 for index in batch.column(0).to_pylist():
-                    partition, ranges = tasks[index]
+                    partition, ranges, *rest = tasks[index]
                     queues = [
                         InputQueue(read_range(consumer_settings, topic, partition, start, end),
                                    (topic, partition, -1), self._limit(topic, partition))
                         for topic, start, end in ranges if end > start
                     ]  # fmt: skip
                     task = f"{self.subtopology}_{partition}"
-                    rows = self.run_queues(partition, queues, _ReadRanges(ranges, kafka))
+                    rows = self.run_queues(partition, queues, _ReadRanges(ranges, kafka),
+                                           rest[0] if rest else None)  # fmt: skip
                     if spill_dir is None:
                         yield from rows
                     else:
@@ -957,7 +970,9 @@ class _TaskRun:
             return
         partition = self.task.task_id.partition
         read_to = self._read_to().items()
-        produced = self._kafka_out.commit([(topic, partition, offset) for topic, offset in read_to])
+        positions = [(topic, partition, offset) for topic, offset in read_to]
+        # A task reading no Kafka range (after a repartition) commits its marker offset.
+        produced = self._kafka_out.commit(positions or None)
         metrics["kafka_records_produced"] = produced
         metrics["kafka_tasks_already_committed"] = int(self._kafka_out.already_committed)
         self._kafka_out.close()

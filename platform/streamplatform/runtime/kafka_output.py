@@ -487,6 +487,8 @@ class InTaskOutputs:
     topics: frozenset[str]  # the Kafka sinks (the DLQ topic's rows are told by their kind)
     app: str | None  # exactly_once_v2: the transactions' group and transactional.id prefix
     batch_id: int
+    # The partition a task that reads no Kafka range commits its marker offset on.
+    marker: tuple[str, int] | None = None
 
     def open(self, task: str, partition: int, ranges: Iterable[tuple[str, int, int]]) -> TaskOutput:
         """The task's output for the batch (``ranges``: (topic, start, end) of each topic it
@@ -498,6 +500,10 @@ class InTaskOutputs:
         if self.app is None:
             return TaskOutput(self.settings, what)
         past = [(topic, partition, start + 1) for topic, start, end in ranges if end > start]
+        if not past and self.marker is not None:  # a task after a repartition
+            transactions = Transactions(self.app, self.batch_id, {}, self.marker)
+            return TaskOutput(self.settings, what, f"{self.app}-{task}",
+                              transactions.group_and_positions(task), self.batch_id)  # fmt: skip
         return TaskOutput(self.settings, what, f"{self.app}-{task}", (self.app, past),
                           self.batch_id, committed_if_any=True)  # fmt: skip
 

@@ -15,8 +15,11 @@
   ``mapInArrow``, their output cached; Delta by Spark, Kafka from the executors.
 - ``grouped``: the same for one sub-topology reading several Kafka topics: each task's
   records grouped (``applyInArrow``), then as ``cached``.
-- ``stages``: repartitions: sub-topology after sub-topology, shuffled between, then as
-  ``cached``.
+- ``direct-stages-driver`` / ``direct-stages-spark``: repartitions, sub-topology after
+  sub-topology, each stage's tasks run as on the direct path, the repartitioned records
+  handed from the upstream tasks to the downstream ones in the driver's memory.
+- ``stages``: repartitions with ``platform.sink.driver.max.records = 0`` (or typed Delta
+  columns): sub-topology after sub-topology, shuffled between by Spark, then as ``cached``.
 
 Each module says where its tasks run, where rows go, when the sink is written and what a
 crash leaves (docs/architecture.md has the overview).
@@ -29,6 +32,7 @@ from streamplatform.runtime.paths.base import ExecutionPath
 from streamplatform.runtime.paths.cached import CachedPath
 from streamplatform.runtime.paths.delta_write import DeltaWritePath
 from streamplatform.runtime.paths.direct import DirectPath
+from streamplatform.runtime.paths.direct_stages import DirectStagesPath
 from streamplatform.runtime.paths.stages import StagesPath
 
 __all__ = ["ExecutionPath", "choose"]
@@ -37,20 +41,17 @@ __all__ = ["ExecutionPath", "choose"]
 def choose(context: JobContext, plan: BatchPlan) -> ExecutionPath:
     """The path of ``plan``'s batch: the one place that decides (see the table above)."""
     topology = context.topology
-    if len(topology.subtopologies) > 1:
-        return StagesPath(context)
     side_dir = context.side_dir()
     sinks = set(context.sink_topics())
     limit = context.config["platform.sink.driver.max.records"]
+    if len(topology.subtopologies) > 1:
+        if limit > 0 and not context.value_fields:
+            return DirectStagesPath(context, side_dir, _where(context, plan))
+        return StagesPath(context)
     if limit > 0:
-        records = plan.records
-        small = records <= limit
-        in_driver = (
-            small
-            and records <= context.config["platform.driver.tasks.max.records"]
-            and context.local_slots() > 0
-        )
-        return DirectPath(context, side_dir, "driver" if in_driver else "spark", not small)
+        small = plan.records <= limit
+        where = _where(context, plan) if small else "spark"
+        return DirectPath(context, side_dir, where, not small)
     one_topic = len(context.sources) == 1  # Spark's Kafka source, one task per partition
     streamable = not context.value_fields  # typed columns are added outside the stream
     if (
@@ -61,3 +62,13 @@ def choose(context: JobContext, plan: BatchPlan) -> ExecutionPath:
         # Delta, and the tasks inside it with it: replayed on the cached path instead.
         return DeltaWritePath(context, side_dir)
     return CachedPath(context, grouped=len(context.sources) > 1)
+
+
+def _where(context: JobContext, plan: BatchPlan) -> str:
+    """Where a direct path's tasks run: in this process for a small batch on a local master
+    (``platform.driver.tasks.max.records``), else in Spark."""
+    in_driver = (
+        plan.records <= context.config["platform.driver.tasks.max.records"]
+        and context.local_slots() > 0
+    )
+    return "driver" if in_driver else "spark"

@@ -230,8 +230,12 @@ def check_every_task_reported(
     A task sends none only when its range held no committed record (markers or aborted
     records only), which the driver checks with a read of it."""
     consumer = context.consumer_settings
+    subtopology_of = {
+        topic: subtopology.id for subtopology in context.topology.subtopologies
+        for topic in subtopology.source_topics(context.topology, context.app)
+    }  # fmt: skip
     for (topic, partition), (start, end) in sorted(plan.ranges.items()):
-        task = f"0_{partition}"
+        task = f"{subtopology_of.get(topic, 0)}_{partition}"
         if end <= start or task in progress.tasks_run:
             continue
         if kafka_input.has_records(consumer, topic, partition, start, end):

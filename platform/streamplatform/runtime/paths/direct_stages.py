@@ -1,0 +1,163 @@
+"""The direct path for topologies with repartitions (``direct-stages``): the sub-topologies run
+one after another in the batch, as on the stages path, but each stage's tasks run as the direct
+path runs them, and the repartitioned records go from the upstream tasks to the downstream ones
+in the driver's memory: no Spark shuffle, sort, window function or cache.
+
+- **Where the tasks run.** A stage's tasks read their own Kafka ranges (kafka_input.py) and
+  take their repartitioned records from the plan of the stage: in this process for a small
+  batch on a local master (``platform.driver.tasks.max.records``), else in Spark (one Spark
+  task per task, the last partial wave beside it here), as on the direct path.
+- **Where the repartitioned records go.** Every task returns its rows; the driver takes the
+  repartition topics' rows out of them, numbers them per upstream task in the order it wrote
+  them (repartition_buffer.py: the same numbers on every attempt) and hands each downstream
+  task the rows of its partition, with the bounds the upstream tasks reported. The downstream
+  task merges them by timestamp and keeps what it may not take yet in its repartition buffer.
+- **Where the other rows go, when, and what a crash leaves**: as on the direct path
+  (direct.py). Kafka sinks and DLQ records are produced by the tasks, in one transaction per
+  task under exactly_once_v2; a downstream task, which reads no Kafka partition, commits a
+  marker offset of its own with it (kafka_output.py), so a replay finds it committed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from streamplatform import storage
+from streamplatform.runtime.batch_outputs import Progress, progress_of, sink_rows
+from streamplatform.runtime.executor import OUTPUT_ARROW
+from streamplatform.runtime.job_context import BatchPlan, JobContext
+from streamplatform.runtime.kafka_output import InTaskOutputs
+from streamplatform.runtime.local_master import tasks_beside_spark
+from streamplatform.runtime.paths.direct import (
+    DirectPath,
+    append_delta_sinks,
+    write_side_outputs,
+)
+from streamplatform.runtime.repartition_buffer import UPSTREAM_BITS, repartition_offset_base
+
+# A stage's task: (partition, its Kafka ranges, its repartitioned records by queue)
+StageTask = tuple[int, tuple[tuple[str, int, int], ...], dict[tuple, list]]
+
+
+class DirectStagesPath(DirectPath):
+    """``where``: "driver" (every task in this process) or "spark"."""
+
+    def __init__(self, context: JobContext, side_dir: str, where: str) -> None:
+        super().__init__(context, side_dir, where, spill=False)
+        self.name = f"direct-stages-{where}"
+
+    def run(self, plan: BatchPlan, changelog_files: Any) -> Progress:
+        context = self.context
+        storage.remove_tree(self.side_dir)
+        started = time.monotonic()
+        internal = context.internal_topics
+        kafka_sinks = context.kafka_sink_topics()
+        kafka = None
+        if kafka_sinks:  # the tasks produce their Kafka sinks and DLQ records themselves
+            app = context.app if context.config.exactly_once else None
+            kafka = InTaskOutputs(context.producer_settings, frozenset(kafka_sinks), app,
+                                  plan.batch_id, (context.sources[0], 0))  # fmt: skip
+        outputs: list[pa.Table] = []
+        repartitioned: dict[str, dict[int, dict[tuple, list]]] = {}  # topic -> partition -> ..
+        bounds: dict[str, dict[int, int]] = {}
+        here = 0
+        for subtopology in context.topology.subtopologies:
+            topics = subtopology.source_topics(context.topology, context.app)
+            tasks = self._tasks(plan, topics, repartitioned, bounds)
+            if not tasks:
+                continue
+            runner = context.runner(plan, changelog_files, subtopology=subtopology.id,
+                                    repartition_bounds=bounds)  # fmt: skip
+            run = runner.read_and_run(tasks, context.consumer_settings, kafka=kafka)
+            if self.where == "driver":
+                ids = pa.record_batch([pa.array(range(len(tasks)), pa.int64())], ["id"])
+                rows = pa.Table.from_batches(list(run([ids])), OUTPUT_ARROW)
+                here += len(tasks)
+            else:
+                slots = context.local_slots()
+                most = context.config["platform.driver.tasks.beside.spark"]
+                beside = tasks_beside_spark(len(tasks), slots, most)
+                rows = self._run_tasks(run, len(tasks), beside)
+                here += beside
+            is_internal = pc.and_(pc.equal(rows["kind"], "sink"),
+                                  pc.is_in(rows["topic"], pa.array(sorted(internal))))  # fmt: skip
+            written = rows.filter(is_internal)
+            outputs.append(rows.filter(pc.invert(is_internal)))
+            repartitioned = number_repartitioned(written, plan.batch_id)
+            stage = progress_of(rows)
+            upstream = {int(task.split("_")[1]): bound
+                        for task, bound in stage.bounds.items() if bound is not None}  # fmt: skip
+            bounds = {topic: upstream for topic in self._writes(subtopology)}
+        rows = pa.concat_tables(outputs) if outputs else OUTPUT_ARROW.empty_table()
+        append_delta_sinks(context, plan.batch_id, lambda topic: sink_rows(
+            rows, plan.batch_id, topic))  # fmt: skip
+        tasks_ms = int((time.monotonic() - started) * 1000)
+        progress = write_side_outputs(context, plan, rows, self.side_dir,
+                                      dlq_sent_by_tasks=kafka is not None)  # fmt: skip
+        progress.metrics["tasks_and_sink_ms"] = tasks_ms
+        progress.metrics["tasks_in_driver"] = here
+        return progress
+
+    def _tasks(
+        self,
+        plan: BatchPlan,
+        topics: list[str],
+        repartitioned: Mapping[str, Mapping[int, dict[tuple, list]]],
+        bounds: Mapping[str, Mapping[int, int]],
+    ) -> list[StageTask]:
+        """The stage's tasks: every partition with Kafka records planned or repartitioned
+        records written to it; every partition of the stage when a task may hold records in
+        its repartition buffer (the last batch left some, or an upstream task is bounded)."""
+        context = self.context
+        ranges: dict[int, list[tuple[str, int, int]]] = {}
+        for (topic, partition), (start, end) in sorted(plan.ranges.items()):
+            if topic in topics and end > start:
+                ranges.setdefault(partition, []).append((topic, start, end))
+        inputs: dict[int, dict[tuple, list]] = {}
+        for topic in topics:
+            for partition, queues in repartitioned.get(topic, {}).items():
+                inputs.setdefault(partition, {}).update(queues)
+        partitions = set(ranges) | set(inputs)
+        reads_internal = any(t in context.internal_topics for t in topics)
+        if reads_internal and (plan.repartition_buffered or any(bounds.values())):
+            partitions |= set(range(max(context.partitions[t] for t in topics)))
+        return [
+            (p, tuple(ranges.get(p, ())), inputs.get(p, {})) for p in sorted(partitions)
+        ]  # fmt: skip
+
+    def _writes(self, subtopology: Any) -> list[str]:
+        """The repartition topics ``subtopology`` writes."""
+        from streamplatform.dsl.graph import SinkNode, topic_name
+
+        topology, app = self.context.topology, self.context.app
+        return [
+            topic_name(node.topic, True, app)
+            for node in map(topology.nodes.__getitem__, subtopology.nodes)
+            if isinstance(node, SinkNode) and node.internal
+        ]  # fmt: skip
+
+
+def number_repartitioned(rows: pa.Table, batch_id: int) -> dict[str, dict[int, dict[tuple, list]]]:
+    """The repartition topics' rows of a stage as the downstream tasks' input queues:
+    ``{topic: {partition: {(topic, partition, upstream): [records]}}}``, each record a tuple in
+    ConsumedRecord's layout, numbered ``batch_id * 2**40 + upstream * 2**28 + n`` in the order
+    its upstream task wrote them (repartition_buffer.py)."""
+    base = repartition_offset_base(batch_id)
+    queues: dict[str, dict[int, dict[tuple, list]]] = {}
+    columns = [
+        rows.column(c).to_pylist()
+        for c in ("topic", "partition", "task", "timestamp", "key", "value", "headers")
+    ]
+    for topic, partition, task, timestamp, key, value, headers in zip(*columns, strict=True):
+        upstream = int(task.split("_")[1])
+        queue = queues.setdefault(topic, {}).setdefault(partition, {}).setdefault(
+            (topic, partition, upstream), [])  # fmt: skip
+        offset = base + (upstream << UPSTREAM_BITS) + len(queue)
+        queue.append((topic, partition, offset, timestamp, key, value,
+                      [(h["key"], h["value"]) for h in headers] if headers else []))  # fmt: skip
+    return queues
