@@ -83,10 +83,10 @@ def test_a_table_forwards_each_keys_last_update_of_a_batch_and_ends_as_in_the_te
 
 
 def test_a_count_after_group_by_ends_as_in_the_test_driver(spark, kafka_settings, tmp_path):
-    """group_by re-keys: the views are repartitioned inside each micro-batch (the stages
-    path) to the task of their new key; every count in the end equals the test driver's."""
+    """group_by re-keys: the views are repartitioned inside each micro-batch (the
+    direct-stages path) to the task of their new key; every count in the end equals the test driver's."""
     source, sink, sent, results = _run(spark, kafka_settings, tmp_path, views_per_spend_topology)
-    assert {r.path for r in results} == {"stages"}
+    assert {r.path for r in results} == {"direct-stages-driver"}
     got = [(r.key.decode(), Serdes.long().deserialize(r.value)) for r in
            read_topic(kafka_settings, sink)]  # fmt: skip
     expected = through_the_test_driver(views_per_spend_topology(source, sink), source, sink,

@@ -111,11 +111,17 @@ def _plan(records=10, replayed=False):
         ({"sources": ("in", "more")}, {}, _plan(10), "direct-driver"),  # a stream-table join
         ({"sources": ("in", "more")}, {"platform.sink.driver.max.records": 0}, _plan(10),
          "grouped"),
-        ({"repartition": True}, {}, _plan(10), "stages"),
+        ({"repartition": True}, {}, _plan(10), "direct-stages-driver"),
+        ({"repartition": True}, {"platform.driver.tasks.max.records": 5}, _plan(10),
+         "direct-stages-spark"),
+        ({"repartition": True, "master": "spark" + "://h:7077"}, {}, _plan(10),
+         "direct-stages-spark"),
+        ({"repartition": True}, {"platform.sink.driver.max.records": 0}, _plan(10), "stages"),
     ],
 )  # fmt: skip
 def test_one_place_chooses_the_path_of_a_batch(shape, settings, plan, path):
     topology_shape = {k: v for k, v in shape.items() if k in ("sources", "sinks", "repartition")}
+    shape = {k: v for k, v in shape.items() if k != "repartition"}
     context_shape = {k: v for k, v in shape.items() if k in ("delta_sinks", "root", "master")}
     context = _context(_topology(**topology_shape), **context_shape, **settings)
     assert paths.choose(context, plan).name == path

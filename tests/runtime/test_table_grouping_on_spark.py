@@ -16,7 +16,7 @@ from streamplatform.serdes import Serdes
 
 from .support import PARTITIONS, job_config, read_topic
 
-# ~1 min: several batches on the stages path
+# several batches on the direct-stages path
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.slow]
 
 
@@ -49,7 +49,7 @@ def test_users_per_region_end_as_in_the_test_driver(spark, kafka_settings, tmp_p
     job = StreamingJob(topology, config, spark=spark)
     results = job.run_until_caught_up()
     job.close()
-    assert len(results) >= 3 and {r.path for r in results} == {"stages"}
+    assert len(results) >= 3 and {r.path for r in results} == {"direct-stages-driver"}
 
     final = {r.key.decode(): Serdes.long().deserialize(r.value)
              for r in read_topic(kafka_settings, sink)}  # fmt: skip
