@@ -101,7 +101,7 @@ class BatchModel:
                 for partition in range(width):
                     rows_by_task.setdefault(partition, []).append(None)  # wakes the task
             outputs = [runner.run(_table(p, rows)) for p, rows in sorted(rows_by_task.items())]
-            repartitioned, bounds = [], {}
+            # A later stage may read what any stage before it wrote: kept for every stage.
             written = self._written(subtopology, internal)
             base = repartition_offset_base(self.batch_id)
             for table in outputs:
@@ -123,7 +123,7 @@ class BatchModel:
                                             row["timestamp"]))  # fmt: skip
             stage = Progress.of(progress_rows[-len(outputs) :] if outputs else [])
             upstream = {int(t.split("_")[1]): b for t, b in stage.bounds.items() if b is not None}
-            bounds = {topic: upstream for topic in written}
+            bounds |= {topic: upstream for topic in written}
         progress = Progress.of(progress_rows)
         for tp, (_, end) in ranges.items():
             self.consumed[tp] = progress.consumed.get(tp, end)

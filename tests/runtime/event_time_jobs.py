@@ -33,3 +33,13 @@ def clicks_after_impressions(impressions: str, clicks: str, sink: str):
     windows = JoinWindows.of_time_difference_with_no_grace(timedelta(minutes=10)).after(0)
     clicked.join(shown, lambda c, i: {"click": c["id"], "impression": i["id"]}, windows).to(sink)
     return b.build()
+
+
+def views_joined_with_buys(views: str, buys: str, sink: str):
+    """Three sub-topologies: each stream re-keyed by page, then joined within 10 seconds."""
+    b = StreamsBuilder()
+    viewed = b.stream(views, Serdes.string(), Serdes.json()).select_key(lambda k, v: v["page"])
+    bought = b.stream(buys, Serdes.string(), Serdes.json()).select_key(lambda k, v: v["page"])
+    windows = JoinWindows.of_time_difference_with_no_grace(timedelta(seconds=10))
+    viewed.join(bought, lambda v, p: {"view": v["n"], "buy": p["n"]}, windows).to(sink)
+    return b.build()

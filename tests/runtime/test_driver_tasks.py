@@ -131,8 +131,8 @@ def test_a_driver_task_that_fails_beside_spark_fails_the_batch_uncommitted(
     sent = make_input(kafka_settings, source)
     run_queues = executor.TaskBatchRunner.run_queues
 
-    def fail_half_way(self, partition, queues, read=None):  # only here: Spark's workers import
-        for number, rows in enumerate(run_queues(self, partition, queues, read)):  # the module
+    def fail_half_way(self, *args):  # only here: Spark's workers import the module
+        for number, rows in enumerate(run_queues(self, *args)):
             yield rows
             if number == 0:
                 raise RuntimeError("the driver's task failed")

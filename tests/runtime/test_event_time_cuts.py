@@ -85,6 +85,35 @@ def session_counts():
     return b.build(), ["clicks"]
 
 
+def join_of_two_rekeyed_streams():
+    """Three sub-topologies: each stream re-keyed by page, then joined within 10 s."""
+    b = StreamsBuilder()
+    views = b.stream("views", Serdes.string(), Serdes.json()).select_key(lambda k, v: v["page"])
+    buys = b.stream("buys", Serdes.string(), Serdes.json()).select_key(lambda k, v: v["page"])
+    windows = JoinWindows.of_time_difference_with_no_grace(timedelta(seconds=10))
+    views.join(buys, lambda v, p: [v["n"], p["n"]], windows).to("out")
+    return b.build(), ["views", "buys"]
+
+
+def two_repartitions_in_a_row():
+    """Re-keyed by page and deduplicated there, then counted per user again."""
+    b = StreamsBuilder()
+    (
+        b.stream("clicks", Serdes.string(), Serdes.json())
+        .select_key(lambda k, v: v["page"])
+        .repartition()
+        .deduplicate_by_key(timedelta(seconds=2))
+        .group_by(lambda page, v: f"u{v['n'] % 3}", key_serde=Serdes.string())
+        .windowed_by(TimeWindows.of_size_and_grace(timedelta(seconds=10), timedelta(seconds=1)))
+        .emit_strategy(EmitStrategy.on_window_close())
+        .count()
+        .to_stream()
+        .map(lambda w, n: (f"{w.key}@{w.window.start}", n))
+        .to("out", key_serde=Serdes.string(), value_serde=Serdes.long())
+    )
+    return b.build(), ["clicks"]
+
+
 def live_traffic(rng: random.Random, topics: list[str], partitions: int) -> list[Arrival]:
     """Records in event-time order over ``topics``' partitions; a key always on the same
     partition, as a producer's partitioner puts it. Records of one time arrive in the order a
@@ -124,7 +153,8 @@ def run_cut(make, seed: int, tmp_path) -> tuple[list, list, int]:
 
 
 SHAPES = [rekeyed_windowed_count, stream_stream_join, dedup_of_two_merged_topics,
-          stream_table_join, session_counts]  # fmt: skip
+          stream_table_join, session_counts, join_of_two_rekeyed_streams,
+          two_repartitions_in_a_row]  # fmt: skip
 
 
 @pytest.mark.parametrize("make", SHAPES, ids=lambda make: make.__name__)

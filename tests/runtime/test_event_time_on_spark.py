@@ -22,7 +22,7 @@ from streamplatform.runtime.microbatch import StreamingJob
 from streamplatform.serdes import Serdes
 
 from . import event_time_jobs
-from .event_time_jobs import clicks_after_impressions, pages_per_minute
+from .event_time_jobs import clicks_after_impressions, pages_per_minute, views_joined_with_buys
 from .support import job_config, read_topic
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark]
@@ -146,6 +146,43 @@ def test_a_join_of_a_dense_and_a_sparse_topic_pairs_what_the_test_driver_pairs(
     )
     assert got == pairs
     assert all(r.records_in <= cap for r in results)  # the cap is per task: one task here
+
+
+@pytest.mark.parametrize("cap", [2, 100_000])
+def test_a_join_of_two_rekeyed_streams_pairs_what_the_test_driver_pairs(
+    spark, kafka_settings, tmp_path, cap
+):
+    """Views and buys keyed by user on two partitions each, both re-keyed by page and joined:
+    three sub-topologies, the last reading what the first two wrote, merged by timestamp."""
+    import random
+
+    topics = _topics(kafka_settings, views=2, buys=2, out=1)
+    rng = random.Random(3)
+    records, time = [], NOON
+    for n in range(40):
+        time += rng.choice([1_000, 4_000, 9_000])
+        topic = rng.choice(["views", "buys"])
+        user = rng.randrange(4)
+        records.append((topics[topic], user % 2, f"u{user}", {"page": rng.choice("ab"), "n": n},
+                        time))  # fmt: skip
+    _produce(kafka_settings, records)
+    make = lambda: views_joined_with_buys(topics["views"], topics["buys"], topics["out"])  # noqa: E731
+    want = _through_the_test_driver(make(), records, topics["out"], Serdes.json())
+    pairs = sorted((r.value["view"], r.value["buy"]) for r in want)
+    assert pairs, "nothing joined: the test would prove nothing"
+
+    app = f"viewbuy-{uuid.uuid4().hex[:6]}"
+    config = job_config(kafka_settings, tmp_path, app, topics["views"],
+                        **{"platform.max.records.per.batch": cap})  # fmt: skip
+    job = StreamingJob(make(), config, spark=spark)
+    try:
+        results = job.run_until_caught_up()
+    finally:
+        job.close()
+    assert {r.path for r in results} == {"direct-stages-driver"}
+    got = sorted((json.loads(r.value)["view"], json.loads(r.value)["buy"])
+                 for r in read_topic(kafka_settings, topics["out"]))  # fmt: skip
+    assert got == pairs
 
 
 CHILD_RUN = """

@@ -88,11 +88,12 @@ class DirectStagesPath(DirectPath):
                                   pc.is_in(rows["topic"], pa.array(sorted(internal))))  # fmt: skip
             written = rows.filter(is_internal)
             outputs.append(rows.filter(pc.invert(is_internal)))
-            repartitioned = number_repartitioned(written, plan.batch_id)
+            # A later stage may read what any stage before it wrote: kept for every stage.
+            repartitioned |= number_repartitioned(written, plan.batch_id)
             stage = progress_of(rows)
             upstream = {int(task.split("_")[1]): bound
                         for task, bound in stage.bounds.items() if bound is not None}  # fmt: skip
-            bounds = {topic: upstream for topic in self._writes(subtopology)}
+            bounds |= {topic: upstream for topic in self._writes(subtopology)}
         rows = pa.concat_tables(outputs) if outputs else OUTPUT_ARROW.empty_table()
         append_delta_sinks(context, plan.batch_id, lambda topic: sink_rows(
             rows, plan.batch_id, topic))  # fmt: skip
