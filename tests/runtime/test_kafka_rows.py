@@ -83,3 +83,16 @@ def test_the_reader_runs_the_c_helper_where_it_was_built():
     if kafka_input._native_append_rows is None:
         pytest.skip("the C helper is not built here (test_dedup_core.py's build test says why)")
     assert kafka_input._append_rows is kafka_input._native_append_rows
+
+
+def test_the_c_partitioner_is_kafkas_murmur2_as_the_python_reference():
+    import random
+
+    from streamplatform.runtime.partitioner import partition_for, python_partition_for
+
+    rng = random.Random(3)
+    for _ in range(5_000):
+        key = rng.randbytes(rng.randrange(0, 40))
+        partitions = rng.randrange(1, 100)
+        assert partition_for(key, partitions) == python_partition_for(key, partitions)
+    assert (partition_for(b"a", 3), partition_for(b"hello", 12)) == (1, 9)  # as Java's

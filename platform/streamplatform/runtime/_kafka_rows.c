@@ -8,9 +8,14 @@
  * The caller handles that message (an error, or the end of the range). What C saves is the
  * interpreter's work per message around the Message's accessors: about half a microsecond
  * of the reader's cost per record.
+ *
+ * `partition_for(key, partitions)`: Kafka's default partitioner for records written to a
+ * repartition topic (partitioner.python_partition_for is the reference): ~0.3 us less per
+ * record than murmur2 in Python.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
 
 static PyObject *str_error, *str_offset, *str_timestamp, *str_key, *str_value, *str_headers;
 
@@ -89,7 +94,56 @@ append_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromSsize_t(index);
 }
 
+/* partition_for(key: bytes, partitions: int) -> int: Kafka's default partitioner,
+   toPositive(murmur2(key)) % partitions, as partitioner.partition_for (its reference). */
+static PyObject *
+partition_for(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyBytes_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "partition_for(key: bytes, partitions: int)");
+        return NULL;
+    }
+    long partitions = PyLong_AsLong(args[1]);
+    if (partitions == -1 && PyErr_Occurred())
+        return NULL;
+    if (partitions <= 0) {
+        PyErr_SetString(PyExc_ValueError, "partitions must be positive");
+        return NULL;
+    }
+    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    Py_ssize_t length = PyBytes_GET_SIZE(args[0]);
+    const uint32_t m = 0x5bd1e995;
+    uint32_t h = 0x9747b28cu ^ (uint32_t)length;
+    Py_ssize_t whole = length - length % 4;
+    for (Py_ssize_t i = 0; i < whole; i += 4) {
+        uint32_t k = (uint32_t)data[i] | ((uint32_t)data[i + 1] << 8)
+                     | ((uint32_t)data[i + 2] << 16) | ((uint32_t)data[i + 3] << 24);
+        k *= m;
+        k ^= k >> 24;
+        k *= m;
+        h *= m;
+        h ^= k;
+    }
+    switch (length % 4) {
+    case 3:
+        h ^= (uint32_t)data[whole + 2] << 16;
+        /* fall through */
+    case 2:
+        h ^= (uint32_t)data[whole + 1] << 8;
+        /* fall through */
+    case 1:
+        h ^= data[whole];
+        h *= m;
+    }
+    h ^= h >> 13;
+    h *= m;
+    h ^= h >> 15;
+    return PyLong_FromLong((long)((h & 0x7fffffffu) % (uint32_t)partitions));
+}
+
 static PyMethodDef methods[] = {
+    {"partition_for", (PyCFunction)(void (*)(void))partition_for, METH_FASTCALL,
+     "Kafka's default partitioner: toPositive(murmur2(key)) % partitions."},
     {"append_rows", (PyCFunction)(void (*)(void))append_rows, METH_FASTCALL,
      "Consumed messages into task rows, up to the first with an error or at `end`."},
     {NULL},

@@ -706,7 +706,7 @@ class _TaskRun:
         Tasks reading repartitioned records take as many as their inputs allow; the others
         at most the task cap."""
         runner = self.runner
-        time_of = self.task.ordering_time() if len(queues) > 1 else None
+        time_of = self.task.ordering_time()  # one queue: asked for its last record only
         cap = None if runner.reads_internal else runner.task_cap
         merged = merge(queues, time_of, cap, self.merge)
         return merged if chunks else itertools.chain.from_iterable(merged)

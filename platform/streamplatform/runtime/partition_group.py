@@ -83,68 +83,106 @@ def merge(
     iterator is exhausted."""
     result = result if result is not None else MergeResult()
     stamp = time_of if time_of is not None else _record_time
+    if len(queues) == 1:  # nothing to order: the queue's chunks as they come
+        yield from _one_queue(queues[0], stamp, cap, result)
+        return
     watermark: int | None = None  # the lowest limit of a bounded queue that ran empty
     heads: list[tuple[int, tuple, int]] = []
     current: list[list[Any]] = []
     positions: list[int] = []
-    last_of: list[int | None] = []
     for index, queue in enumerate(queues):
         chunk = _next_chunk(queue)
         current.append(chunk)
         positions.append(0)
-        last_of.append(None)
         if chunk:
             heads.append((stamp(chunk[0]), queue.key, index))
         elif queue.limit is not None and queue.limit != FROM_LAST:
             watermark = _lower(watermark, queue.limit)  # an upstream bound, nothing yet
     heapq.heapify(heads)
     out: list[Any] = []
+    append = out.append
     taken = 0
+    limit = cap if cap is not None else -1
     while heads:
-        time, _, index = heads[0]
-        if (watermark is not None and time > watermark) or (cap is not None and taken >= cap):
+        time, key, index = heads[0]
+        if (watermark is not None and time > watermark) or taken == limit:
             result.stopped = True
             break
-        heapq.heappop(heads)
         queue, chunk, position = queues[index], current[index], positions[index]
-        record = chunk[position]
-        out.append(record)
+        append(chunk[position])
         taken += 1
         queue.taken += 1
         result.last_time = time
-        last_of[index] = time
         position += 1
         if position == len(chunk):
             chunk, position = _next_chunk(queue), 0
             current[index] = chunk
         positions[index] = position
         if chunk:
-            heapq.heappush(heads, (stamp(chunk[position]), queue.key, index))
-        elif queue.limit is not None:
-            limit = time if queue.limit == FROM_LAST else queue.limit
-            watermark = _lower(watermark, limit)
+            heapq.heapreplace(heads, (stamp(chunk[position]), key, index))
+        else:
+            heapq.heappop(heads)
+            if queue.limit is not None:
+                watermark = _lower(watermark, time if queue.limit == FROM_LAST else queue.limit)
         if len(out) >= chunk_records:
             yield out
             out = []
+            append = out.append
     if out:
         yield out
     for index, queue in enumerate(queues):  # what was not taken stays with its queue
         chunk = current[index]
         queue.left = chunk[positions[index] :] if chunk else []
     result.taken = taken
+    _finish(result, watermark)
+
+
+def _one_queue(
+    queue: InputQueue, stamp: Callable[[Any], int], cap: int | None, result: MergeResult
+) -> Iterator[list[Any]]:
+    """``merge`` of a single queue: its chunks as they come, cut at ``cap``; the timestamp of
+    only its last record taken is asked for (the bound)."""
+    taken = 0
+    last = None
+    for chunk in queue.chunks:
+        if not chunk:
+            continue
+        if cap is not None and taken + len(chunk) >= cap:
+            room = cap - taken
+            queue.left = chunk[room:]
+            chunk = chunk[:room]
+            result.stopped = bool(queue.left) or _has_more(queue)
+        if chunk:
+            taken += len(chunk)
+            last = chunk[-1]
+            yield chunk
+        if result.stopped or (cap is not None and taken >= cap):
+            break
+    queue.taken = result.taken = taken
+    result.last_time = None if last is None else stamp(last)
+    watermark = None
+    if not result.stopped and queue.limit is not None:
+        if queue.limit != FROM_LAST:
+            watermark = queue.limit
+        elif result.last_time is not None:
+            watermark = result.last_time
+    _finish(result, watermark)
+
+
+def _has_more(queue: InputQueue) -> bool:
+    """Whether ``queue`` has a record after its ``left`` ones (read ahead: kept in ``left``)."""
+    chunk = _next_chunk(queue)
+    queue.left = list(queue.left) + chunk
+    return bool(queue.left)
+
+
+def _finish(result: MergeResult, watermark: int | None) -> None:
     bounds = [] if watermark is None else [watermark]
     if result.stopped and result.last_time is not None:
         bounds.append(result.last_time)
     if result.stopped and watermark is None and result.last_time is None:
         bounds.append(-1)  # stopped before any record: nothing is known yet
     result.bound = min(bounds) if bounds else None
-
-
-def merged_time_of(
-    queues: Sequence[InputQueue], time_of: Callable[[Any], int] | None
-) -> Callable[[Any], int] | None:
-    """``time_of`` when several queues are merged; one queue needs no timestamps."""
-    return time_of if len(queues) > 1 else None
 
 
 def _record_time(record: Any) -> int:

@@ -38,6 +38,12 @@ def murmur2(data: bytes) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
-def partition_for(key: bytes, partitions: int) -> int:
-    """``Utils.toPositive(Utils.murmur2(key)) % partitions``."""
+def python_partition_for(key: bytes, partitions: int) -> int:
+    """``Utils.toPositive(Utils.murmur2(key)) % partitions``: the reference of the C one."""
     return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+try:  # built with the package where a C compiler is available (setup.py)
+    from streamplatform.runtime._kafka_rows import partition_for
+except ImportError:  # pragma: no cover - depends on the build
+    partition_for = python_partition_for

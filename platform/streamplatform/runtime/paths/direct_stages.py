@@ -22,12 +22,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from itertools import repeat
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from streamplatform import storage
+from streamplatform.records import NO_HEADERS
 from streamplatform.runtime.batch_outputs import Progress, progress_of, sink_rows
 from streamplatform.runtime.executor import OUTPUT_ARROW
 from streamplatform.runtime.job_context import BatchPlan, JobContext
@@ -147,18 +150,39 @@ def number_repartitioned(rows: pa.Table, batch_id: int) -> dict[str, dict[int, d
     """The repartition topics' rows of a stage as the downstream tasks' input queues:
     ``{topic: {partition: {(topic, partition, upstream): [records]}}}``, each record a tuple in
     ConsumedRecord's layout, numbered ``batch_id * 2**40 + upstream * 2**28 + n`` in the order
-    its upstream task wrote them (repartition_buffer.py)."""
-    base = repartition_offset_base(batch_id)
+    its upstream task wrote them (repartition_buffer.py). Column by column: no Python work per
+    record but building its tuple."""
     queues: dict[str, dict[int, dict[tuple, list]]] = {}
-    columns = [
-        rows.column(c).to_pylist()
-        for c in ("topic", "partition", "task", "timestamp", "key", "value", "headers")
-    ]
-    for topic, partition, task, timestamp, key, value, headers in zip(*columns, strict=True):
-        upstream = int(task.split("_")[1])
-        queue = queues.setdefault(topic, {}).setdefault(partition, {}).setdefault(
-            (topic, partition, upstream), [])  # fmt: skip
-        offset = base + (upstream << UPSTREAM_BITS) + len(queue)
-        queue.append((topic, partition, offset, timestamp, key, value,
-                      [(h["key"], h["value"]) for h in headers] if headers else []))  # fmt: skip
+    if rows.num_rows == 0:
+        return queues
+    base = repartition_offset_base(batch_id)
+    upstream = pc.cast(pc.list_element(pc.split_pattern(rows["task"], "_"), 1), pa.int64())
+    ordered = rows.append_column("upstream", upstream).append_column(
+        "row", pa.array(np.arange(rows.num_rows, dtype=np.int64))
+    ).sort_by([("topic", "ascending"), ("partition", "ascending"), ("upstream", "ascending"),
+               ("row", "ascending")])  # fmt: skip
+    groups = (
+        ordered.group_by(["topic", "partition", "upstream"], use_threads=False)
+        .aggregate([("row", "count")])
+        .sort_by([("topic", "ascending"), ("partition", "ascending"), ("upstream", "ascending")])
+    )
+    start = 0
+    for topic, partition, source, count in zip(
+        *(groups[c].to_pylist() for c in ("topic", "partition", "upstream", "row_count")),
+        strict=True,
+    ):
+        part = ordered.slice(start, count)
+        start += count
+        first = base + (source << UPSTREAM_BITS)
+        no_headers = pc.all(pc.equal(pc.list_value_length(part["headers"]), 0)).as_py()
+        headers = (
+            repeat(NO_HEADERS, count) if no_headers is not False
+            else ([(h["key"], h["value"]) for h in hs] if hs else NO_HEADERS
+                  for hs in part["headers"].to_pylist())
+        )  # fmt: skip
+        queues.setdefault(topic, {}).setdefault(partition, {})[(topic, partition, source)] = list(
+            zip(repeat(topic), repeat(partition), range(first, first + count),
+                part["timestamp"].to_pylist(), part["key"].to_pylist(),
+                part["value"].to_pylist(), headers)
+        )  # fmt: skip
     return queues
