@@ -45,8 +45,8 @@ from typing import Any
 import pyarrow as pa
 
 from streamplatform.runtime import changelog, delta_direct
-from streamplatform.runtime.executor import BATCH_MARKER
 from streamplatform.runtime.maintenance import snapshot_changelog
+from streamplatform.runtime.task_run import BATCH_MARKER
 from streamplatform.state import IsolationLevel, TransactionalKeyValueStore
 
 SCHEMA = pa.schema([

@@ -31,7 +31,8 @@ import pyarrow as pa
 
 from streamplatform import StreamsBuilder, Topology
 from streamplatform.runtime import task_cache
-from streamplatform.runtime.executor import STREAM_COLUMNS, ChangelogWrites, TaskBatchRunner
+from streamplatform.runtime.executor import ChangelogWrites, TaskBatchRunner
+from streamplatform.runtime.rows import STREAM_COLUMNS
 from streamplatform.serdes import Serdes
 
 SPACING_MS = 36

@@ -19,7 +19,8 @@ import time
 import pyarrow as pa
 from e2e_bench import bench_records, dedup_topology
 
-from streamplatform.runtime.executor import STREAM_COLUMNS, TaskBatchRunner
+from streamplatform.runtime.executor import TaskBatchRunner
+from streamplatform.runtime.rows import STREAM_COLUMNS
 
 ARROW_BATCH = 10_000
 

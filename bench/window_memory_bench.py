@@ -31,7 +31,7 @@ from task_cache_bench import Driver, peak_rss_mb  # noqa: E402
 
 from streamplatform import EmitStrategy, StreamsBuilder, TimeWindows  # noqa: E402
 from streamplatform.runtime import task_cache  # noqa: E402
-from streamplatform.runtime.executor import STREAM_COLUMNS  # noqa: E402
+from streamplatform.runtime.rows import STREAM_COLUMNS  # noqa: E402
 from streamplatform.serdes import Serdes  # noqa: E402
 
 HOUR_MS = 3_600_000

@@ -24,9 +24,10 @@ import pyarrow.compute as pc
 from streamplatform import TopologyTestDriver
 from streamplatform.dsl.graph import SinkNode, topic_name
 from streamplatform.runtime.batch_outputs import Progress
-from streamplatform.runtime.executor import TaskBatchRunner, encode_headers
+from streamplatform.runtime.executor import TaskBatchRunner
 from streamplatform.runtime.job_context import BatchPlan
 from streamplatform.runtime.repartition_buffer import UPSTREAM_BITS, repartition_offset_base
+from streamplatform.runtime.rows import encode_headers
 from streamplatform.serdes import Serdes
 
 APP = "model"

@@ -23,8 +23,8 @@ import pytest
 
 from streamplatform.runtime import changelog
 from streamplatform.runtime.delta_direct import append
-from streamplatform.runtime.executor import BATCH_MARKER
 from streamplatform.runtime.maintenance import snapshot_changelog
+from streamplatform.runtime.task_run import BATCH_MARKER
 from streamplatform.state import IsolationLevel, TransactionalKeyValueStore
 
 from .test_maintenance import (

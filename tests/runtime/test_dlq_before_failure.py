@@ -17,8 +17,9 @@ from streamplatform.config import StreamsConfig
 from streamplatform.errors import TaskFailedError
 from streamplatform.kafka import TopicSpec, create_topics, producer
 from streamplatform.runtime import kafka_output
-from streamplatform.runtime.executor import INPUT_COLUMNS, TaskBatchRunner
+from streamplatform.runtime.executor import TaskBatchRunner
 from streamplatform.runtime.microbatch import StreamingJob
+from streamplatform.runtime.rows import INPUT_COLUMNS
 from streamplatform.serdes import Serdes
 
 from .support import job_config, read_topic

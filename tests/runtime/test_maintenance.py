@@ -28,13 +28,13 @@ import pytest
 from streamplatform import cli
 from streamplatform.runtime import changelog
 from streamplatform.runtime.delta_direct import append, transaction_version
-from streamplatform.runtime.executor import BATCH_MARKER
 from streamplatform.runtime.maintenance import (
     MaintenanceError,
     maintain,
     snapshot_changelog,
 )
 from streamplatform.runtime.microbatch import StreamingJob
+from streamplatform.runtime.task_run import BATCH_MARKER
 from streamplatform.state import IsolationLevel, TransactionalKeyValueStore, VersionedKeyValueStore
 
 from .support import (

@@ -8,9 +8,9 @@ import random
 import pyarrow as pa
 import pytest
 
-from streamplatform.runtime.executor import table_queues
 from streamplatform.runtime.partition_group import FROM_LAST, InputQueue, MergeResult, merge
 from streamplatform.runtime.repartition_buffer import UPSTREAM_BITS, upstream_of
+from streamplatform.runtime.rows import table_queues
 
 
 def _record(topic, partition, offset, timestamp):

@@ -18,7 +18,8 @@ import pytest
 from streamplatform.config import StreamsConfig
 from streamplatform.records import ConsumedRecord
 from streamplatform.runtime import task_cache
-from streamplatform.runtime.executor import STREAM_COLUMNS, ChangelogWrites, TaskBatchRunner
+from streamplatform.runtime.executor import ChangelogWrites, TaskBatchRunner
+from streamplatform.runtime.rows import STREAM_COLUMNS
 from streamplatform.runtime.task import Task
 from streamplatform.state import IsolationLevel
 

@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from streamplatform import storage
 from streamplatform.runtime import delta_direct
-from streamplatform.runtime.executor import OUTPUT_ARROW, SINK_COLUMNS
+from streamplatform.runtime.rows import OUTPUT_ARROW, SINK_COLUMNS
 from streamplatform.runtime.task import add_metrics
 
 
@@ -124,7 +124,7 @@ def _spilled_batches(file: str) -> Iterator[pa.RecordBatch]:
 
 
 def read_side_files(directory: str) -> pa.Table | None:
-    """Every row but the sink rows of a streamed batch's side files (executor.OUTPUT_ARROW);
+    """Every row but the sink rows of a streamed batch's side files (rows.OUTPUT_ARROW);
     None: no file. The sink rows of spilled files are streamed by ``spilled_sink_rows``."""
     files = side_files(directory)
     if not files:
@@ -138,7 +138,7 @@ def read_side_files(directory: str) -> pa.Table | None:
     return pa.concat_tables(tables) if tables else pa.table({}, schema=OUTPUT_ARROW)
 
 
-# The sink table's columns (executor.SINK_COLUMNS, then batch_id).
+# The sink table's columns (rows.SINK_COLUMNS, then batch_id).
 SINK_TABLE_ARROW = pa.schema(
     [OUTPUT_ARROW.field(column) for column in SINK_COLUMNS] + [pa.field("batch_id", pa.int64())]
 )
@@ -147,7 +147,7 @@ SINK_TABLE_ARROW = pa.schema(
 def sink_rows(
     rows: pa.Table | pa.RecordBatch, batch_id: int, topic: str | None = None
 ) -> pa.Table | pa.RecordBatch:
-    """The sink rows among the tasks' ``rows`` (executor.OUTPUT_ARROW), of ``topic`` when
+    """The sink rows among the tasks' ``rows`` (rows.OUTPUT_ARROW), of ``topic`` when
     given, as rows of the sink table (SINK_TABLE_ARROW)."""
     wanted = pc.equal(rows.column("kind"), "sink")
     if topic is not None:
@@ -174,7 +174,7 @@ def spilled_sink_rows(
 
 
 def progress_of(rows: pa.Table | None) -> Progress:
-    """The batch's progress, from its tasks' rows (executor.OUTPUT_ARROW)."""
+    """The batch's progress, from its tasks' rows (rows.OUTPUT_ARROW)."""
     if rows is None:
         return Progress()
     mine = rows.filter(pc.equal(rows.column("kind"), "progress"))

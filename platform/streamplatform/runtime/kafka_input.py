@@ -13,7 +13,7 @@ the log fails the task instead of reading from elsewhere.
 
 The records go to the task as chunks of tuples in ``ConsumedRecord``'s layout, the form the
 task processes; the Arrow batches of Spark's source are turned into the same tuples
-(``executor._arrow_records``).
+(``rows.arrow_records``).
 """
 
 from __future__ import annotations

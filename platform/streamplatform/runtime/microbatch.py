@@ -53,7 +53,7 @@ from streamplatform.runtime import (
 )
 from streamplatform.runtime.claim import JobClaim
 from streamplatform.runtime.errors import JobFencedError
-from streamplatform.runtime.executor import BATCH_MARKER, ChangelogWrites
+from streamplatform.runtime.executor import ChangelogWrites
 from streamplatform.runtime.faults import arm, crash_point
 from streamplatform.runtime.fingerprint import job_fingerprint
 from streamplatform.runtime.group_offsets import GroupOffsets
@@ -64,6 +64,7 @@ from streamplatform.runtime.replay import ReplayPolicy
 from streamplatform.runtime.signals import StopOnSignals
 from streamplatform.runtime.standby import InstanceLayout, StandbySync
 from streamplatform.runtime.state_tables import STATE_SUFFIX, StateTable
+from streamplatform.runtime.task_run import BATCH_MARKER
 from streamplatform.runtime.value_fields import value_fields
 from streamplatform.state.rocks import TaskStoreOptions
 

@@ -478,7 +478,8 @@ class Task:
                     key, value = key_of(record[4], record[6]), value_of(record[5], record[6])
                 else:
                     key, value = key_of(record[4]), value_of(record[5])
-                given = ConsumedRecord(*record[:4], key, value, record[6])
+                given = ConsumedRecord(record[0], record[1], record[2], record[3], key, value,
+                                       record[6])  # fmt: skip
                 timestamp = extract(given, partition_time)
             except Exception:
                 return record[3]  # type: ignore[no-any-return]

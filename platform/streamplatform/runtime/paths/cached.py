@@ -30,11 +30,11 @@ from typing import Any
 
 from streamplatform.runtime import kafka_output
 from streamplatform.runtime.batch_outputs import DELTA_OUTPUTS, Progress
-from streamplatform.runtime.executor import OUTPUT_SCHEMA, SINK_COLUMNS, STREAM_COLUMNS
 from streamplatform.runtime.job_context import BatchPlan, JobContext
 from streamplatform.runtime.paths.base import ExecutionPath
 from streamplatform.runtime.paths.spark_frames import append_once, kafka_records, run_grouped
 from streamplatform.runtime.planning import consumed_offsets
+from streamplatform.runtime.rows import OUTPUT_SCHEMA, SINK_COLUMNS, STREAM_COLUMNS
 
 
 class CachedPath(ExecutionPath):

@@ -22,11 +22,11 @@ from typing import Any
 
 from streamplatform import storage
 from streamplatform.runtime.batch_outputs import Progress, read_side_files
-from streamplatform.runtime.executor import SINK_COLUMNS, SINK_SCHEMA, STREAM_COLUMNS
 from streamplatform.runtime.job_context import BatchPlan
 from streamplatform.runtime.paths.base import ExecutionPath
 from streamplatform.runtime.paths.direct import write_side_outputs
 from streamplatform.runtime.paths.spark_frames import append_once, headers_from_json, kafka_records
+from streamplatform.runtime.rows import SINK_COLUMNS, SINK_SCHEMA, STREAM_COLUMNS
 
 
 class DeltaWritePath(ExecutionPath):

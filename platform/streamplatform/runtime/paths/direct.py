@@ -10,7 +10,7 @@ Spark, and no row goes through Spark's Kafka source.
   environment, and the tasks stay open here); otherwise Spark runs them (``direct-spark``),
   with the tasks of its last, partial wave run here beside it (local_master.py).
 - **Where the rows go.** Kafka sink and DLQ records are produced by the task itself as it
-  makes them, in its own transaction under exactly_once_v2 (executor._TaskRun.kafka; committed
+  makes them, in its own transaction under exactly_once_v2 (task_run.TaskRun.kafka; committed
   with the task's consumed offset when the task is done). The other rows of a small batch (at
   most ``platform.sink.driver.max.records``) come back to the driver with the tasks' results;
   a bigger one's go to a file per task in this run's staging directory (``direct-spilled``).
@@ -54,13 +54,13 @@ from streamplatform.runtime.batch_outputs import (
     spilled_sink_rows,
 )
 from streamplatform.runtime.errors import MissingTaskOutputs
-from streamplatform.runtime.executor import OUTPUT_ARROW, OUTPUT_SCHEMA
 from streamplatform.runtime.faults import crash_point
 from streamplatform.runtime.job_context import BatchPlan, JobContext
 from streamplatform.runtime.kafka_output import InTaskOutputs
 from streamplatform.runtime.local_master import tasks_beside_spark
 from streamplatform.runtime.paths.base import ExecutionPath
 from streamplatform.runtime.planning import consumed_offsets
+from streamplatform.runtime.rows import OUTPUT_ARROW, OUTPUT_SCHEMA
 
 
 class DirectPath(ExecutionPath):

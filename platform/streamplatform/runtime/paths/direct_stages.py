@@ -32,7 +32,6 @@ import pyarrow.compute as pc
 from streamplatform import storage
 from streamplatform.records import NO_HEADERS
 from streamplatform.runtime.batch_outputs import Progress, progress_of, sink_rows
-from streamplatform.runtime.executor import OUTPUT_ARROW
 from streamplatform.runtime.job_context import BatchPlan, JobContext
 from streamplatform.runtime.kafka_output import InTaskOutputs
 from streamplatform.runtime.local_master import tasks_beside_spark
@@ -42,6 +41,7 @@ from streamplatform.runtime.paths.direct import (
     write_side_outputs,
 )
 from streamplatform.runtime.repartition_buffer import UPSTREAM_BITS, repartition_offset_base
+from streamplatform.runtime.rows import OUTPUT_ARROW
 
 # A stage's task: (partition, its Kafka ranges, its repartitioned records by queue)
 StageTask = tuple[int, tuple[tuple[str, int, int], ...], dict[tuple, list]]

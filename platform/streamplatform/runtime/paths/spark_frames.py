@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamplatform.runtime.executor import OUTPUT_SCHEMA, TaskBatchRunner
+from streamplatform.runtime.executor import TaskBatchRunner
 from streamplatform.runtime.faults import crash_point
+from streamplatform.runtime.rows import OUTPUT_SCHEMA
 
 
 def headers_as_json(column: str) -> Any:
     """Headers cross to Python as JSON, values in base64, null when a record has none (see
-    executor.INPUT_COLUMNS): far cheaper to convert than Arrow lists of structs."""
+    rows.INPUT_COLUMNS): far cheaper to convert than Arrow lists of structs."""
     from pyspark.sql import functions as F
 
     return F.when(
@@ -87,7 +88,7 @@ def kafka_records(context: Any, wanted: dict[str, dict[int, tuple[int, int]]]) -
     """Spark's Kafka source over exactly ``wanted``, in the executors' INPUT_COLUMNS."""
     from pyspark.sql import functions as F
 
-    from streamplatform.runtime.executor import INPUT_COLUMNS
+    from streamplatform.runtime.rows import INPUT_COLUMNS
     from streamplatform.spark import read_kafka_ranges
 
     return (

@@ -21,7 +21,6 @@ from functools import reduce
 from typing import Any
 
 from streamplatform.runtime.batch_outputs import Progress
-from streamplatform.runtime.executor import INPUT_COLUMNS, OUTPUT_SCHEMA
 from streamplatform.runtime.job_context import BatchPlan
 from streamplatform.runtime.paths.cached import CachedPath
 from streamplatform.runtime.paths.direct import task_ranges
@@ -32,6 +31,7 @@ from streamplatform.runtime.paths.spark_frames import (
     union,
 )
 from streamplatform.runtime.repartition_buffer import UPSTREAM_BITS, repartition_offset_base
+from streamplatform.runtime.rows import INPUT_COLUMNS, OUTPUT_SCHEMA
 
 
 class StagesPath(CachedPath):
