@@ -31,6 +31,7 @@ import pytest
 from streamplatform import storage
 from streamplatform.local_cluster import LocalCluster, free_port
 from streamplatform.runtime.microbatch import StreamingJob
+from streamplatform.serdes import Serdes
 
 from .support import (
     RECORDS,
@@ -40,6 +41,7 @@ from .support import (
     join_input,
     join_tables,
     join_topology,
+    read_topic,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.broker, pytest.mark.spark]
@@ -65,6 +67,9 @@ DRIVER = textwrap.dedent("""
         time.sleep(0.1)
     if spec["job"] == "dedup":
         topology, sinks = dedup_topology(spec["source"], "deduplicated"), ["deduplicated"]
+    elif spec["job"] == "pages":  # a re-keyed windowed count into the Kafka topic "rates"
+        from runtime.event_time_jobs import pages_per_minute
+        topology, sinks = pages_per_minute(spec["source"], spec["rates"]), []
     else:
         topology, sinks = join_topology(spec["source"], spec["rates"], "enriched"), ["enriched"]
     job = StreamingJob(topology, spec["config"], spark=spark, delta_sinks=sinks)
@@ -75,7 +80,8 @@ DRIVER = textwrap.dedent("""
     print(json.dumps({{
         "batches": [{{"batch_id": r.batch_id, "records_in": r.records_in,
                       "restored_records": r.restored_records, "restores": r.restores,
-                      "tasks_reused": r.metrics.get("tasks_reused", 0)}} for r in results],
+                      "tasks_reused": r.metrics.get("tasks_reused", 0), "path": r.path,
+                      "buffered": r.metrics.get("repartition_buffered", 0)}} for r in results],
         "failed_attempts": sum(e["failedTasks"] for e in executors if e["id"] != "driver"),
         "executors": sorted(e["id"] for e in executors if e["id"] != "driver"),
         "tasks": sum(e["totalTasks"] for e in executors if e["id"] != "driver"),
@@ -227,3 +233,45 @@ def _kill_a_worker_during_a_batch(cluster, spark, kafka_settings, source_topic, 
     assert any(batch >= 1 and where.endswith(state_dirs[1])
                for batch, _, where, _ in restores), restores  # fmt: skip
     assert sum(b["restored_records"] for b in report["batches"]) == sum(n for *_, n in restores)
+
+
+@pytest.mark.cluster
+@pytest.mark.child_process
+def test_a_rekeyed_windowed_count_on_the_cluster_counts_what_the_test_driver_counts(
+    cluster, kafka_settings, tmp_path
+):
+    """Live clicks on two partitions, re-keyed by page and counted in 1-minute windows, a
+    cap of 3 records per task: on the two-worker cluster (the tasks in the executors, the
+    repartitioned records handed on by the driver, buffers in the executors' stores) the
+    final counts are the test driver's."""
+    import random
+
+    from .test_event_time_on_spark import NOON, _produce, _through_the_test_driver, _topics
+
+    topics = _topics(kafka_settings, clicks=2, out=1)
+    rng = random.Random(8)
+    records, time = [], NOON
+    for n in range(40):
+        time += rng.choice([0, 5_000, 20_000, 40_000])
+        partition = rng.randrange(2)
+        records.append((topics["clicks"], partition, f"u{partition}",
+                        {"page": rng.choice("abc"), "n": n}, time))  # fmt: skip
+    for partition in range(2):  # closes every window
+        records.append((topics["clicks"], partition, f"u{partition}", {"page": "z", "n": 99},
+                        time + 1_800_000))  # fmt: skip
+    _produce(kafka_settings, records)
+    from .event_time_jobs import pages_per_minute
+
+    want = _through_the_test_driver(pages_per_minute(topics["clicks"], topics["out"]), records,
+                                    topics["out"], Serdes.long())  # fmt: skip
+    app = f"cluster-pages-{uuid.uuid4().hex[:6]}"
+    config = _cluster_config(kafka_settings, tmp_path, app, topics["clicks"],
+                             **{"platform.max.records.per.batch": 3})  # fmt: skip
+    report = _run_on(cluster, "pages", config, topics["clicks"], topics["out"])
+    assert report["failed_attempts"] == 0, report
+    assert {b["path"] for b in report["batches"]} == {"direct-stages-spark"}
+    assert any(b["buffered"] for b in report["batches"]), "nothing waited: proves nothing"
+    got = read_topic(kafka_settings, topics["out"])
+    assert sorted((r.key, r.value) for r in got) == sorted(
+        (r.key, r.value.to_bytes(8, "big", signed=True)) for r in want
+    )
