@@ -188,11 +188,44 @@ def test_a_join_of_two_rekeyed_streams_pairs_what_the_test_driver_pairs(
 CHILD_RUN = """
 import sys
 sys.path.insert(0, {tests!r})
-from runtime.event_time_jobs import pages_per_minute
+from runtime import event_time_jobs
 from streamplatform import StreamingJob
-StreamingJob(pages_per_minute({clicks!r}, {out!r}), {config!r}).run_until_caught_up()
+topology = getattr(event_time_jobs, {job!r})(*{topics!r})
+StreamingJob(topology, {config!r}).run_until_caught_up()
 print("finished without crashing")
 """
+
+
+def _killed_then_run_again(spark, job: str, topics: list[str], config: dict, step: str):
+    """Run ``job`` (an event_time_jobs function of ``topics``) in a child driver SIGKILLed at
+    ``step`` of batch 3, then again here to the end; the results of the run here."""
+    import contextlib
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tests = str(Path(__file__).resolve().parents[1])
+    script = CHILD_RUN.format(tests=tests, job=job, topics=topics, config=config)
+    child = subprocess.Popen(
+        [sys.executable, "-c", script],
+        env=os.environ | {"STREAMPLATFORM_FAULT": f"{step}:3", "PYTHONPATH": tests},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        output, _ = child.communicate(timeout=600)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)  # the Spark JVM the killed driver left behind
+    assert child.returncode == -signal.SIGKILL, output[-3000:]
+    rerun = StreamingJob(getattr(event_time_jobs, job)(*topics), config, spark=spark)
+    try:
+        results = rerun.run_until_caught_up()
+    finally:
+        rerun.close()
+    assert results[0].batch_id == 3 and results[0].replayed
+    return results
 
 
 @pytest.mark.child_process
@@ -204,13 +237,7 @@ def test_a_rekeyed_count_killed_mid_batch_with_records_in_its_buffer_replays_exa
     repartitioned records in their buffers from batch to batch. The driver is SIGKILLed in
     batch 3 (inside a task half-way through its records, or after every output before the
     commit); run again, the job's windowed counts in Kafka are the test driver's, once each."""
-    import contextlib
-    import os
     import random
-    import signal
-    import subprocess
-    import sys
-    from pathlib import Path
 
     topics = _topics(kafka_settings, clicks=2, out=1)
     rng = random.Random(5)
@@ -228,27 +255,8 @@ def test_a_rekeyed_count_killed_mid_batch_with_records_in_its_buffer_replays_exa
     app = f"pages-kill-{uuid.uuid4().hex[:6]}"
     config = job_config(kafka_settings, tmp_path, app, topics["clicks"],
                         **{"platform.max.records.per.batch": 3})  # fmt: skip
-    tests = str(Path(__file__).resolve().parents[1])
-    script = CHILD_RUN.format(tests=tests, clicks=topics["clicks"], out=topics["out"],
-                              config=config)  # fmt: skip
-    child = subprocess.Popen(
-        [sys.executable, "-c", script],
-        env=os.environ | {"STREAMPLATFORM_FAULT": f"{step}:3", "PYTHONPATH": tests},
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-    )  # fmt: skip
-    try:
-        output, _ = child.communicate(timeout=600)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(child.pid, signal.SIGKILL)  # the Spark JVM the killed driver left behind
-    assert child.returncode == -signal.SIGKILL, output[-3000:]
-
-    job = StreamingJob(pages_per_minute(topics["clicks"], topics["out"]), config, spark=spark)
-    try:
-        results = job.run_until_caught_up()
-    finally:
-        job.close()
-    assert results[0].batch_id == 3 and results[0].replayed
+    results = _killed_then_run_again(spark, "pages_per_minute", [topics["clicks"], topics["out"]],
+                                     config, step)  # fmt: skip
     assert any(r.metrics.get("repartition_buffered", 0) for r in results), (
         "no record ever waited in a buffer: the test would prove nothing"
     )
@@ -256,3 +264,39 @@ def test_a_rekeyed_count_killed_mid_batch_with_records_in_its_buffer_replays_exa
     assert sorted((r.key, r.value) for r in got) == sorted(
         (r.key, r.value.to_bytes(8, "big", signed=True)) for r in want
     )
+
+
+@pytest.mark.child_process
+@pytest.mark.parametrize("step", ["during_tasks", "after_outputs"])
+def test_a_join_of_a_dense_and_a_sparse_topic_killed_mid_batch_replays_exactly(
+    spark, kafka_settings, tmp_path, step
+):
+    """Clicks (dense) and impressions (sparse) of three users on two partitions, a cap of 2
+    records per task, so each batch stops where a topic's range ends; SIGKILLed in batch 3
+    and run again, the pairs in Kafka are the test driver's, once each."""
+    import random
+
+    topics = _topics(kafka_settings, impressions=2, clicks=2, out=1)
+    i, c = topics["impressions"], topics["clicks"]
+    rng = random.Random(9)
+    records, time = [], NOON
+    for n in range(50):
+        time += rng.choice([2_000, 10_000, 30_000])
+        user = rng.randrange(3)
+        topic = i if rng.random() < 0.25 else c
+        records.append((topic, user % 2, f"u{user}", {"id": f"{topic[0]}{n}"}, time))
+    _produce(kafka_settings, records)
+    want = _through_the_test_driver(clicks_after_impressions(i, c, topics["out"]), records,
+                                    topics["out"], Serdes.json())  # fmt: skip
+    pairs = sorted((r.value["click"], r.value["impression"]) for r in want)
+    assert pairs, "nothing joined: the test would prove nothing"
+    app = f"clicks-kill-{uuid.uuid4().hex[:6]}"
+    config = job_config(kafka_settings, tmp_path, app, c,
+                        **{"platform.max.records.per.batch": 2})  # fmt: skip
+    _killed_then_run_again(spark, "clicks_after_impressions", [i, c, topics["out"]], config,
+                           step)  # fmt: skip
+    got = sorted(
+        (json.loads(r.value)["click"], json.loads(r.value)["impression"])
+        for r in read_topic(kafka_settings, topics["out"])
+    )
+    assert got == pairs
