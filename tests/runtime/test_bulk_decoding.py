@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from streamplatform import StreamsBuilder
 from streamplatform.config import StreamsConfig
 from streamplatform.records import ConsumedRecord
-from streamplatform.runtime.task import DECODE_SLICE, Task
+from streamplatform.runtime.source_records import DECODE_SLICE
+from streamplatform.runtime.task import Task
 from streamplatform.serdes import Serdes
 from streamplatform.state import IsolationLevel
 

@@ -380,7 +380,7 @@ class DeduplicationProcessor(Processor):
         return self._core
 
     # Forwards the record it was given, unchanged, or nothing: a sink fed only through
-    # deduplications writes the bytes it read (task.py, _written_as_read).
+    # deduplications writes the bytes it read (sink_writers.written_as_read).
     forwards_unchanged = True
 
     def held_writes(self) -> dict[str, Callable[[], bool]]:

@@ -16,15 +16,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from datetime import timedelta
-from functools import partial
-from itertools import chain, repeat
-from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
 from streamplatform.config import StreamsConfig, load_object
-from streamplatform.dsl.graph import ProcessorNode, SinkNode, SourceNode, as_extractor, topic_name
+from streamplatform.dsl.graph import ProcessorNode, SinkNode, as_extractor, topic_name
 from streamplatform.dsl.processor import Processor, PunctuationType
 from streamplatform.dsl.topology import SubTopology, TaskId, Topology
 from streamplatform.errors.context import ErrorHandlerContext
@@ -38,7 +34,6 @@ from streamplatform.errors.handlers import (
     load_handler,
 )
 from streamplatform.errors.response import Action
-from streamplatform.identity import canonical_bytes
 from streamplatform.records import (
     NO_SOURCE,
     ConsumedRecord,
@@ -47,19 +42,21 @@ from streamplatform.records import (
     TopicPartition,
 )
 from streamplatform.registry.serdes import configure_registry_serdes
-from streamplatform.runtime.partitioner import partition_for
+from streamplatform.runtime.node_context import NodeContext, Punctuation
+from streamplatform.runtime.sink_writers import direct_sink, sink_writer
+from streamplatform.runtime.source_records import (
+    UNDECODED,
+    decoded,
+    deserializers,
+    extracted,
+    ordering_time,
+)
 from streamplatform.serdes import (
-    AS_READ_SERDES,
     configure_serde,
-    deserialize_all,
-    deserializer_for,
-    serializer_for,
-    uses_context,
 )
 from streamplatform.state import IsolationLevel
 from streamplatform.state.facades import facade_for
 from streamplatform.state.rocks import TaskStoreOptions
-from streamplatform.state.stores import duration_ms
 
 log = logging.getLogger(__name__)
 
@@ -74,35 +71,6 @@ PUNCTUATION_MARKER_TOPIC = "__streamplatform.punctuation__"  # partition: the sc
 # its task was kept open in a worker or opened anew (docs/guarantees.md).
 WALL_CLOCK_MARKER_TOPIC = "__streamplatform.wall_clock_punctuation__"
 _new_tuple = tuple.__new__  # builds a NamedTuple without its Python-level __new__
-_UNDECODED = object()  # Task._decoded: a record whose key and value process_all decodes
-# Records decoded at once by Task._decoded. Small: a slice's decoded values are still in the
-# CPU's cache when the loop reaches them. Decoding a 10k-record chunk at once cost more than it
-# saved (measured per record, same task: 128 → −0.4 µs, 1,024 → −0.2 µs, 10,000 → +0.5 µs).
-DECODE_SLICE = 128
-
-
-def _decode_slice(source: Any, records: list, start: int) -> Iterator[tuple[Any, Any, Any]]:
-    """Records ``[start, start + DECODE_SLICE)`` of ``records`` for ``Task._decoded``."""
-    part = records[start : start + DECODE_SLICE]
-    keys = deserialize_all(source.key_serde, list(map(itemgetter(4), part)))
-    if keys is not None:
-        values = deserialize_all(source.value_serde, list(map(itemgetter(5), part)))
-        if values is not None:
-            return zip(part, keys, values, strict=True)
-    return zip(part, repeat(_UNDECODED), repeat(_UNDECODED))
-
-
-def _deserializers(source: SourceNode, topic: str) -> tuple[Callable, Callable, bool]:
-    """A source's key and value deserializers, and whether they take the record's headers as
-    well: a serde that uses a context gets the topic, key or value, and the headers."""
-    key_serde, value_serde = source.key_serde, source.value_serde
-    if not (uses_context(key_serde) or uses_context(value_serde)):
-        return key_serde.deserialize, value_serde.deserialize, False
-    return (
-        deserializer_for(key_serde, topic, True),
-        deserializer_for(value_serde, topic, False),
-        True,
-    )
 
 
 def add_metrics(totals: dict[str, int], numbers: Mapping[str, int]) -> None:
@@ -113,109 +81,6 @@ def add_metrics(totals: dict[str, int], numbers: Mapping[str, int]) -> None:
             totals[name] = max(totals.get(name, value), int(value))
         else:
             totals[name] = totals.get(name, 0) + int(value)
-
-
-class _Punctuation:
-    """One schedule, as Kafka Streams' PunctuationSchedule: it fires when the time reaches
-    ``next_time``; the next time is the following multiple of the interval after the time it
-    fired at, so missed intervals are skipped, not caught up. A stream-time schedule starts
-    at 0 (the first record fires it, later ones fire on multiples of the interval); a
-    wall-clock one at the time it was scheduled plus the interval."""
-
-    def __init__(
-        self, node: str, interval: int, kind: PunctuationType, call: Callable[[int], None],
-        next_time: int,
-    ):  # fmt: skip
-        self.node, self.interval, self.kind, self.call = node, interval, kind, call
-        self.next_time = next_time
-
-    def advance(self, now: int) -> None:
-        """Move ``next_time`` past ``now``, after firing at ``now``."""
-        missed = max(0, now - self.next_time) // self.interval
-        self.next_time += (missed + 1) * self.interval
-
-
-class NodeContext:
-    """The ProcessorContext of one processor node in one task."""
-
-    def __init__(self, task: Task, node: ProcessorNode) -> None:
-        self._task = task
-        self._node = node
-        self._children = [task._deliver[child] for child in node.children]
-        self._child = dict(zip(node.children, self._children, strict=True))
-        # For the built-in processors' per-record paths (they read these directly).
-        self.runtime_task = task
-        self.runtime_node = node.name
-        self.runtime_children = self._children
-
-    application_id = property(lambda self: self._task.application_id)
-    task_id = property(lambda self: str(self._task.task_id))
-    stream_time = property(lambda self: self._task.stream_time)
-    # The current record is a ConsumedRecord or a plain tuple in its layout (see
-    # Task.process_all): read by index.
-    topic = property(lambda self: self._task.current[0] if self._task.current else None)
-    partition = property(lambda self: self._task.current[1] if self._task.current else -1)
-    offset = property(lambda self: self._task.current[2] if self._task.current else None)
-    headers = property(lambda self: list(self._task.current[6]) if self._task.current else [])
-
-    @property
-    def cache_max_bytes(self) -> int:
-        """This processor's share of ``statestore.cache.max.bytes`` (Task.cache_share): its
-        record cache (dsl/aggregate.py) or its ids in memory (dsl/dedup.py)."""
-        return self._task.cache_share
-
-    def current_system_time_ms(self) -> int:
-        """The task's wall-clock time: on Spark the batch's, fixed when it was planned (a
-        replay sees the same), in TopologyTestDriver the driver's mocked time."""
-        return self._task.wall_clock()
-
-    def current_stream_time_ms(self) -> int:
-        """The task's stream time: the largest record timestamp it has seen (-1 before any)."""
-        return self._task.stream_time
-
-    def forward(self, record: Record, child: str | None = None) -> None:
-        if child is not None:
-            self._child[child](record)
-            return
-        for deliver in self._children:
-            deliver(record)
-
-    def get_state_store(self, name: str) -> Any:
-        """The store as Kafka Streams gives it to a processor (state/facades.py): typed by
-        its serdes, reading the task's own uncommitted writes, without the commit protocol."""
-        self._check_declared(name)
-        return self._task.store_facade(name)
-
-    def engine_store(self, name: str) -> Any:
-        """The engine's store itself, for the built-in processors (dedup, joins, tables),
-        which work on bytes and through the store's writing transaction."""
-        self._check_declared(name)
-        return self._task.stores[name]
-
-    def _check_declared(self, name: str) -> None:
-        if name not in self._node.stores:
-            raise ValueError(
-                f"{self._node.name} did not declare store {name!r}: name it where the "
-                f"processor is added (process(supplier, {name!r}))"
-            )
-
-    def schedule(
-        self, interval: timedelta | int, kind: PunctuationType, punctuator: Callable[[int], None]
-    ) -> None:
-        millis = duration_ms(interval, "interval")
-        if millis <= 0:
-            raise ValueError(f"punctuation interval must be positive, got {interval!r}")
-        start = self._task.wall_clock() + millis if kind is PunctuationType.WALL_CLOCK_TIME else 0
-        self._task.punctuations.append(_Punctuation(self._node.name, millis, kind, punctuator,
-                                                    start))  # fmt: skip
-
-    def log_version(self, store: str, key: bytes, value: bytes | None, timestamp: int) -> None:
-        """Table sources report what they write to a versioned store (for its Delta snapshot)."""
-        self._task.versions.append((store, key, value, timestamp))
-
-    def restore_stream_time(self, stream_time: int) -> None:
-        """Stores that saved the task's stream time give it back after a restart."""
-        self._task.stream_time = max(self._task.stream_time, stream_time)
 
 
 class Task:
@@ -262,7 +127,7 @@ class Task:
         # Versions written to versioned stores by table sources: (store, key, value, timestamp).
         self.versions: list[tuple[str, bytes, bytes | None, int]] = []
         self.dlq_topic: str | None = config["errors.dead.letter.queue.topic.name"]
-        self.punctuations: list[_Punctuation] = []
+        self.punctuations: list[Punctuation] = []
         self.consumed: dict[tuple[str, int], int] = {}  # next offset to read, per partition
         self.records_in = 0
         self.dlq_records = 0
@@ -392,7 +257,7 @@ class Task:
                     if source is None:
                         raise ValueError(f"Task {self.task_id} does not read topic {topic!r}")
                     route = routes[topic] = (
-                        source, *_deserializers(source, topic),
+                        source, *deserializers(source, topic),
                         [self._entry(child) for child in source.children],
                         source.timestamp_extractor or self._default_extractor,
                     )  # fmt: skip
@@ -403,7 +268,7 @@ class Task:
                 self.current = record
                 processed += 1
                 try:
-                    if key is _UNDECODED:
+                    if key is UNDECODED:
                         if contextual:  # serdes given the topic and headers (SerdeContext)
                             key = key_of(record[4], record[6])
                             value = value_of(record[5], record[6])
@@ -449,95 +314,15 @@ class Task:
         return False
 
     def ordering_time(self) -> Callable[[Any], int] | None:
-        """Each input record's timestamp as Kafka Streams' record queues stamp it when it
-        enters the task: the extracted one (``timestamp_extractor=`` or
-        ``default.timestamp.extractor``), for ordering the task's input queues
-        (partition_group.py); None when no source has an extractor (the record's own).
-
-        Called once per record, in each partition's order, ahead of processing: it keeps its
-        own partition times. A record whose key, value or time cannot be had is ordered by its
-        own timestamp; processing then hands it to the deserialization handler."""
-        extractors = {
-            topic: source.timestamp_extractor or self._default_extractor
-            for topic, source in self._sources.items()
-        }
-        if not any(extractors.values()):
-            return None
-        decoders = {topic: _deserializers(source, topic) for topic, source in self._sources.items()}
-        times = dict(self.partition_times)
-
-        def time_of(record: Any) -> int:
-            extract = extractors.get(record[0])
-            if extract is None:
-                return record[3]  # type: ignore[no-any-return]
-            key_of, value_of, contextual = decoders[record[0]]
-            partition = (record[0], record[1])
-            partition_time = times.get(partition, -1)
-            try:
-                if contextual:
-                    key, value = key_of(record[4], record[6]), value_of(record[5], record[6])
-                else:
-                    key, value = key_of(record[4]), value_of(record[5])
-                given = ConsumedRecord(record[0], record[1], record[2], record[3], key, value,
-                                       record[6])  # fmt: skip
-                timestamp = extract(given, partition_time)
-            except Exception:
-                return record[3]  # type: ignore[no-any-return]
-            if type(timestamp) is not int or timestamp < 0:
-                return record[3]  # type: ignore[no-any-return]
-            if timestamp > partition_time:
-                times[partition] = timestamp
-            return timestamp
-
-        return time_of
+        """Each input record's timestamp for ordering the task's input queues
+        (source_records.ordering_time); None when no source has an extractor."""
+        return ordering_time(self._sources, self._default_extractor, self.partition_times)
 
     def _extracted(self, extract: Callable, record: Any, key: Any, value: Any) -> int:
-        """``record``'s event time by ``extract(record, partition_time)`` (the record with
-        its key and value deserialized; partition time: the largest event time extracted on
-        its partition so far, -1 before any). A negative or missing time raises (the
-        deserialization handler takes the record, as Kafka Streams' would)."""
-        partition = (record[0], record[1])
-        partition_time = self.partition_times.get(partition, -1)
-        given = ConsumedRecord(record[0], record[1], record[2], record[3], key, value, record[6])
-        timestamp = extract(given, partition_time)
-        if type(timestamp) is not int or timestamp < 0:
-            raise ValueError(
-                f"the timestamp extractor gave {timestamp!r} for {record[0]}-{record[1]} "
-                f"offset {record[2]}: an event time must be an int >= 0 (ms)"
-            )
-        if timestamp > partition_time:
-            self.partition_times[partition] = timestamp
-        return timestamp
+        return extracted(self.partition_times, extract, record, key, value)
 
     def _decoded(self, records: Iterable[ConsumedRecord]) -> Iterator[tuple[Any, Any, Any]]:
-        """``(record, key, value)`` for each of ``records``. A list of records of one source
-        topic, or of several whose sources share both serdes, whose serdes decode in bulk
-        (``deserialize_all``) comes with its keys and values decoded, a slice at a time, as
-        the loop reaches it; anything else (or a slice with a value that fails) with
-        ``_UNDECODED`` for both, and ``process_all`` decodes each record itself (and hands a
-        failure to the handler at its record)."""
-        if type(records) is list and len(records) > 1:
-            topics = list(map(itemgetter(0), records))
-            source = self._sources.get(topics[0])
-            if source is not None and topics.count(topics[0]) != len(topics):
-                # Several topics (a join's or a merge's, read merged): decoded together when
-                # their sources share both serdes.
-                sources = [self._sources.get(topic) for topic in set(topics)]
-                if not all(
-                    other is not None
-                    and other.key_serde is source.key_serde
-                    and other.value_serde is source.value_serde
-                    for other in sources
-                ):
-                    source = None
-            if source is not None:
-                return chain.from_iterable(
-                    map(
-                        partial(_decode_slice, source, records),
-                        range(0, len(records), DECODE_SLICE),
-                    )
-                )
-        return zip(records, repeat(_UNDECODED), repeat(_UNDECODED))
+        return decoded(self._sources, records)
 
     def store_facade(self, name: str) -> Any:
         """The processor-facing interface of store ``name`` (one per store and task)."""
@@ -598,120 +383,12 @@ class Task:
                 self.current = saved
 
     def _writer(self, sink: SinkNode) -> Callable[[Record], None]:
-        """The delivery function of a sink: serialize, choose the partition, collect."""
-        topic = topic_name(sink.topic, sink.internal, self.application_id)
-        serialize_key, serialize_value = sink.key_serde.serialize, sink.value_serde.serialize
-        append, add_source = self.output.append, self.output_sources.append
-        internal, new_record = sink.internal, _new_tuple
-        as_read = self._written_as_read(sink)
-
-        if uses_context(sink.key_serde) or uses_context(sink.value_serde):
-            return self._context_writer(sink, topic)
-
-        def write(record: Record) -> None:
-            current = self.current
-            if (
-                current is not None and current[0] in as_read
-                and record[1] is not None and record[0] is not None
-            ):  # fmt: skip
-                # The source record itself, unchanged: its bytes are what serializing its
-                # key and value would give back (see _written_as_read). A null stays null
-                # (JSON's b"null" decodes to None, which serializes to no bytes at all).
-                key, value = current[4], current[5]
-            else:
-                try:
-                    key = serialize_key(record[0])
-                    value = serialize_value(record[1])
-                except Exception as exception:
-                    self._handle(PRODUCTION, sink.name, record, exception, topic=topic)
-                    return
-            partition = None
-            if internal:
-                by = key if sink.partition_by is None else _partition_bytes(sink, record)
-                partition = 0 if by is None else partition_for(by, self.partitions_of(topic))
-            append(new_record(ProducerRecord, (topic, key, value, record[2], record[3], partition)))
-            current = self.current
-            add_source(current or NO_SOURCE)
-
-        return write
+        """The delivery function of a sink (sink_writers.py)."""
+        return sink_writer(self, sink)
 
     def direct_sink(self, node: str) -> tuple[SinkNode, str, list, list] | None:
-        """The sink that is processor ``node``'s only child, when a built-in processor may
-        write its output records itself, as the sink's delivery function would: an external
-        topic (no partition to choose), serdes that take no context, and nothing written as
-        read. Then (the sink, its topic, the task's output list, the list of their source
-        records), else None."""
-        processor = self.topology.nodes[node]
-        children = processor.children if isinstance(processor, ProcessorNode) else []
-        sink = self.topology.nodes[children[0]] if len(children) == 1 else None
-        if (
-            not isinstance(sink, SinkNode) or sink.internal
-            or uses_context(sink.key_serde) or uses_context(sink.value_serde)
-            or self._written_as_read(sink)
-        ):  # fmt: skip
-            return None
-        topic = topic_name(sink.topic, sink.internal, self.application_id)
-        return sink, topic, self.output, self.output_sources
-
-    def _context_writer(self, sink: SinkNode, topic: str) -> Callable[[Record], None]:
-        """``_writer`` for a sink whose serdes take a context (the topic, key or value, and
-        the record's headers, which they may add to: the schema-id header)."""
-        serialize_key = serializer_for(sink.key_serde, topic, True)
-        serialize_value = serializer_for(sink.value_serde, topic, False)
-
-        def write(record: Record) -> None:
-            headers = list(record[3] or ())  # the serdes may add to them: a copy
-            try:
-                key = serialize_key(record[0], headers)
-                value = serialize_value(record[1], headers)
-            except StreamsError:
-                raise
-            except Exception as exception:
-                self._handle(PRODUCTION, sink.name, record, exception, topic=topic)
-                return
-            self._append_output(sink, topic, record, key, value, headers)
-
-        return write
-
-    def _append_output(
-        self, sink: SinkNode, topic: str, record: Record, key: Any, value: Any, headers: Any
-    ) -> None:
-        partition = None
-        if sink.internal:
-            by = key if sink.partition_by is None else _partition_bytes(sink, record)
-            partition = 0 if by is None else partition_for(by, self.partitions_of(topic))
-        self.output.append(ProducerRecord(topic, key, value, record[2], headers, partition))
-        self.output_sources.append(self.current or NO_SOURCE)
-
-    def _written_as_read(self, sink: SinkNode) -> frozenset[str]:
-        """The source topics whose records reach ``sink`` unchanged, so that the sink writes
-        the bytes it read instead of serializing the key and value it decoded from them:
-        every path into the sink comes from a source with the sink's kind of built-in serdes
-        (``AS_READ_SERDES``: decoding and encoding give the bytes back, up to JSON's
-        formatting) through processors that forward the record they are given or nothing
-        (``Processor.forwards_unchanged``, declared by their class: deduplications). Any
-        other processor on a path (a map, a filter, a user's processor) may change the
-        record, and its records are serialized as usual."""
-        key_serde, value_serde = type(sink.key_serde), type(sink.value_serde)
-        if key_serde not in AS_READ_SERDES or value_serde not in AS_READ_SERDES:
-            return frozenset()
-        topics: set[str] = set()
-        pending, seen = list(sink.parents), set()
-        while pending:
-            name = pending.pop()
-            if name in seen:
-                continue
-            seen.add(name)
-            node = self.topology.nodes[name]
-            if isinstance(node, SourceNode):
-                if (type(node.key_serde), type(node.value_serde)) != (key_serde, value_serde):
-                    return frozenset()
-                topics.add(topic_name(node.topic, node.internal, self.application_id))
-            elif type(self.processors.get(name)).__dict__.get("forwards_unchanged", False):
-                pending.extend(node.parents)  # type: ignore[union-attr]
-            else:
-                return frozenset()
-        return frozenset(topics)
+        """The sink a built-in processor may write to itself (sink_writers.direct_sink)."""
+        return direct_sink(self, node)
 
     def _handle(
         self,
@@ -923,9 +600,3 @@ def _limit_check_interval(config: StreamsConfig) -> int:
         if limit is not None:
             every = min(every, max(1, limit // (1024 * 1024)))
     return every
-
-
-def _partition_bytes(sink: SinkNode, record: Record) -> bytes | None:
-    assert sink.partition_by is not None
-    identity = sink.partition_by(record.key, record.value)
-    return None if identity is None else canonical_bytes(identity)

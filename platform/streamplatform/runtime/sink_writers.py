@@ -1,0 +1,146 @@
+"""How a task writes to its sinks: a record serialized (or written as read), its partition
+chosen for a repartition topic, and collected as the task's output with the source record
+behind it. Functions of the task (runtime/task.py), which calls them when it builds its
+delivery functions."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from streamplatform.dsl.graph import ProcessorNode, SinkNode, SourceNode, topic_name
+from streamplatform.errors.exceptions import StreamsError
+from streamplatform.errors.handlers import PRODUCTION
+from streamplatform.identity import canonical_bytes
+from streamplatform.records import NO_SOURCE, ProducerRecord, Record
+from streamplatform.runtime.partitioner import partition_for
+from streamplatform.serdes import AS_READ_SERDES, serializer_for, uses_context
+
+_new_tuple = tuple.__new__  # builds a NamedTuple without its Python-level __new__
+
+
+def sink_writer(task: Any, sink: SinkNode) -> Callable[[Record], None]:
+    """The delivery function of a sink: serialize, choose the partition, collect."""
+    topic = topic_name(sink.topic, sink.internal, task.application_id)
+    serialize_key, serialize_value = sink.key_serde.serialize, sink.value_serde.serialize
+    append, add_source = task.output.append, task.output_sources.append
+    internal, new_record = sink.internal, _new_tuple
+    as_read = written_as_read(task, sink)
+
+    if uses_context(sink.key_serde) or uses_context(sink.value_serde):
+        return context_writer(task, sink, topic)
+
+    def write(record: Record) -> None:
+        current = task.current
+        if (
+            current is not None and current[0] in as_read
+            and record[1] is not None and record[0] is not None
+        ):  # fmt: skip
+            # The source record itself, unchanged: its bytes are what serializing its
+            # key and value would give back (see written_as_read). A null stays null
+            # (JSON's b"null" decodes to None, which serializes to no bytes at all).
+            key, value = current[4], current[5]
+        else:
+            try:
+                key = serialize_key(record[0])
+                value = serialize_value(record[1])
+            except Exception as exception:
+                task._handle(PRODUCTION, sink.name, record, exception, topic=topic)
+                return
+        partition = None
+        if internal:
+            by = key if sink.partition_by is None else partition_bytes(sink, record)
+            partition = 0 if by is None else partition_for(by, task.partitions_of(topic))
+        append(new_record(ProducerRecord, (topic, key, value, record[2], record[3], partition)))
+        current = task.current
+        add_source(current or NO_SOURCE)
+
+    return write
+
+
+def direct_sink(task: Any, node: str) -> tuple[SinkNode, str, list, list] | None:
+    """The sink that is processor ``node``'s only child, when a built-in processor may
+    write its output records itself, as the sink's delivery function would: an external
+    topic (no partition to choose), serdes that take no context, and nothing written as
+    read. Then (the sink, its topic, the task's output list, the list of their source
+    records), else None."""
+    processor = task.topology.nodes[node]
+    children = processor.children if isinstance(processor, ProcessorNode) else []
+    sink = task.topology.nodes[children[0]] if len(children) == 1 else None
+    if (
+        not isinstance(sink, SinkNode) or sink.internal
+        or uses_context(sink.key_serde) or uses_context(sink.value_serde)
+        or written_as_read(task, sink)
+    ):  # fmt: skip
+        return None
+    topic = topic_name(sink.topic, sink.internal, task.application_id)
+    return sink, topic, task.output, task.output_sources
+
+
+def context_writer(task: Any, sink: SinkNode, topic: str) -> Callable[[Record], None]:
+    """``sink_writer`` for a sink whose serdes take a context (the topic, key or value, and
+    the record's headers, which they may add to: the schema-id header)."""
+    serialize_key = serializer_for(sink.key_serde, topic, True)
+    serialize_value = serializer_for(sink.value_serde, topic, False)
+
+    def write(record: Record) -> None:
+        headers = list(record[3] or ())  # the serdes may add to them: a copy
+        try:
+            key = serialize_key(record[0], headers)
+            value = serialize_value(record[1], headers)
+        except StreamsError:
+            raise
+        except Exception as exception:
+            task._handle(PRODUCTION, sink.name, record, exception, topic=topic)
+            return
+        append_output(task, sink, topic, record, key, value, headers)
+
+    return write
+
+
+def append_output(
+    task: Any, sink: SinkNode, topic: str, record: Record, key: Any, value: Any, headers: Any
+) -> None:
+    partition = None
+    if sink.internal:
+        by = key if sink.partition_by is None else partition_bytes(sink, record)
+        partition = 0 if by is None else partition_for(by, task.partitions_of(topic))
+    task.output.append(ProducerRecord(topic, key, value, record[2], headers, partition))
+    task.output_sources.append(task.current or NO_SOURCE)
+
+
+def written_as_read(task: Any, sink: SinkNode) -> frozenset[str]:
+    """The source topics whose records reach ``sink`` unchanged, so that the sink writes
+    the bytes it read instead of serializing the key and value it decoded from them:
+    every path into the sink comes from a source with the sink's kind of built-in serdes
+    (``AS_READ_SERDES``: decoding and encoding give the bytes back, up to JSON's
+    formatting) through processors that forward the record they are given or nothing
+    (``Processor.forwards_unchanged``, declared by their class: deduplications). Any
+    other processor on a path (a map, a filter, a user's processor) may change the
+    record, and its records are serialized as usual."""
+    key_serde, value_serde = type(sink.key_serde), type(sink.value_serde)
+    if key_serde not in AS_READ_SERDES or value_serde not in AS_READ_SERDES:
+        return frozenset()
+    topics: set[str] = set()
+    pending, seen = list(sink.parents), set()
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        node = task.topology.nodes[name]
+        if isinstance(node, SourceNode):
+            if (type(node.key_serde), type(node.value_serde)) != (key_serde, value_serde):
+                return frozenset()
+            topics.add(topic_name(node.topic, node.internal, task.application_id))
+        elif type(task.processors.get(name)).__dict__.get("forwards_unchanged", False):
+            pending.extend(node.parents)  # type: ignore[union-attr]
+        else:
+            return frozenset()
+    return frozenset(topics)
+
+
+def partition_bytes(sink: SinkNode, record: Record) -> bytes | None:
+    assert sink.partition_by is not None
+    identity = sink.partition_by(record.key, record.value)
+    return None if identity is None else canonical_bytes(identity)
