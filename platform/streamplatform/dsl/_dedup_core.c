@@ -3,7 +3,7 @@
  * `Core.process(record)` and `Core.purge(horizon)` do exactly what `_DedupCore.process` and
  * `_DedupCore.purge` in dedup.py do for the case that runs in production: writes held until
  * the commit (READ_COMMITTED) and the runtime's own task (its stream time and current record
- * read directly). dedup.py is the reference: read it first; every step below names the line
+ * read directly, as `dsl.processor.EngineTask` declares them). dedup.py is the reference: read it first; every step below names the line
  * of Python it stands for. The state stays in Python objects (the entries and pending dicts,
  * the in-store set, the in-order deque and the expiry heap), shared with the processor, which
  * hands the pending writes to the store at the commit. `lookup` (None, or a callable the

@@ -235,6 +235,7 @@ cache_put(Core *self, PyObject *store_key, PyObject *result, PyObject *timestamp
         Py_INCREF(Py_None);
         source = Py_None;
     }
+    /* The task's current record: dsl.processor.EngineTask.current. */
     else if ((source = PyObject_GetAttr(self->task, str_current)) == NULL)
         return -1;
     PyObject *items[6] = {result, timestamp, forwarded, start, Py_True, source};

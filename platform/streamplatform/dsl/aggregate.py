@@ -30,7 +30,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from streamplatform.dsl.processor import Processor, ProcessorContext, engine_store
+from streamplatform.dsl.processor import Processor, ProcessorContext, engine, engine_store
 from streamplatform.dsl.windows import Window, Windowed
 from streamplatform.records import Record
 from streamplatform.serdes import Serde
@@ -86,7 +86,8 @@ class ResultCache:
         # evicts at every put would cost O(entries) per record.
         self.entries: OrderedDict[bytes, list[Any]] = OrderedDict()
         self.bytes = 0
-        self.task = getattr(getattr(aggregation, "context", None), "runtime_task", None)
+        found = engine(getattr(aggregation, "context", None))
+        self.task = None if found is None else found.task
 
     def get(self, key: bytes) -> tuple[Any, int] | None:
         entry = self.entries.get(key)
@@ -205,7 +206,8 @@ class _Aggregation(Processor):
         self.cache = ResultCache(self, _cache_bytes(context))
         # A stream joined with this table reads its results through the cache, as Kafka
         # Streams' join reads through the caching store (join.py).
-        task = getattr(context, "runtime_task", None)
+        found = engine(context)
+        task = None if found is None else found.task
         if task is not None:
             task.shared[results_name(self.store_name)] = self.cache
 

@@ -70,6 +70,7 @@ from streamplatform.dsl.dedup_store import (
 from streamplatform.dsl.processor import (
     Processor,
     ProcessorContext,
+    engine,
     engine_store,
     single_forward,
 )
@@ -342,7 +343,8 @@ class DeduplicationProcessor(Processor):
         # The runtime's own context lets the per-record path read the task's stream time and
         # current record directly, and call a single child without the forward loop; any
         # other ProcessorContext goes through the protocol.
-        task = getattr(context, "runtime_task", None)
+        found = engine(context)
+        task = None if found is None else found.task
         forward = single_forward(context)
         # Purging waits until the horizon has moved on by a sliver of the interval since the
         # last purge: an entry just past the horizon can no longer cause a drop (the rule reads

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from streamplatform.dsl.aggregate import results_name
-from streamplatform.dsl.processor import Processor, ProcessorContext, engine_store
+from streamplatform.dsl.processor import Processor, ProcessorContext, engine, engine_store
 from streamplatform.records import Record
 from streamplatform.serdes import Serde
 from streamplatform.state import VersionedKeyValueStore
@@ -76,7 +76,8 @@ class StreamTableJoin(Processor):
         super().init(context)
         self.store = engine_store(context, self.store_name)
         self.versioned = isinstance(self.store, VersionedKeyValueStore)
-        self.task = getattr(context, "runtime_task", None)
+        found = engine(context)
+        self.task = None if found is None else found.task
 
     def metrics(self) -> dict[str, int]:
         """Stream records joined, and those that found no table value (dropped by an inner

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol
 
@@ -63,11 +64,46 @@ class ProcessorContext(Protocol):
     ) -> None: ...
 
 
+class EngineTask(Protocol):
+    """What the runtime's task (``runtime.task.Task``) offers the built-in processors' per-record
+    paths beyond ``ProcessorContext``; internal, free to change with them."""
+
+    # The source record being processed (a ConsumedRecord, or a tuple in its layout: topic,
+    # partition, offset, timestamp, key, value, headers); None between records. The C cores
+    # (_dedup_core.c, _window_core.c) read it under this name.
+    current: Any
+    stream_time: int  # the largest timestamp the task has read (-1 before any)
+    shared: dict[str, Any]  # what the built-in processors of one task share, by a name
+
+    def direct_sink(self, node: str) -> tuple[Any, str, list, list] | None:
+        """The sink node ``node`` may write to itself, as its delivery function would."""
+        ...
+
+
+@dataclass(frozen=True)
+class Engine:
+    """The runtime behind a processor's context: its task, its node's name and its children's
+    delivery functions (``engine(context)``)."""
+
+    task: EngineTask
+    node: str
+    children: list[Callable[[Record], None]]
+
+
+def engine(context: Any) -> Engine | None:
+    """The runtime behind ``context`` (``runtime.node_context.NodeContext.engine``), for the
+    built-in processors' per-record paths; None for any other ProcessorContext, which they
+    then use through the protocol."""
+    found = getattr(context, "engine", None)
+    return found if isinstance(found, Engine) else None
+
+
 def single_forward(context: ProcessorContext) -> Callable[[Record], None]:
     """How a built-in processor forwards a record: with the runtime's context and a single
     child, that child's delivery function itself (no forward loop per record); else
     ``context.forward``."""
-    children = getattr(context, "runtime_children", None)
+    found = engine(context)
+    children = None if found is None else found.children
     return children[0] if children is not None and len(children) == 1 else context.forward
 
 

@@ -36,6 +36,7 @@ from streamplatform.dsl.aggregate import KeptStreamTime
 from streamplatform.dsl.processor import (
     Processor,
     ProcessorContext,
+    engine,
     engine_store,
     single_forward,
 )
@@ -298,7 +299,8 @@ class StreamStreamJoinSide(Processor):
         super().init(context)
         self.forward = single_forward(context)
         # Both sides' processors of one task share the join's state: the first creates it.
-        task = getattr(context, "runtime_task", None)
+        found = engine(context)
+        task = None if found is None else found.task
         shared: dict[str, Any] = task.shared if task is not None else {}
         name = self.spec.stores.left
         if name not in shared:

@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from streamplatform.dsl.aggregate import _TIMESTAMP, KeptStreamTime, _Aggregation, is_count
-from streamplatform.dsl.processor import ProcessorContext, single_forward
+from streamplatform.dsl.processor import ProcessorContext, engine, single_forward
 from streamplatform.dsl.windows import (
     EmitStrategy,
     TimeWindowedSerde,
@@ -104,9 +104,8 @@ class WindowedAggregate(_Aggregation):
         external topic whose key serde is the time-windowed serde of this aggregation's key
         serde and whose value serde is the long serde (``Task.direct_sink``). Anything the
         core cannot write so goes the usual way (forwarded as a Record)."""
-        task = getattr(context, "runtime_task", None)
-        node = getattr(context, "runtime_node", None)
-        found = None if task is None or node is None else task.direct_sink(node)
+        runtime = engine(context)
+        found = None if runtime is None else runtime.task.direct_sink(runtime.node)
         if found is None:
             return None
         sink, topic, output, sources = found

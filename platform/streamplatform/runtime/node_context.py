@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 from streamplatform.dsl.graph import ProcessorNode
-from streamplatform.dsl.processor import PunctuationType
+from streamplatform.dsl.processor import Engine, PunctuationType
 from streamplatform.records import Record
 from streamplatform.state.stores import duration_ms
 
@@ -41,10 +41,8 @@ class NodeContext:
         self._node = node
         self._children = [task._deliver[child] for child in node.children]
         self._child = dict(zip(node.children, self._children, strict=True))
-        # For the built-in processors' per-record paths (they read these directly).
-        self.runtime_task = task
-        self.runtime_node = node.name
-        self.runtime_children = self._children
+        # For the built-in processors' per-record paths (dsl.processor.engine).
+        self.engine = Engine(task, node.name, self._children)
 
     application_id = property(lambda self: self._task.application_id)
     task_id = property(lambda self: str(self._task.task_id))
