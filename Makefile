@@ -79,7 +79,7 @@ PYTEST_ARGS ?=
 test: setup
 	@$(BIN)/pytest -m "$(FAST_TESTS)" $(PYTEST_ARGS)
 
-# Everything, every marker (~50 min on 2 cores): child drivers, Spark clusters, Spark Connect,
+# Everything, every marker (~60 min on 2 cores): child drivers, Spark clusters, Spark Connect,
 # dagster dev, the browser test, the slow tests. CI runs it (.ci/run).
 test-all: setup browser
 	@$(BIN)/pytest $(PYTEST_ARGS)

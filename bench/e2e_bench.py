@@ -216,6 +216,21 @@ def kafka_stream(spark, settings: dict, topic: str, max_offsets_per_trigger: int
     return reader.load()
 
 
+def native_to_delta(spark, frame, tmp: Path, name: str) -> tuple[float, int]:
+    """Write a streaming ``frame`` into the Delta table ``tmp/name`` in append mode,
+    ``availableNow`` (Spark's own engine end to end); its seconds and the rows written."""
+    path = str(tmp / name)
+    started = time.perf_counter()
+    query = (
+        frame.writeStream.format("delta").outputMode("append")
+        .option("checkpointLocation", str(tmp / f"{name}-checkpoint"))
+        .trigger(availableNow=True).start(path)
+    )  # fmt: skip
+    query.awaitTermination()
+    elapsed = time.perf_counter() - started
+    return elapsed, spark.read.format("delta").load(path).count()
+
+
 def run_native(spark, settings, topic, tmp: Path, name: str = "native"):
     from pyspark.sql import functions as F
 

@@ -35,6 +35,7 @@ from e2e_bench import (  # noqa: E402
     format_phases,
     job_config,
     kafka_stream,
+    native_to_delta,
     phases,
     print_ratio,
     produce_all,
@@ -100,16 +101,7 @@ def run_native(spark, settings, topic: str, tmp: Path, name: str) -> tuple[float
         .groupBy(F.window("timestamp", f"{WINDOW_MS // 60_000} minute"), "page")
         .count()
     )
-    path = str(tmp / name)
-    started = time.perf_counter()
-    query = (
-        counts.writeStream.format("delta").outputMode("append")
-        .option("checkpointLocation", str(tmp / f"{name}-checkpoint"))
-        .trigger(availableNow=True).start(path)
-    )  # fmt: skip
-    query.awaitTermination()
-    elapsed = time.perf_counter() - started
-    return elapsed, spark.read.format("delta").load(path).count()
+    return native_to_delta(spark, counts, tmp, name)
 
 
 def four_clicks(spark, settings, tmp: Path, stages: bool) -> tuple[float, str]:

@@ -25,7 +25,6 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -35,6 +34,7 @@ from e2e_bench import (  # noqa: E402
     PARTITIONS,
     job_config,
     kafka_stream,
+    native_to_delta,
     print_ratio,
     produce_all,
     run_to_the_end,
@@ -136,16 +136,7 @@ def run_native(spark, settings, prefix: str, tmp: Path, name: str) -> tuple[floa
         F.concat("order_value", F.lit(b"|"), "payment_value").alias("value"),
         F.greatest("order_ts", "payment_ts").alias("timestamp"),
     )
-    path = str(tmp / name)
-    started = time.perf_counter()
-    query = (
-        joined.writeStream.format("delta").outputMode("append")
-        .option("checkpointLocation", str(tmp / f"{name}-checkpoint"))
-        .trigger(availableNow=True).start(path)
-    )  # fmt: skip
-    query.awaitTermination()
-    elapsed = time.perf_counter() - started
-    return elapsed, spark.read.format("delta").load(path).count()
+    return native_to_delta(spark, joined, tmp, name)
 
 
 def main() -> None:

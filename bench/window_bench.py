@@ -22,7 +22,6 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -32,6 +31,7 @@ from e2e_bench import (  # noqa: E402
     format_phases,
     job_config,
     kafka_stream,
+    native_to_delta,
     phases,
     print_ratio,
     produce_all,
@@ -90,16 +90,7 @@ def run_native(spark, settings, topic: str, tmp: Path, name: str) -> tuple[float
         .groupBy(F.window("timestamp", f"{WINDOW_MS // 60_000} minutes"), "key")
         .count()
     )
-    path = str(tmp / name)
-    started = time.perf_counter()
-    query = (
-        counts.writeStream.format("delta").outputMode("append")
-        .option("checkpointLocation", str(tmp / f"{name}-checkpoint"))
-        .trigger(availableNow=True).start(path)
-    )  # fmt: skip
-    query.awaitTermination()
-    elapsed = time.perf_counter() - started
-    return elapsed, spark.read.format("delta").load(path).count()
+    return native_to_delta(spark, counts, tmp, name)
 
 
 def main() -> None:

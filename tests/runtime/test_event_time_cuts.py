@@ -26,18 +26,23 @@ from .batch_model import Arrival, BatchModel, model_output, through_the_test_dri
 SECOND = 1_000
 
 
-def rekeyed_windowed_count():
-    b = StreamsBuilder()
+def _final_counts_into_out(grouped, grace_s: int) -> None:
+    """10-second windows' final counts of ``grouped``, into the topic "out"."""
     (
-        b.stream("clicks", Serdes.string(), Serdes.json())
-        .group_by(lambda k, v: v["page"], key_serde=Serdes.string())
-        .windowed_by(TimeWindows.of_size_and_grace(timedelta(seconds=10), timedelta(seconds=2)))
+        grouped.windowed_by(TimeWindows.of_size_and_grace(timedelta(seconds=10),
+                                                          timedelta(seconds=grace_s)))
         .emit_strategy(EmitStrategy.on_window_close())
         .count()
         .to_stream()
         .map(lambda w, n: (f"{w.key}@{w.window.start}", n))
         .to("out", key_serde=Serdes.string(), value_serde=Serdes.long())
-    )
+    )  # fmt: skip
+
+
+def rekeyed_windowed_count():
+    b = StreamsBuilder()
+    clicks = b.stream("clicks", Serdes.string(), Serdes.json())
+    _final_counts_into_out(clicks.group_by(lambda k, v: v["page"], key_serde=Serdes.string()), 2)
     return b.build(), ["clicks"]
 
 
@@ -98,18 +103,14 @@ def join_of_two_rekeyed_streams():
 def two_repartitions_in_a_row():
     """Re-keyed by page and deduplicated there, then counted per user again."""
     b = StreamsBuilder()
-    (
+    deduplicated = (
         b.stream("clicks", Serdes.string(), Serdes.json())
         .select_key(lambda k, v: v["page"])
         .repartition()
         .deduplicate_by_key(timedelta(seconds=2))
-        .group_by(lambda page, v: f"u{v['n'] % 3}", key_serde=Serdes.string())
-        .windowed_by(TimeWindows.of_size_and_grace(timedelta(seconds=10), timedelta(seconds=1)))
-        .emit_strategy(EmitStrategy.on_window_close())
-        .count()
-        .to_stream()
-        .map(lambda w, n: (f"{w.key}@{w.window.start}", n))
-        .to("out", key_serde=Serdes.string(), value_serde=Serdes.long())
+    )
+    _final_counts_into_out(
+        deduplicated.group_by(lambda page, v: f"u{v['n'] % 3}", key_serde=Serdes.string()), 1
     )
     return b.build(), ["clicks"]
 
