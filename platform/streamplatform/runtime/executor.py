@@ -313,7 +313,7 @@ class TaskBatchRunner:
         """A ``mapInArrow`` function over ``spark.range(len(tasks))``: row i runs the task of
         ``tasks[i]`` = (partition, its ranges: (topic, start, end) each[, its repartitioned
         records by queue: paths/direct_stages.py]), reading its records
-        itself (kafka_input.read_ranges: several topics merged in the order a task takes
+        itself (kafka_input.read_range per range; several merged in the order a task takes
         them), through ``run_records`` (every row in OUTPUT_ARROW).
 
         With ``spill_dir`` the rows go to ``<spill_dir>/<task id>.arrow`` (Arrow IPC, written
