@@ -36,8 +36,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from streamplatform.runtime.kafka_input import CHUNK_RECORDS  # records per chunk to a task
+
 FROM_LAST = "from-last"  # a bounded queue's limit: the timestamp of its last record
-CHUNK_RECORDS = 1_000  # records per chunk handed to the task (kafka_input.CHUNK_RECORDS)
 
 
 @dataclass
