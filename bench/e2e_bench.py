@@ -202,6 +202,36 @@ def run_ours(spark, settings, topic, tmp: Path, per_partition_cap: int, name: st
     return elapsed, rows, results
 
 
+def bench_master(stack: contextlib.ExitStack, tmp: Path, cluster: bool) -> str:
+    """``local[2]``, or with ``cluster`` the master of a two-worker standalone cluster
+    (streamplatform.local_cluster; the local-master shortcuts off) entered into ``stack``."""
+    if not cluster:
+        return "local[2]"
+    from streamplatform.local_cluster import LocalCluster
+
+    started = stack.enter_context(LocalCluster(
+        tmp / "cluster", workers=2, env={"PYTHONPATH": str(REPO / "platform")},
+        start_timeout_s=120))  # fmt: skip
+    return started.master_url
+
+
+def alternating(repeats: int) -> Iterator[tuple[int, str]]:
+    """``(repeat, "ours" | "native")`` for each run, alternating which goes first: load from
+    other processes drifts."""
+    for repeat in range(repeats):
+        for which in ("ours", "native") if repeat % 2 == 0 else ("native", "ours"):
+            yield repeat, which
+
+
+def print_median(name: str, records: int, runs: list[float], written: set[int], unit: str,
+                 path: str) -> None:  # fmt: skip
+    """One line of a bench's summary: the median run's records/s, its rows and its path."""
+    median = statistics.median(runs)
+    counts = " or ".join(f"{count:,}" for count in sorted(written))
+    print(f"{name}: {records / median:>9,.0f} records/s ({median:.1f} s, runs "
+          f"{min(runs):.1f}-{max(runs):.1f} s; {counts} {unit}; path {path})")  # fmt: skip
+
+
 def kafka_stream(spark, settings: dict, topic: str, max_offsets_per_trigger: int | None = None):
     """Spark's own Kafka source over the whole of ``topic`` (at most ``max_offsets_per_trigger``
     records per micro-batch when given)."""
@@ -436,15 +466,7 @@ def main() -> None:
             produce(settings, "bench", args.records)
             produce(settings, "latency", args.latency_records, seed=9)
             produce(settings, "warmup", args.warmup_records, seed=11)
-            cluster = None
-            master = "local[2]"
-            if args.cluster:
-                from streamplatform.local_cluster import LocalCluster
-
-                cluster = stack.enter_context(LocalCluster(
-                    tmp / "cluster", workers=2, env={"PYTHONPATH": str(REPO / "platform")},
-                    start_timeout_s=120))  # fmt: skip
-                master = cluster.master_url
+            master = bench_master(stack, tmp, args.cluster)
             spark = spark_session(master=master, app_name="e2e-bench")
             # Both paths once on other data first: the JVM's class loading and JIT would
             # otherwise be charged to whichever runs first.
@@ -484,10 +506,7 @@ def main() -> None:
         ("native dropDuplicatesWithinWatermark -> Delta", native, rows["native"], "Structured "
          "Streaming, availableNow"),
     ):  # fmt: skip
-        median = statistics.median(runs)
-        counts = " or ".join(f"{count:,}" for count in sorted(written))
-        print(f"{name}: {n / median:>9,.0f} records/s ({median:.1f} s, runs "
-              f"{min(runs):.1f}-{max(runs):.1f} s; {counts} rows; path {path})")  # fmt: skip
+        print_median(name, n, runs, written, "rows", path)
     if len(rows["ours"]) > 1:
         print("WARNING: our runs wrote different row counts from the same data")
     print_ratio("native", ours, native)

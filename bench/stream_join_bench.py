@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
 from datetime import timedelta
@@ -35,6 +34,7 @@ from e2e_bench import (  # noqa: E402
     job_config,
     kafka_stream,
     native_to_delta,
+    print_median,
     print_ratio,
     produce_all,
     run_to_the_end,
@@ -187,10 +187,7 @@ def main() -> None:
         ("native stream-stream join, watermarks     -> Delta", native, rows["native"],
          "Structured Streaming, availableNow"),
     ):  # fmt: skip
-        median = statistics.median(runs)
-        counts = " or ".join(f"{count:,}" for count in sorted(written))
-        print(f"{name}: {args.records / median:>9,.0f} records/s ({median:.1f} s, runs "
-              f"{min(runs):.1f}-{max(runs):.1f} s; {counts} joined rows; path {path})")  # fmt: skip
+        print_median(name, args.records, runs, written, "joined rows", path)
     if len(rows["ours"]) > 1:
         print("WARNING: our runs wrote different row counts from the same data")
     print_ratio("native", ours, native)

@@ -28,6 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from e2e_bench import (  # noqa: E402
     PARTITIONS,
+    alternating,
+    bench_master,
     format_phases,
     job_config,
     kafka_stream,
@@ -114,33 +116,24 @@ def main() -> None:
             create_topics(settings, [TopicSpec(t, PARTITIONS) for t in ("views", "warmup")])
             produce(settings, "views", args.records, args.keys, seed=5)
             produce(settings, "warmup", args.records // 4, args.keys, seed=11)
-            master = "local[2]"
-            if args.cluster:
-                from streamplatform.local_cluster import LocalCluster
-
-                cluster = stack.enter_context(LocalCluster(
-                    tmp / "cluster", workers=2,
-                    env={"PYTHONPATH": str(Path(__file__).resolve().parents[1] / "platform")},
-                    start_timeout_s=120))  # fmt: skip
-                master = cluster.master_url
+            master = bench_master(stack, tmp, args.cluster)
             spark = spark_session(master=master, app_name="window-bench")
             run_ours(spark, settings, "warmup", tmp, "warmup-ours")
             run_native(spark, settings, "warmup", tmp, "warmup-native")
-            for repeat in range(args.repeats):
-                for which in ("ours", "native") if repeat % 2 == 0 else ("native", "ours"):
-                    if which == "ours":
-                        seconds, written, results = run_ours(spark, settings, "views", tmp,
-                                                             f"ours-{repeat}")  # fmt: skip
-                        ours.append(seconds)
-                        paths |= {r.path for r in results}
-                        print(f"    where ours' time goes: {format_phases(phases(results))}")
-                    else:
-                        seconds, written = run_native(spark, settings, "views", tmp,
-                                                      f"native-{repeat}")  # fmt: skip
-                        native.append(seconds)
-                    rows[which].add(written)
-                    print(f"  run {repeat} {which:6s}: {args.records / seconds:>9,.0f} records/s "
-                          f"({seconds:.1f} s, {written:,} windows)", flush=True)  # fmt: skip
+            for repeat, which in alternating(args.repeats):
+                if which == "ours":
+                    seconds, written, results = run_ours(spark, settings, "views", tmp,
+                                                         f"ours-{repeat}")  # fmt: skip
+                    ours.append(seconds)
+                    paths |= {r.path for r in results}
+                    print(f"    where ours' time goes: {format_phases(phases(results))}")
+                else:
+                    seconds, written = run_native(spark, settings, "views", tmp,
+                                                  f"native-{repeat}")  # fmt: skip
+                    native.append(seconds)
+                rows[which].add(written)
+                print(f"  run {repeat} {which:6s}: {args.records / seconds:>9,.0f} records/s "
+                      f"({seconds:.1f} s, {written:,} windows)", flush=True)  # fmt: skip
             spark.stop()
     where = "a standalone master, 2 workers of 1 core" if args.cluster else "local[2]"
     print(f"{args.records:,} records, {args.keys:,} keys, {PARTITIONS} partitions, {where}, "
