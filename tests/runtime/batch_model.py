@@ -22,11 +22,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from streamplatform import TopologyTestDriver
-from streamplatform.dsl.graph import SinkNode, topic_name
 from streamplatform.runtime.batch_outputs import Progress
 from streamplatform.runtime.executor import TaskBatchRunner
 from streamplatform.runtime.job_context import BatchPlan
-from streamplatform.runtime.repartition_buffer import UPSTREAM_BITS, repartition_offset_base
+from streamplatform.runtime.repartition_buffer import (
+    UPSTREAM_BITS,
+    repartition_offset_base,
+    written_bounds,
+)
 from streamplatform.runtime.rows import encode_headers
 from streamplatform.serdes import Serdes
 
@@ -103,7 +106,6 @@ class BatchModel:
                     rows_by_task.setdefault(partition, []).append(None)  # wakes the task
             outputs = [runner.run(_table(p, rows)) for p, rows in sorted(rows_by_task.items())]
             # A later stage may read what any stage before it wrote: kept for every stage.
-            written = self._written(subtopology, internal)
             base = repartition_offset_base(self.batch_id)
             for table in outputs:
                 progress = table.filter(pc.equal(table["kind"], "progress"))
@@ -123,19 +125,13 @@ class BatchModel:
                         self.output.append((row["topic"], row["key"], row["value"],
                                             row["timestamp"]))  # fmt: skip
             stage = Progress.of(progress_rows[-len(outputs) :] if outputs else [])
-            upstream = {int(t.split("_")[1]): b for t, b in stage.bounds.items() if b is not None}
-            bounds |= {topic: upstream for topic in written}
+            bounds |= written_bounds(self.topology, subtopology, APP, stage.bounds)
         progress = Progress.of(progress_rows)
         for tp, (_, end) in ranges.items():
             self.consumed[tp] = progress.consumed.get(tp, end)
         self.buffered = progress.metrics.get("repartition_buffered", 0)
         self.batch_id += 1
         return True
-
-    def _written(self, subtopology: Any, internal: set[str]) -> list[str]:
-        nodes = (self.topology.nodes[n] for n in subtopology.nodes)
-        return [topic_name(n.topic, True, APP) for n in nodes
-                if isinstance(n, SinkNode) and n.internal]  # fmt: skip
 
 
 def _table(partition: int, records: Iterable[tuple | None]) -> pa.Table:

@@ -69,6 +69,22 @@ def every_runtime_store(topology: Any, application_id: str) -> dict[str, Any]:
     return stores
 
 
+def written_bounds(
+    topology: Any, subtopology: Any, application_id: str, bounds: Mapping[str, int | None]
+) -> dict[str, dict[int, int]]:
+    """What the downstream tasks of ``subtopology`` need to know of its tasks: for each
+    repartition topic it writes, the bound each of its tasks reported (``bounds``: task id ->
+    bound, None for a task that read everything; such tasks are left out)."""
+    from streamplatform.dsl.graph import SinkNode, topic_name
+
+    upstream = {int(task.split("_")[1]): b for task, b in bounds.items() if b is not None}
+    return {
+        topic_name(node.topic, True, application_id): upstream
+        for node in map(topology.nodes.__getitem__, subtopology.nodes)
+        if isinstance(node, SinkNode) and node.internal
+    }
+
+
 def _prefix(topic: str) -> bytes:
     return topic.encode() + b"\x00"
 

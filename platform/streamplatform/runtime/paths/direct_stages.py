@@ -40,7 +40,11 @@ from streamplatform.runtime.paths.direct import (
     append_delta_sinks,
     write_side_outputs,
 )
-from streamplatform.runtime.repartition_buffer import UPSTREAM_BITS, repartition_offset_base
+from streamplatform.runtime.repartition_buffer import (
+    UPSTREAM_BITS,
+    repartition_offset_base,
+    written_bounds,
+)
 from streamplatform.runtime.rows import OUTPUT_ARROW
 
 # A stage's task: (partition, its Kafka ranges, its repartitioned records by queue)
@@ -93,10 +97,8 @@ class DirectStagesPath(DirectPath):
             outputs.append(rows.filter(pc.invert(is_internal)))
             # A later stage may read what any stage before it wrote: kept for every stage.
             repartitioned |= number_repartitioned(written, plan.batch_id)
-            stage = progress_of(rows)
-            upstream = {int(task.split("_")[1]): bound
-                        for task, bound in stage.bounds.items() if bound is not None}  # fmt: skip
-            bounds |= {topic: upstream for topic in self._writes(subtopology)}
+            bounds |= written_bounds(context.topology, subtopology, context.app,
+                                     progress_of(rows).bounds)  # fmt: skip
         rows = pa.concat_tables(outputs) if outputs else OUTPUT_ARROW.empty_table()
         append_delta_sinks(context, plan.batch_id, lambda topic: sink_rows(
             rows, plan.batch_id, topic))  # fmt: skip
@@ -132,17 +134,6 @@ class DirectStagesPath(DirectPath):
             partitions |= set(range(max(context.partitions[t] for t in topics)))
         return [
             (p, tuple(ranges.get(p, ())), inputs.get(p, {})) for p in sorted(partitions)
-        ]  # fmt: skip
-
-    def _writes(self, subtopology: Any) -> list[str]:
-        """The repartition topics ``subtopology`` writes."""
-        from streamplatform.dsl.graph import SinkNode, topic_name
-
-        topology, app = self.context.topology, self.context.app
-        return [
-            topic_name(node.topic, True, app)
-            for node in map(topology.nodes.__getitem__, subtopology.nodes)
-            if isinstance(node, SinkNode) and node.internal
         ]  # fmt: skip
 
 

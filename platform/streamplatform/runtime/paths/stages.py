@@ -20,6 +20,7 @@ from __future__ import annotations
 from functools import reduce
 from typing import Any
 
+from streamplatform.dsl.graph import SinkNode
 from streamplatform.runtime.batch_outputs import Progress
 from streamplatform.runtime.job_context import BatchPlan
 from streamplatform.runtime.paths.cached import CachedPath
@@ -30,7 +31,11 @@ from streamplatform.runtime.paths.spark_frames import (
     run_grouped,
     union,
 )
-from streamplatform.runtime.repartition_buffer import UPSTREAM_BITS, repartition_offset_base
+from streamplatform.runtime.repartition_buffer import (
+    UPSTREAM_BITS,
+    repartition_offset_base,
+    written_bounds,
+)
 from streamplatform.runtime.rows import INPUT_COLUMNS, OUTPUT_SCHEMA
 
 
@@ -77,19 +82,16 @@ class StagesPath(CachedPath):
                     inputs.append(self._wake_rows(subtopology, topics))
                 stage = self.cache(run_grouped(reduce(union, inputs), runner))
             outputs.append(stage)
-            written_topics = self._written(subtopology, internal)
-            if written_topics:
+            if any(
+                isinstance(node, SinkNode) and node.internal
+                for node in map(context.topology.nodes.__getitem__, subtopology.nodes)
+            ):
                 # What each upstream task reached, for the stages that read what it wrote.
                 progress = Progress.of(
                     stage.where(F.col("kind") == "progress").select("task", "value").collect()
                 )
-                upstream = {
-                    int(task.split("_")[1]): bound
-                    for task, bound in progress.bounds.items()
-                    if bound is not None
-                }
-                for topic in written_topics:
-                    bounds[topic] = upstream
+                bounds |= written_bounds(context.topology, subtopology, context.app,
+                                         progress.bounds)  # fmt: skip
             # Each upstream task's records for a partition, numbered in the order it wrote
             # them, under its own range of offsets (repartition_buffer.py).
             order = Window.partitionBy("topic", "partition", "task").orderBy("row")
@@ -111,18 +113,6 @@ class StagesPath(CachedPath):
             repartitioned = written if repartitioned is None else union(repartitioned, written)
         every = reduce(union, outputs)
         return every.where(~((F.col("kind") == "sink") & F.col("topic").isin(internal)))
-
-    def _written(self, subtopology: Any, internal: list[str]) -> list[str]:
-        """The repartition topics ``subtopology`` writes."""
-        from streamplatform.dsl.graph import SinkNode, topic_name
-
-        topology, app = self.context.topology, self.context.app
-        return [
-            topic_name(node.topic, True, app)
-            for node in map(topology.nodes.__getitem__, subtopology.nodes)
-            if isinstance(node, SinkNode) and node.internal
-            and topic_name(node.topic, True, app) in internal
-        ]  # fmt: skip
 
     def _wake_rows(self, subtopology: Any, topics: list[str]) -> Any:
         """One row per task of ``subtopology`` with no record in it (topic null)."""
