@@ -49,8 +49,12 @@ def producer(settings: Mapping[str, Any], **overrides: Any) -> Producer:
 
     Keys are partitioned with murmur2, as Java clients, Kafka Streams and Spark's Kafka sink do
     (librdkafka's own default, CRC32, would put a key elsewhere and break co-partitioning).
+    Idempotent, as Java clients are by default since Kafka 3.0: without it librdkafka's
+    retries (a topic whose leader is not known yet) can write a partition's records out of the
+    order they were produced in, and tasks merge partitions by timestamp.
     """
-    return Producer(_client_settings(settings) | {"partitioner": "murmur2_random"} | overrides)
+    defaults = {"partitioner": "murmur2_random", "enable.idempotence": True}
+    return Producer(_client_settings(settings) | defaults | overrides)
 
 
 def consumer(settings: Mapping[str, Any], group_id: str, **overrides: Any) -> Consumer:
