@@ -62,7 +62,7 @@ from streamplatform import storage
 from streamplatform.dsl.topology import Topology
 from streamplatform.errors.exceptions import TaskFailedError
 from streamplatform.records import ConsumedRecord
-from streamplatform.runtime import kafka_output
+from streamplatform.runtime import kafka_output, repartition_buffer
 from streamplatform.runtime.partition_group import FROM_LAST, InputQueue
 from streamplatform.runtime.rows import OUTPUT_ARROW, arrow_records, first_offsets, table_queues
 from streamplatform.runtime.task import Task
@@ -312,7 +312,7 @@ class TaskBatchRunner:
     ) -> Any:
         """A ``mapInArrow`` function over ``spark.range(len(tasks))``: row i runs the task of
         ``tasks[i]`` = (partition, its ranges: (topic, start, end) each[, its repartitioned
-        records by queue: paths/direct_stages.py]), reading its records
+        rows: paths/direct_stages.py]), reading its records
         itself (kafka_input.read_range per range; several merged in the order a task takes
         them), through ``run_records`` (every row in OUTPUT_ARROW).
 
@@ -338,8 +338,9 @@ class TaskBatchRunner:
                         for topic, start, end in ranges if end > start
                     ]  # fmt: skip
                     task = f"{self.subtopology}_{partition}"
+                    repartitioned = repartition_buffer.queues_of(rest[0]) if rest else None
                     rows = self.run_queues(partition, queues, ReadRanges(ranges, kafka),
-                                           rest[0] if rest else None)  # fmt: skip
+                                           repartitioned)  # fmt: skip
                     if spill_dir is None:
                         yield from rows
                     else:

@@ -24,8 +24,13 @@ from __future__ import annotations
 import pickle
 import struct
 from collections.abc import Iterable, Mapping
+from itertools import repeat
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from streamplatform.records import NO_HEADERS
 from streamplatform.state.stores import KeyValueStoreSpec
 
 BUFFER_STORE = "__repartition_buffer__"
@@ -83,6 +88,39 @@ def written_bounds(
         for node in map(topology.nodes.__getitem__, subtopology.nodes)
         if isinstance(node, SinkNode) and node.internal
     }
+
+
+def queues_of(table: pa.Table | None) -> dict[tuple, list]:
+    """A downstream task's repartitioned records by input queue, ``{(topic, partition,
+    upstream): [records]}``, each record a tuple in ConsumedRecord's layout, from the rows the
+    driver handed it (paths/direct_stages.py: sorted by topic, upstream and offset, numbered).
+    Built where the task runs, so that the driver ships Arrow columns, not Python objects."""
+    queues: dict[tuple, list] = {}
+    if table is None or table.num_rows == 0:
+        return queues
+    groups = table.group_by(["topic", "partition", "upstream"], use_threads=False).aggregate(
+        [("offset", "count")]
+    ).sort_by([("topic", "ascending"), ("partition", "ascending"), ("upstream", "ascending")])
+    offsets, timestamps = table["offset"].to_pylist(), table["timestamp"].to_pylist()
+    keys, values = table["key"].to_pylist(), table["value"].to_pylist()
+    no_headers = pc.all(pc.equal(pc.list_value_length(table["headers"]), 0)).as_py()
+    headers = None if no_headers is not False else [
+        [(h["key"], h["value"]) for h in hs] if hs else NO_HEADERS
+        for hs in table["headers"].to_pylist()
+    ]  # fmt: skip
+    start = 0
+    for topic, partition, upstream, count in zip(
+        *(groups[c].to_pylist() for c in ("topic", "partition", "upstream", "offset_count")),
+        strict=True,
+    ):
+        end = start + count
+        queues[(topic, partition, upstream)] = list(zip(
+            repeat(topic, count), repeat(partition, count), offsets[start:end],
+            timestamps[start:end], keys[start:end], values[start:end],
+            repeat(NO_HEADERS, count) if headers is None else headers[start:end],
+        ))  # fmt: skip
+        start = end
+    return queues
 
 
 def _prefix(topic: str) -> bytes:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -30,7 +29,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from streamplatform import storage
-from streamplatform.records import NO_HEADERS
 from streamplatform.runtime.batch_outputs import Progress, progress_of, sink_rows
 from streamplatform.runtime.job_context import BatchPlan, JobContext
 from streamplatform.runtime.kafka_output import InTaskOutputs
@@ -47,8 +45,8 @@ from streamplatform.runtime.repartition_buffer import (
 )
 from streamplatform.runtime.rows import OUTPUT_ARROW
 
-# A stage's task: (partition, its Kafka ranges, its repartitioned records by queue)
-StageTask = tuple[int, tuple[tuple[str, int, int], ...], dict[tuple, list]]
+# A stage's task: (partition, its Kafka ranges, its repartitioned rows: number_repartitioned)
+StageTask = tuple[int, tuple[tuple[str, int, int], ...], pa.Table | None]
 
 
 class DirectStagesPath(DirectPath):
@@ -70,7 +68,7 @@ class DirectStagesPath(DirectPath):
             kafka = InTaskOutputs(context.producer_settings, frozenset(kafka_sinks), app,
                                   plan.batch_id, (context.sources[0], 0))  # fmt: skip
         outputs: list[pa.Table] = []
-        repartitioned: dict[str, dict[int, dict[tuple, list]]] = {}  # topic -> partition -> ..
+        repartitioned: dict[str, dict[int, pa.Table]] = {}  # topic -> partition -> rows
         bounds: dict[str, dict[int, int]] = {}
         here = 0
         for subtopology in context.topology.subtopologies:
@@ -113,7 +111,7 @@ class DirectStagesPath(DirectPath):
         self,
         plan: BatchPlan,
         topics: list[str],
-        repartitioned: Mapping[str, Mapping[int, dict[tuple, list]]],
+        repartitioned: Mapping[str, Mapping[int, pa.Table]],
         bounds: Mapping[str, Mapping[int, int]],
     ) -> list[StageTask]:
         """The stage's tasks: every partition with Kafka records planned or repartitioned
@@ -124,56 +122,50 @@ class DirectStagesPath(DirectPath):
         for (topic, partition), (start, end) in sorted(plan.ranges.items()):
             if topic in topics and end > start:
                 ranges.setdefault(partition, []).append((topic, start, end))
-        inputs: dict[int, dict[tuple, list]] = {}
-        for topic in topics:
-            for partition, queues in repartitioned.get(topic, {}).items():
-                inputs.setdefault(partition, {}).update(queues)
+        inputs: dict[int, list[pa.Table]] = {}
+        for topic in sorted(topics):  # the rows sorted by topic too, as queues_of reads them
+            for partition, table in repartitioned.get(topic, {}).items():
+                inputs.setdefault(partition, []).append(table)
         partitions = set(ranges) | set(inputs)
         reads_internal = any(t in context.internal_topics for t in topics)
         if reads_internal and (plan.repartition_buffered or any(bounds.values())):
             partitions |= set(range(max(context.partitions[t] for t in topics)))
         return [
-            (p, tuple(ranges.get(p, ())), inputs.get(p, {})) for p in sorted(partitions)
+            (p, tuple(ranges.get(p, ())), pa.concat_tables(inputs[p]) if p in inputs else None)
+            for p in sorted(partitions)
         ]  # fmt: skip
 
 
-def number_repartitioned(rows: pa.Table, batch_id: int) -> dict[str, dict[int, dict[tuple, list]]]:
-    """The repartition topics' rows of a stage as the downstream tasks' input queues:
-    ``{topic: {partition: {(topic, partition, upstream): [records]}}}``, each record a tuple in
-    ConsumedRecord's layout, numbered ``batch_id * 2**40 + upstream * 2**28 + n`` in the order
-    its upstream task wrote them (repartition_buffer.py). Column by column: no Python work per
-    record but building its tuple."""
-    queues: dict[str, dict[int, dict[tuple, list]]] = {}
+def number_repartitioned(rows: pa.Table, batch_id: int) -> dict[str, dict[int, pa.Table]]:
+    """The repartition topics' rows of a stage for the downstream tasks: ``{topic: {partition:
+    rows}}``, each partition's rows sorted by upstream task and, within it, in the order that
+    task wrote them, with their ``upstream`` and ``offset``: ``batch_id * 2**40 + upstream *
+    2**28 + n`` (repartition_buffer.py). Columns only: the records are built where the
+    downstream task runs (repartition_buffer.queues_of)."""
+    tables: dict[str, dict[int, pa.Table]] = {}
     if rows.num_rows == 0:
-        return queues
-    base = repartition_offset_base(batch_id)
+        return tables
     upstream = pc.cast(pc.list_element(pc.split_pattern(rows["task"], "_"), 1), pa.int64())
-    ordered = rows.append_column("upstream", upstream).append_column(
-        "row", pa.array(np.arange(rows.num_rows, dtype=np.int64))
-    ).sort_by([("topic", "ascending"), ("partition", "ascending"), ("upstream", "ascending"),
-               ("row", "ascending")])  # fmt: skip
-    groups = (
-        ordered.group_by(["topic", "partition", "upstream"], use_threads=False)
-        .aggregate([("row", "count")])
-        .sort_by([("topic", "ascending"), ("partition", "ascending"), ("upstream", "ascending")])
-    )
-    start = 0
-    for topic, partition, source, count in zip(
-        *(groups[c].to_pylist() for c in ("topic", "partition", "upstream", "row_count")),
-        strict=True,
-    ):
-        part = ordered.slice(start, count)
-        start += count
-        first = base + (source << UPSTREAM_BITS)
-        no_headers = pc.all(pc.equal(pc.list_value_length(part["headers"]), 0)).as_py()
-        headers = (
-            repeat(NO_HEADERS, count) if no_headers is not False
-            else ([(h["key"], h["value"]) for h in hs] if hs else NO_HEADERS
-                  for hs in part["headers"].to_pylist())
-        )  # fmt: skip
-        queues.setdefault(topic, {}).setdefault(partition, {})[(topic, partition, source)] = list(
-            zip(repeat(topic), repeat(partition), range(first, first + count),
-                part["timestamp"].to_pylist(), part["key"].to_pylist(),
-                part["value"].to_pylist(), headers)
-        )  # fmt: skip
-    return queues
+    rows = rows.select(["topic", "partition", "timestamp", "key", "value", "headers"]
+                       ).append_column("upstream", upstream)  # fmt: skip
+    # Sorted by partition and upstream task; a stable sort keeps each task's order.
+    order = pc.sort_indices(rows, [("topic", "ascending"), ("partition", "ascending"),
+                                   ("upstream", "ascending")]).to_numpy()  # fmt: skip
+    topic_ids = rows["topic"].combine_chunks().dictionary_encode().indices.to_numpy()[order]
+    partitions = rows["partition"].to_numpy()[order]
+    upstreams = rows["upstream"].to_numpy()[order].astype(np.int64)
+    count = rows.num_rows
+    new_partition = np.ones(count, dtype=bool)
+    new_partition[1:] = (topic_ids[1:] != topic_ids[:-1]) | (partitions[1:] != partitions[:-1])
+    first = new_partition.copy()
+    first[1:] |= upstreams[1:] != upstreams[:-1]
+    # n: the row's place in its (topic, partition, upstream) run of the sorted rows.
+    n = np.arange(count, dtype=np.int64) - np.flatnonzero(first)[np.cumsum(first) - 1]
+    offsets = repartition_offset_base(batch_id) + (upstreams << UPSTREAM_BITS) + n
+    bounds = np.append(np.flatnonzero(new_partition), count)
+    for start, end in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        # A copy (take), not a slice: a slice would ship the whole stage's buffers.
+        part = rows.take(order[start:end]).append_column("offset", pa.array(offsets[start:end]))
+        topic, partition = part["topic"][0].as_py(), part["partition"][0].as_py()
+        tables.setdefault(topic, {})[partition] = part
+    return tables
