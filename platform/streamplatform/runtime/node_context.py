@@ -41,6 +41,13 @@ class NodeContext:
         self._node = node
         self._children = [task._deliver[child] for child in node.children]
         self._child = dict(zip(node.children, self._children, strict=True))
+        if len(self._children) == 1:  # most nodes: forward without the loop
+            only, named = self._children[0], self._child
+
+            def forward_to_the_child(record: Record, child: str | None = None) -> None:
+                (only if child is None else named[child])(record)
+
+            self.forward = forward_to_the_child  # type: ignore[method-assign]
         # For the built-in processors' per-record paths (dsl.processor.engine).
         self.engine = Engine(task, node.name, self._children)
 

@@ -29,6 +29,8 @@ def sink_writer(task: Any, sink: SinkNode) -> Callable[[Record], None]:
 
     if uses_context(sink.key_serde) or uses_context(sink.value_serde):
         return context_writer(task, sink, topic)
+    if not as_read and internal and sink.partition_by is None:
+        return repartition_writer(task, sink, topic)
 
     def write(record: Record) -> None:
         current = task.current
@@ -54,6 +56,27 @@ def sink_writer(task: Any, sink: SinkNode) -> Callable[[Record], None]:
         append(new_record(ProducerRecord, (topic, key, value, record[2], record[3], partition)))
         current = task.current
         add_source(current or NO_SOURCE)
+
+    return write
+
+
+def repartition_writer(task: Any, sink: SinkNode, topic: str) -> Callable[[Record], None]:
+    """``sink_writer`` of a repartition topic partitioned by key, nothing written as read: the
+    per-record path of every re-keying, without the other sinks' checks."""
+    serialize_key, serialize_value = sink.key_serde.serialize, sink.value_serde.serialize
+    append, add_source = task.output.append, task.output_sources.append
+    partitions_of, new_record = task.partitions_of, _new_tuple
+
+    def write(record: Record) -> None:
+        try:
+            key = serialize_key(record[0])
+            value = serialize_value(record[1])
+        except Exception as exception:
+            task._handle(PRODUCTION, sink.name, record, exception, topic=topic)
+            return
+        partition = 0 if key is None else partition_for(key, partitions_of(topic))
+        append(new_record(ProducerRecord, (topic, key, value, record[2], record[3], partition)))
+        add_source(task.current or NO_SOURCE)
 
     return write
 
