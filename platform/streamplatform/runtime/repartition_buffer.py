@@ -98,9 +98,11 @@ def queues_of(table: pa.Table | None) -> dict[tuple, list]:
     queues: dict[tuple, list] = {}
     if table is None or table.num_rows == 0:
         return queues
-    groups = table.group_by(["topic", "partition", "upstream"], use_threads=False).aggregate(
-        [("offset", "count")]
-    ).sort_by([("topic", "ascending"), ("partition", "ascending"), ("upstream", "ascending")])
+    groups = (
+        table.group_by(["topic", "partition", "upstream"], use_threads=False)
+        .aggregate([("offset", "count")])
+        .sort_by([("topic", "ascending"), ("partition", "ascending"), ("upstream", "ascending")])
+    )
     offsets, timestamps = table["offset"].to_pylist(), table["timestamp"].to_pylist()
     keys, values = table["key"].to_pylist(), table["value"].to_pylist()
     no_headers = pc.all(pc.equal(pc.list_value_length(table["headers"]), 0)).as_py()
@@ -117,7 +119,7 @@ def queues_of(table: pa.Table | None) -> dict[tuple, list]:
         queues[(topic, partition, upstream)] = list(zip(
             repeat(topic, count), repeat(partition, count), offsets[start:end],
             timestamps[start:end], keys[start:end], values[start:end],
-            repeat(NO_HEADERS, count) if headers is None else headers[start:end],
+            repeat(NO_HEADERS, count) if headers is None else headers[start:end], strict=True,
         ))  # fmt: skip
         start = end
     return queues
