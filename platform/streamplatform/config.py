@@ -5,8 +5,9 @@ alias resolution and the reference in ``docs/configuration.md`` (``python -m
 streamplatform.config``) all come from that one table. An unknown or ill-typed setting is an
 error at start that names it; all problems are reported together.
 
-Kafka client settings pass through untouched: ``client.id``, ``security.protocol``, ``sasl.*``,
-``ssl.*`` and the ``producer.``/``consumer.``/``admin.`` prefixes, as in Kafka Streams.
+Kafka client settings pass through: ``client.id``, ``security.protocol``, ``sasl.*``, ``ssl.*``
+(the Java client's names, translated for librdkafka: kafka/security.py) and the
+``producer.``/``consumer.``/``admin.`` prefixes, as in Kafka Streams.
 """
 
 from __future__ import annotations
@@ -295,7 +296,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("basic.auth.credentials.source", _choice("USER_INFO", "URL", "SASL_INHERIT"),
             None, "Where the registry client takes its basic-auth credentials from: "
             "`USER_INFO` (`basic.auth.user.info`), `URL` (user:password@ in the URL) or "
-            "`SASL_INHERIT` (the Kafka clients' `sasl.username`/`sasl.password`).",
+            "`SASL_INHERIT` (the user and password of the Kafka clients' `sasl.jaas.config`).",
             "USER_INFO | URL | SASL_INHERIT"),
     Setting("basic.auth.user.info", _optional_string, None, "`user:password` for the "
             "registry (with `basic.auth.credentials.source=USER_INFO`). Never logged.",
@@ -486,6 +487,7 @@ class StreamsConfig(Mapping[str, Any]):
                 f"{cache}: the memtables are charged to the block cache, which they would "
                 "overfill"
             )
+        errors += _security_errors(passthrough)
         if errors:
             raise ConfigError("Invalid streamplatform settings:\n  " + "\n  ".join(errors))
         for name in DLQ_DEFAULTED_HANDLERS:
@@ -540,6 +542,21 @@ class StreamsConfig(Mapping[str, Any]):
             elif prefix == client:
                 settings[rest] = value
         return settings
+
+
+def _security_errors(passthrough: Mapping[str, Any]) -> list[str]:
+    """What kafka/security.py refuses in the Kafka security settings (librdkafka's names, an
+    unknown protocol, a login module or store neither client can use), as errors."""
+    from streamplatform.kafka.security import librdkafka_security  # it imports this module
+
+    shared = {k: v for k, v in passthrough.items() if not k.startswith(_PASSTHROUGH_PREFIXES[2:])}
+    try:
+        librdkafka_security(shared)
+    except ConfigError as error:
+        return [str(error)]
+    except OSError as error:  # a trust store that cannot be read
+        return [f"ssl.truststore.location: {error}"]
+    return []
 
 
 def _unknown(key: str) -> str:

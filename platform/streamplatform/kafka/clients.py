@@ -1,9 +1,10 @@
 """Thin helpers over confluent-kafka: admin, producer and consumer from one settings dict.
 
 Settings are Kafka Streams-style (``bootstrap.servers``, ``security.protocol``, ``sasl.*``,
-``ssl.*``, ...). Only the connection settings librdkafka shares with the Java client are passed
-on; streams settings (``application.id``, ``processing.guarantee``, ...) stay behind, so one
-dict can configure the whole job.
+``ssl.*``, ...), security included in the Java client's names (kafka/security.py): librdkafka
+gets them translated, Spark's Kafka source and sink as they are. Streams settings
+(``application.id``, ``processing.guarantee``, ...) stay behind, so one dict can configure the
+whole job.
 """
 
 from __future__ import annotations
@@ -17,27 +18,36 @@ from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from streamplatform.kafka.security import is_security_key, librdkafka_security
+
 _librdkafka_log = logging.getLogger("streamplatform.librdkafka")
 
-# Connection settings passed through to every client.
-_CONNECTION_KEYS = ("bootstrap.servers", "client.id", "security.protocol")
-_CONNECTION_PREFIXES = ("sasl.", "ssl.")
+# Connection settings passed through to every client, besides the security ones.
+_CONNECTION_KEYS = ("bootstrap.servers", "client.id")
 
 
 def connection_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """The connection part of a settings dict, as librdkafka expects it."""
+    """The connection part of a settings dict, in the Java client's names (what Spark's Kafka
+    source and sink take as ``kafka.*``; ``librdkafka_settings`` for confluent-kafka)."""
     if not settings.get("bootstrap.servers"):
         raise ValueError("bootstrap.servers is not set: give the Kafka broker address(es).")
     return {
         key: value
         for key, value in settings.items()
-        if key in _CONNECTION_KEYS or key.startswith(_CONNECTION_PREFIXES)
+        if key in _CONNECTION_KEYS or is_security_key(key)
     }
+
+
+def librdkafka_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The connection part of a settings dict as librdkafka takes it: security translated."""
+    connection = connection_settings(settings)
+    plain = {key: value for key, value in connection.items() if key in _CONNECTION_KEYS}
+    return plain | librdkafka_security(connection)
 
 
 def _client_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
     # librdkafka's own log lines go through Python logging instead of raw stderr.
-    return connection_settings(settings) | {"logger": _librdkafka_log}
+    return librdkafka_settings(settings) | {"logger": _librdkafka_log}
 
 
 def admin_client(settings: Mapping[str, Any]) -> AdminClient:

@@ -127,9 +127,17 @@ def _registry_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
     """The registry settings (and the Kafka clients' SASL ones, for SASL_INHERIT) of a job."""
     chosen = {name: settings[name] for name in REGISTRY_SETTINGS if name in settings}
     passthrough = getattr(settings, "client_settings", settings)
-    for name in ("sasl.username", "sasl.password", "sasl.mechanism"):
-        if passthrough.get(name) is not None:
-            chosen[name] = passthrough[name]
+    jaas = passthrough.get("sasl.jaas.config")
+    if jaas:  # SASL_INHERIT: the Kafka clients' user and password (kafka/security.py)
+        from streamplatform.kafka.security import librdkafka_security
+
+        mechanism = passthrough.get("sasl.mechanism")
+        inherited = librdkafka_security({"sasl.jaas.config": jaas, "sasl.mechanism": mechanism})
+        for name in ("sasl.username", "sasl.password"):
+            if name in inherited:
+                chosen[name] = inherited[name]
+    if passthrough.get("sasl.mechanism") is not None:
+        chosen["sasl.mechanism"] = passthrough["sasl.mechanism"]
     return chosen
 
 

@@ -97,7 +97,7 @@ def producer_for(settings: Mapping[str, Any], **fixed: Any) -> Any:
 
     from streamplatform.kafka.clients import connection_settings, producer
 
-    connection = connection_settings(settings)
+    connection = connection_settings(settings)  # security in Java names: producer translates
     extra = {key: value for key, value in settings.items() if key not in connection}
     # linger.ms as Kafka Streams sets it for its producers (fewer, bigger requests).
     defaults = {"enable.idempotence": True, "linger.ms": 100}
