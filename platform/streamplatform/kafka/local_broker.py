@@ -11,6 +11,12 @@ process's command line, so an unrelated process that reused the pid is never tou
 
     with LocalBroker() as broker:
         settings = {"bootstrap.servers": broker.bootstrap_servers}
+
+``security="sasl_ssl"`` (or ``"sasl_plaintext"``, ``"ssl"`` for mutual TLS) secures the
+clients' listener (local_security.py: a CA, certificates and a SCRAM user generated into the
+data directory); ``broker.client_settings()`` then gives what a client needs, in the Java
+client's names. The broker itself talks to itself on a second, plaintext listener on
+127.0.0.1, which is also how the readiness check reaches it.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from streamplatform.home import data_dir, jars_in
+from streamplatform.kafka import local_security
 from streamplatform.processes import (
     LocalServer,
     command_line,
@@ -69,6 +76,8 @@ class BrokerState:
     bootstrap_servers: str
     controller_port: int
     data_dir: str
+    security: str | None = None  # the clients' listener's: None (plaintext) or a MODE
+    internal_servers: str | None = None  # the broker's own plaintext listener, when secured
 
 
 def default_data_dir() -> Path:
@@ -151,11 +160,26 @@ class LocalBroker(LocalServer):
         heap_mb: int = 512,
         ready_timeout_s: float = 90.0,
         properties: Mapping[str, str] | None = None,
+        security: str | None = None,
     ) -> None:
         super().__init__(
             directory or default_data_dir(), fresh=fresh, heap_mb=heap_mb,
             ready_timeout_s=ready_timeout_s, properties=properties,
         )  # fmt: skip
+        if security is not None and security not in local_security.MODES:
+            raise ValueError(f"security={security!r}: one of {', '.join(local_security.MODES)}")
+        self.security = security
+        self._client_port: int | None = None
+
+    def client_settings(self, mechanism: str = local_security.MECHANISM) -> dict[str, Any]:
+        """What a client needs to reach this broker: ``bootstrap.servers`` and, when secured,
+        the security settings in the Java client's names (``mechanism``: SCRAM-SHA-512,
+        SCRAM-SHA-256 or OAUTHBEARER with Kafka's unsecured tokens)."""
+        settings: dict[str, Any] = {"bootstrap.servers": self.bootstrap_servers}
+        if self.security is None:
+            return settings
+        material = local_security.prepare(self.directory / "security")
+        return settings | local_security.client_settings(material, self.security, mechanism)
 
     @property
     def bootstrap_servers(self) -> str:
@@ -178,6 +202,8 @@ class LocalBroker(LocalServer):
 
         port, controller_port = self._ports or (_free_port(), _free_port())
         self._ports = (port, controller_port)
+        if self.security is not None and self._client_port is None:
+            self._client_port = _free_port()
         config = self._write_config(port, controller_port)
         if not (self.directory / "logs" / "meta.properties").exists():
             self._format_storage(classpath, config)
@@ -199,11 +225,15 @@ class LocalBroker(LocalServer):
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
+        internal = f"127.0.0.1:{port}"
+        clients = internal if self.security is None else f"127.0.0.1:{self._client_port}"
         self.state = BrokerState(
             pid=self._process.pid,
-            bootstrap_servers=f"127.0.0.1:{port}",
+            bootstrap_servers=clients,
             controller_port=controller_port,
             data_dir=str(self.directory),
+            security=self.security,
+            internal_servers=None if self.security is None else internal,
         )
         (self.directory / STATE_FILE).write_text(json.dumps(asdict(self.state)))
         try:
@@ -222,15 +252,25 @@ class LocalBroker(LocalServer):
 
     def _write_config(self, port: int, controller_port: int) -> Path:
         logs = self.directory / "logs"
+        listeners = {"PLAINTEXT": port}
+        protocols = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+        secured: dict[str, str] = {}
+        if self.security is not None:  # the clients' listener, beside the broker's own
+            material = local_security.prepare(self.directory / "security")
+            assert self._client_port is not None
+            listeners["CLIENT"] = self._client_port
+            protocols += f",CLIENT:{self.security.upper()}"
+            secured = local_security.broker_properties(material, self.security, "client")
+        advertised = ",".join(f"{name}://127.0.0.1:{p}" for name, p in listeners.items())
         settings = {
             "process.roles": "broker,controller",
             "node.id": "1",
             "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
-            "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+            "listeners": f"{advertised},CONTROLLER://127.0.0.1:{controller_port}",
+            "advertised.listeners": advertised,
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map": protocols,
             "log.dirs": str(logs),
             "num.partitions": "1",
             # One node: every internal topic has one replica.
@@ -248,7 +288,7 @@ class LocalBroker(LocalServer):
             # Keep everything: tests and demos write records with timestamps far in the past,
             # which time-based retention would delete within minutes.
             "log.retention.ms": "-1",
-        } | self.properties
+        } | secured | self.properties
         path = self.directory / "server.properties"
         path.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
         (self.directory / "log4j2.properties").write_text(_LOG4J2)
@@ -257,7 +297,8 @@ class LocalBroker(LocalServer):
     def _format_storage(self, classpath: str, config: Path) -> None:
         result = subprocess.run(
             [_java(), "-Xmx256m", "-cp", classpath, "kafka.tools.StorageTool", "format",
-             f"--cluster-id={_cluster_id()}", f"--config={config}"],
+             f"--cluster-id={_cluster_id()}", f"--config={config}",
+             *(f"--add-scram={credential}" for credential in self._scram_credentials())],
             capture_output=True,
             text=True,
             timeout=120,
@@ -268,13 +309,20 @@ class LocalBroker(LocalServer):
                 f"{result.stdout}{result.stderr}"
             )
 
+    def _scram_credentials(self) -> list[str]:
+        if self.security is None or not self.security.startswith("sasl"):
+            return []
+        return local_security.scram_credentials(
+            local_security.prepare(self.directory / "security"))  # fmt: skip
+
     def _wait_ready(self) -> None:
         from confluent_kafka.admin import AdminClient
 
         assert self._process is not None and self.state is not None
         # Silent: "connection refused" is the expected answer until the broker listens.
         quiet: dict[str, Any] = {"log_level": 0, "logger": log}
-        admin = AdminClient({"bootstrap.servers": self.state.bootstrap_servers} | quiet)
+        reachable = self.state.internal_servers or self.state.bootstrap_servers
+        admin = AdminClient({"bootstrap.servers": reachable} | quiet)
         deadline = time.monotonic() + self.ready_timeout_s
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
