@@ -48,9 +48,26 @@ class KafkaConnection(dg.Config):
     )
     settings: dict[str, str] = Field(
         default_factory=dict,
-        description="More client settings in Kafka's own names: security.protocol, "
-        "sasl.mechanism, sasl.username, sasl.password, ssl.ca.location, client.id, ...",
+        description="More client settings in the Java client's (Kafka Streams') names: "
+        "security.protocol, sasl.mechanism, ssl.truststore.type, ssl.truststore.location, "
+        "ssl.keystore.location, client.id, ... (docs/security.md). Secrets go in the fields "
+        "below, from EnvVar.",
     )
+    sasl_jaas_config: str = Field(
+        default="", description="sasl.jaas.config (holds the password or client secret): "
+        'EnvVar("KAFKA_SASL_JAAS_CONFIG"), say.',
+    )  # fmt: skip
+    ssl_truststore_password: str = Field(default="", description="ssl.truststore.password")
+    ssl_keystore_password: str = Field(default="", description="ssl.keystore.password")
+    ssl_key_password: str = Field(default="", description="ssl.key.password")
+
+    def secrets(self) -> dict[str, str]:
+        """The secret settings given, in Kafka's names."""
+        given = {"sasl.jaas.config": self.sasl_jaas_config,
+                 "ssl.truststore.password": self.ssl_truststore_password,
+                 "ssl.keystore.password": self.ssl_keystore_password,
+                 "ssl.key.password": self.ssl_key_password}  # fmt: skip
+        return {key: value for key, value in given.items() if value}
 
 
 class SchemaRegistryConnection(dg.Config):
@@ -131,7 +148,7 @@ class StreamplatformResource(dg.ConfigurableResource):
         """Connection settings in Kafka's names, for StreamsConfig and the Kafka helpers."""
         servers = (self.kafka.bootstrap_servers or os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
                    or _local_broker())  # fmt: skip
-        return {"bootstrap.servers": servers, **self.kafka.settings}
+        return {"bootstrap.servers": servers, **self.kafka.settings, **self.kafka.secrets()}
 
     def registry_settings(self) -> dict[str, Any]:
         """The registry's settings in Confluent's names (none when there is no registry)."""

@@ -1,0 +1,86 @@
+"""A job against a secured broker (LocalBroker(security=...)): one set of security settings, in
+the Java client's names, reaches both of the platform's Kafka clients — librdkafka in the
+tasks, the planner and the offsets (the direct path), and Spark's Java Kafka source (the
+``cached`` path, with ``platform.sink.driver.max.records = 0``) — exactly once, with the
+test driver's answer. And the password appears in nothing a run shows or stores.
+
+Each security mode runs its own broker: SASL_SSL with SCRAM-SHA-512, mutual TLS, SASL_PLAINTEXT
+with Kafka's unsecured OAUTHBEARER tokens."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from pathlib import Path
+
+import pytest
+from runtime.support import (
+    dedup_topology,
+    expected_with_the_test_driver,
+    job_config,
+    make_input,
+    read_topic,
+)
+
+from streamplatform.kafka import LocalBroker, TopicSpec, create_topics
+from streamplatform.runtime.microbatch import StreamingJob
+
+pytestmark = [pytest.mark.spark]
+
+
+@pytest.fixture(scope="module", params=[
+    ("sasl_ssl", "SCRAM-SHA-512"),
+    pytest.param(("ssl", None), marks=pytest.mark.slow),
+    pytest.param(("sasl_plaintext", "OAUTHBEARER"), marks=pytest.mark.slow),
+], ids=["sasl_ssl-scram", "mtls", "sasl_plaintext-oauthbearer"])  # fmt: skip
+def secured(request, tmp_path_factory):
+    """A broker of its own with its clients' listener secured, and its client settings."""
+    mode, mechanism = request.param
+    with LocalBroker(tmp_path_factory.mktemp("secured") / "broker", security=mode) as broker:
+        settings = broker.client_settings(*(m for m in [mechanism] if m))
+        yield broker, settings
+
+
+@pytest.mark.parametrize("path", ["direct-driver", "cached"])
+def test_a_job_on_a_secured_broker_runs_exactly_once_through_both_clients(
+    spark, secured, tmp_path, path, caplog
+):
+    broker, settings = secured
+    source, out = f"in-{uuid.uuid4().hex[:8]}", f"out-{uuid.uuid4().hex[:8]}"
+    create_topics(
+        settings, [TopicSpec(source, 3), TopicSpec(out, 1), TopicSpec(f"{source}-dlq", 1)]
+    )
+    sent = make_input(settings, source)
+    overrides = {"platform.max.records.per.batch": 100_000}
+    if path == "cached":  # Spark's own Kafka source reads the input: the Java client
+        overrides["platform.sink.driver.max.records"] = 0
+    config = job_config(settings, tmp_path, f"secured-{uuid.uuid4().hex[:6]}", source,
+                        **overrides) | settings  # fmt: skip
+    caplog.set_level(logging.DEBUG, logger="streamplatform")
+    job = StreamingJob(dedup_topology(source, out), config, spark=spark)
+    try:
+        results = job.run_until_caught_up()
+    finally:
+        job.close()
+    assert {r.path for r in results} == {path}
+    got = sorted((r.key, r.value) for r in read_topic(settings, out))
+    assert got == expected_with_the_test_driver(source, sent)
+
+    # Nothing a run shows or keeps holds a secret: logs, results, the job's repr, its
+    # offset and commit logs.
+    secrets = [s for s in _secrets(broker) if s]
+    shown = [caplog.text, repr(results), repr(job), repr(job.config)]
+    shown += [p.read_bytes().decode(errors="replace")
+              for p in Path(config["platform.delta.root"]).rglob("*") if p.is_file()]  # fmt: skip
+    for secret in secrets:
+        assert not any(secret in text for text in shown)
+
+
+def _secrets(broker: LocalBroker) -> list[str]:
+    """The password of the broker's SCRAM user and its private keys' PEM bodies."""
+    from streamplatform.kafka import local_security
+
+    material = local_security.prepare(broker.directory / "security")
+    keys = [path.read_text().split("-----")[2].strip()[:40]
+            for path in (material.client_pem, material.broker_pem)]  # fmt: skip
+    return [material.password, *keys]
