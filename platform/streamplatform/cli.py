@@ -1,15 +1,16 @@
 """The ``streamplatform`` console script.
 
-streamplatform broker start [--fresh] | stop | status
+streamplatform broker start [--fresh] [--security sasl_ssl|sasl_plaintext|ssl] | stop | status
 streamplatform registry start [--fresh] | stop | status   (a local Schema Registry)
 streamplatform topics create NAME [--partitions N] | list   (against --bootstrap-servers
-                                                             or the local broker)
+                              [--command-config FILE] or the local broker)
 streamplatform topics produce TOPIC [--value V ...] [--header NAME=VALUE ...] [--partition P]
                               (key<TAB>value lines from stdin)
 streamplatform topics consume|tail TOPIC [--from-end] [--max-messages N] [--follow] [--json]
 streamplatform placement plan --instances FILE [--standbys N] [--awareness zone,cluster]
                               [--tasks N] [--strict]
-streamplatform run --topology pkg.module:name --set KEY=VALUE ... [--delta-sink TOPIC]
+streamplatform run --topology pkg.module:name [--command-config FILE] --set KEY=VALUE ...
+                   [--delta-sink TOPIC]
                     [--delta-state-table TOPIC]
                    [--trigger-interval-ms MS] [--until-caught-up]
                    exit 0 stopped, 1 batch failed, 2 bad settings, 3 claimed elsewhere,
@@ -31,6 +32,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from streamplatform.kafka import local_broker
@@ -47,16 +49,57 @@ def _bootstrap(args: argparse.Namespace) -> str:
     return state.bootstrap_servers
 
 
+def read_properties(path: str) -> dict[str, str]:
+    """A Java properties file of client settings (``--command-config``, as Kafka's own tools
+    take it): ``key=value`` lines, ``#`` and ``!`` comments."""
+    settings = {}
+    for number, line in enumerate(Path(path).read_text().splitlines(), start=1):
+        line = line.strip()
+        if not line or line[0] in "#!":
+            continue
+        key, separator, value = line.partition("=")
+        if not separator:
+            raise SystemExit(f"{path}:{number}: expected key=value")
+        settings[key.strip()] = value.strip()
+    return settings
+
+
+def _connection(args: argparse.Namespace) -> dict[str, Any]:
+    """The Kafka settings of a tool: ``--command-config`` (security settings in the Java
+    client's names), ``--bootstrap-servers``, else the local broker's, with its client
+    settings when it is secured."""
+    command_config = getattr(args, "command_config", None)
+    settings = read_properties(command_config) if command_config else {}
+    if getattr(args, "bootstrap_servers", None):
+        return settings | {"bootstrap.servers": args.bootstrap_servers}
+    if settings.get("bootstrap.servers"):
+        return settings
+    state = local_broker.running_broker()
+    if state is not None and state.security is not None and not command_config:
+        return read_properties(str(Path(state.data_dir) / local_broker.CLIENT_PROPERTIES))
+    return settings | {"bootstrap.servers": _bootstrap(args)}
+
+
 def _broker(args: argparse.Namespace) -> int:
     if args.action == "start":
         state = local_broker.running_broker()
         if state is not None:
             print(f"Already running: pid {state.pid}, bootstrap.servers={state.bootstrap_servers}")
             return 0
-        broker = local_broker.LocalBroker(fresh=args.fresh)
+        broker = local_broker.LocalBroker(fresh=args.fresh, security=args.security)
         servers = broker.start()
         print(f"Started: pid {broker.state.pid if broker.state else '?'}, "
               f"bootstrap.servers={servers}, data in {broker.directory}")  # fmt: skip
+        if args.security:
+            from streamplatform.kafka.security import redacted
+
+            properties = broker.write_client_properties()
+            print(f"Clients' settings ({args.security}; secrets hidden here, in the file "
+                  f"readable by you only): {properties}")  # fmt: skip
+            for key, value in redacted(broker.client_settings()).items():
+                print(f"  {key}={value}")
+            print("`streamplatform topics` uses them; a job: --command-config "
+                  f"{properties}")  # fmt: skip
         return 0
     if args.action == "stop":
         stopped = local_broker.stop_broker()
@@ -107,7 +150,7 @@ def _topics(args: argparse.Namespace) -> int:
 
     if args.action in ("produce", "consume", "tail"):
         return _produce(args) if args.action == "produce" else _consume(args)
-    settings = {"bootstrap.servers": _bootstrap(args)}
+    settings = _connection(args)
     if args.action == "create":
         created = create_topics(settings, [TopicSpec(args.name, args.partitions)])
         print(f"Created {args.name}." if created else f"{args.name} already exists.")
@@ -130,7 +173,7 @@ def _consume(args: argparse.Namespace) -> int:
 
     try:
         summary = topic_tools.consume(
-            {"bootstrap.servers": _bootstrap(args)}, args.name,
+            _connection(args), args.name,
             key_serde=args.key_serde, value_serde=args.value_serde,
             from_beginning=not args.from_end, partitions=args.partition,
             max_messages=args.max_messages, timeout_ms=args.timeout_ms, follow=args.follow,
@@ -158,7 +201,7 @@ def _produce(args: argparse.Namespace) -> int:
     lines = args.value if args.value else sys.stdin
     try:
         produced = topic_tools.produce(
-            {"bootstrap.servers": _bootstrap(args)}, args.name, lines,
+            _connection(args), args.name, lines,
             key_serde=args.key_serde, value_serde=args.value_serde, key_separator=separator,
             headers=args.header, partition=args.partition,
             null_value=args.null_value,
@@ -217,7 +260,8 @@ def _job(args: argparse.Namespace) -> Any:
     topology = load_object(args.topology)
     if callable(topology):
         topology = topology()
-    settings = dict(setting.split("=", 1) for setting in args.set)
+    settings = read_properties(args.command_config) if args.command_config else {}
+    settings |= dict(setting.split("=", 1) for setting in args.set)
     return StreamingJob(topology, settings, delta_sinks=args.delta_sink,
                         delta_state_tables=args.delta_state_table)  # fmt: skip
 
@@ -450,6 +494,12 @@ def build_parser() -> argparse.ArgumentParser:
     broker = commands.add_parser("broker", help="the local single-node Kafka broker (KRaft)")
     broker.add_argument("action", choices=["start", "stop", "status"])
     broker.add_argument("--fresh", action="store_true", help="wipe the broker's data first")
+    broker.add_argument(
+        "--security", choices=["sasl_ssl", "sasl_plaintext", "ssl"],
+        help="secure the clients' listener: SCRAM over TLS, SCRAM in the clear, or mutual "
+        "TLS (a CA, certificates and a user are generated; the clients' settings are written "
+        "to client.properties in the broker's data)",
+    )  # fmt: skip
     broker.set_defaults(run=_broker)
 
     registry = commands.add_parser(
@@ -548,6 +598,11 @@ def _topic_commands(topics: argparse.ArgumentParser) -> None:
         command.add_argument(
             "--bootstrap-servers", default=argparse.SUPPRESS, help="default: the local broker"
         )
+        command.add_argument(
+            "--command-config", default=argparse.SUPPRESS, metavar="FILE",
+            help="client settings, security included, in a properties file (the Java client's "
+            "names, as Kafka's tools take them; docs/security.md)",
+        )  # fmt: skip
         return command
 
     create = action("create", "create a topic (nothing happens if it exists)")
@@ -631,6 +686,11 @@ def _job_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE",
         help="a job setting (application.id, bootstrap.servers, platform.delta.root, ...)",
+    )  # fmt: skip
+    command.add_argument(
+        "--command-config", metavar="FILE",
+        help="job settings from a properties file, before --set: keep secrets (sasl.jaas.config, "
+        "store passwords) there rather than on the command line (docs/security.md)",
     )  # fmt: skip
     command.add_argument(
         "--delta-sink",

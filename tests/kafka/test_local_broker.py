@@ -127,3 +127,35 @@ def test_cluster_ids_never_look_like_an_option():
     ids = {_cluster_id() for _ in range(2000)}
     assert len(ids) == 2000
     assert all(len(i) == 22 and not i.startswith("-") for i in ids)
+
+
+@pytest.mark.slow  # ~15 s: a secured broker of its own through the CLI
+def test_cli_starts_a_secured_broker_that_the_topic_tools_reach(tmp_path):
+    """`broker start --security sasl_ssl`: the clients' settings are written to a file only its
+    owner reads, shown without the password; the topic tools find them by themselves, and
+    a client with the wrong password or no TLS is turned away."""
+    env = os.environ | {"STREAMPLATFORM_DATA": str(tmp_path)}
+    cli = [sys.executable, "-m", "streamplatform.cli"]
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*cli, *args], capture_output=True, text=True, env=env, timeout=180)
+
+    started = run("broker", "start", "--security", "sasl_ssl")
+    try:
+        assert started.returncode == 0, started.stderr
+        properties = tmp_path / "broker" / "client.properties"
+        assert properties.stat().st_mode & 0o777 == 0o600
+        settings = dict(line.split("=", 1) for line in properties.read_text().splitlines())
+        password = settings["sasl.jaas.config"].split('password="')[1].split('"')[0]
+        assert "sasl.jaas.config=[hidden]" in started.stdout and password not in started.stdout
+        assert run("topics", "create", "secured", "--partitions", "2").returncode == 0
+        assert "secured\t2" in run("topics", "list").stdout
+        bootstrap = ["--bootstrap-servers", settings["bootstrap.servers"]]
+        wrong = tmp_path / "wrong.properties"
+        wrong.write_text(properties.read_text().replace(password, "not-the-password"))
+        refused = run("topics", "list", *bootstrap, "--command-config", str(wrong))
+        assert refused.returncode != 0 and "secured" not in refused.stdout
+        good = run("topics", "list", *bootstrap, "--command-config", str(properties))
+        assert "secured\t2" in good.stdout, good.stderr
+    finally:
+        run("broker", "stop")

@@ -50,6 +50,7 @@ from streamplatform.processes import (
 log = logging.getLogger(__name__)
 
 STATE_FILE = "broker.json"
+CLIENT_PROPERTIES = "client.properties"  # a secured broker's client settings (secrets: 0600)
 _MARKER = "-Dstreamplatform.broker.dir="
 
 _LOG4J2 = """\
@@ -171,6 +172,15 @@ class LocalBroker(LocalServer):
         self.security = security
         self._client_port: int | None = None
 
+    def write_client_properties(self) -> Path:
+        """``client_settings()`` as a properties file in the broker's data, readable by its
+        owner only (it holds the password): what `streamplatform topics` and
+        ``--command-config`` read."""
+        path = self.directory / CLIENT_PROPERTIES
+        lines = "".join(f"{key}={value}\n" for key, value in self.client_settings().items())
+        local_security.write_private(path, lines.encode())
+        return path
+
     def client_settings(self, mechanism: str = local_security.MECHANISM) -> dict[str, Any]:
         """What a client needs to reach this broker: ``bootstrap.servers`` and, when secured,
         the security settings in the Java client's names (``mechanism``: SCRAM-SHA-512,
@@ -238,6 +248,7 @@ class LocalBroker(LocalServer):
         (self.directory / STATE_FILE).write_text(json.dumps(asdict(self.state)))
         try:
             self._wait_ready()
+            self._add_user()
         except BaseException:
             self.stop()
             raise
@@ -262,33 +273,37 @@ class LocalBroker(LocalServer):
             protocols += f",CLIENT:{self.security.upper()}"
             secured = local_security.broker_properties(material, self.security, "client")
         advertised = ",".join(f"{name}://127.0.0.1:{p}" for name, p in listeners.items())
-        settings = {
-            "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
-            "listeners": f"{advertised},CONTROLLER://127.0.0.1:{controller_port}",
-            "advertised.listeners": advertised,
-            "controller.listener.names": "CONTROLLER",
-            "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": protocols,
-            "log.dirs": str(logs),
-            "num.partitions": "1",
-            # One node: every internal topic has one replica.
-            "offsets.topic.replication.factor": "1",
-            "offsets.topic.num.partitions": "4",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
-            "transaction.state.log.num.partitions": "4",
-            "share.coordinator.state.topic.replication.factor": "1",
-            "share.coordinator.state.topic.min.isr": "1",
-            "group.initial.rebalance.delay.ms": "0",
-            # Topics are created on purpose; a typo in a topic name is an error, not a new topic.
-            "auto.create.topics.enable": "false",
-            "log.flush.interval.messages": "100000",
-            # Keep everything: tests and demos write records with timestamps far in the past,
-            # which time-based retention would delete within minutes.
-            "log.retention.ms": "-1",
-        } | secured | self.properties
+        settings = (
+            {
+                "process.roles": "broker,controller",
+                "node.id": "1",
+                "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+                "listeners": f"{advertised},CONTROLLER://127.0.0.1:{controller_port}",
+                "advertised.listeners": advertised,
+                "controller.listener.names": "CONTROLLER",
+                "inter.broker.listener.name": "PLAINTEXT",
+                "listener.security.protocol.map": protocols,
+                "log.dirs": str(logs),
+                "num.partitions": "1",
+                # One node: every internal topic has one replica.
+                "offsets.topic.replication.factor": "1",
+                "offsets.topic.num.partitions": "4",
+                "transaction.state.log.replication.factor": "1",
+                "transaction.state.log.min.isr": "1",
+                "transaction.state.log.num.partitions": "4",
+                "share.coordinator.state.topic.replication.factor": "1",
+                "share.coordinator.state.topic.min.isr": "1",
+                "group.initial.rebalance.delay.ms": "0",
+                # Topics are created on purpose: a typo in a topic name is an error, not a topic.
+                "auto.create.topics.enable": "false",
+                "log.flush.interval.messages": "100000",
+                # Keep everything: tests and demos write records with timestamps far in the past,
+                # which time-based retention would delete within minutes.
+                "log.retention.ms": "-1",
+            }
+            | secured
+            | self.properties
+        )
         path = self.directory / "server.properties"
         path.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
         (self.directory / "log4j2.properties").write_text(_LOG4J2)
@@ -297,8 +312,7 @@ class LocalBroker(LocalServer):
     def _format_storage(self, classpath: str, config: Path) -> None:
         result = subprocess.run(
             [_java(), "-Xmx256m", "-cp", classpath, "kafka.tools.StorageTool", "format",
-             f"--cluster-id={_cluster_id()}", f"--config={config}",
-             *(f"--add-scram={credential}" for credential in self._scram_credentials())],
+             f"--cluster-id={_cluster_id()}", f"--config={config}"],
             capture_output=True,
             text=True,
             timeout=120,
@@ -309,11 +323,28 @@ class LocalBroker(LocalServer):
                 f"{result.stdout}{result.stderr}"
             )
 
-    def _scram_credentials(self) -> list[str]:
+    def _add_user(self) -> None:
+        """A SASL-secured broker's SCRAM user, created (or its password set again) through
+        the broker's own listener: also on data formatted before the broker was secured."""
         if self.security is None or not self.security.startswith("sasl"):
-            return []
-        return local_security.scram_credentials(
-            local_security.prepare(self.directory / "security"))  # fmt: skip
+            return
+        from confluent_kafka.admin import (
+            AdminClient,
+            ScramCredentialInfo,
+            ScramMechanism,
+            UserScramCredentialUpsertion,
+        )
+
+        assert self.state is not None and self.state.internal_servers is not None
+        material = local_security.prepare(self.directory / "security")
+        admin = AdminClient({"bootstrap.servers": self.state.internal_servers, "logger": log})
+        for mechanism in (ScramMechanism.SCRAM_SHA_512, ScramMechanism.SCRAM_SHA_256):
+            # One request per mechanism: the broker refuses two changes of a user in one.
+            upsert = UserScramCredentialUpsertion(material.user,
+                                                  ScramCredentialInfo(mechanism, 4096),
+                                                  material.password.encode())  # fmt: skip
+            for future in admin.alter_user_scram_credentials([upsert]).values():
+                future.result(timeout=30)
 
     def _wait_ready(self) -> None:
         from confluent_kafka.admin import AdminClient

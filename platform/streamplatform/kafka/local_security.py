@@ -57,7 +57,7 @@ def prepare(directory: Path) -> LocalSecurity:
     directory.mkdir(parents=True, exist_ok=True)
     _generate(directory)
     password = secrets.token_urlsafe(18)
-    _private(user_file, json.dumps({"user": USER, "password": password}).encode())
+    write_private(user_file, json.dumps({"user": USER, "password": password}).encode())
     return LocalSecurity(directory, USER, password)
 
 
@@ -100,14 +100,6 @@ def broker_properties(security: LocalSecurity, mode: str, listener: str) -> dict
             f"{prefix}.ssl.client.auth": "required" if mode == "ssl" else "none",
         }
     return properties
-
-
-def scram_credentials(security: LocalSecurity) -> list[str]:
-    """The storage tool's ``--add-scram`` arguments that create the user at format time."""
-    return [
-        f"{mechanism}=[name={security.user},password={security.password}]"
-        for mechanism in ("SCRAM-SHA-512", "SCRAM-SHA-256")
-    ]
 
 
 def _generate(directory: Path) -> None:
@@ -153,10 +145,10 @@ def _generate(directory: Path) -> None:
             [(alternative, False), (x509.ExtendedKeyUsage([usage]), False),
              (x509.BasicConstraints(ca=False, path_length=None), True)],
         )  # fmt: skip
-        _private(directory / f"{who}.pem", pem(key, cert))
+        write_private(directory / f"{who}.pem", pem(key, cert))
 
 
-def _private(path: Path, data: bytes) -> None:
+def write_private(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` readable by its owner only."""
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(descriptor, "wb") as out:
