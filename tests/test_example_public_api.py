@@ -216,3 +216,23 @@ def test_the_library_never_imports_the_example():
                 if module.split(".")[0] in example
             ]
     assert not problems, "\n".join(problems)
+
+
+def test_every_error_an_operator_catches_has_one_exported_root():
+    import streamplatform
+    from streamplatform.kafka.topic_tools import TopicToolError
+    from streamplatform.serdes import SerializationError
+    from streamplatform.state.errors import StateStoreError
+
+    root = streamplatform.StreamPlatformError
+    exported = ["ConfigError", "JobClaimedError", "JobFencedError", "ReplayRefused",
+                "MissingTaskOutputs", "KafkaInputError", "KafkaOutputError", "MaintenanceError",
+                "RegistryUnavailableError", "StreamsError"]  # fmt: skip
+    for name in exported:
+        assert name in streamplatform.__all__ and issubclass(getattr(streamplatform, name), root)
+    assert issubclass(streamplatform.ConfigError, ValueError)  # the built-in bases stay
+    assert issubclass(streamplatform.KafkaInputError, RuntimeError)
+    for error in (TopicToolError, SerializationError, StateStoreError):
+        assert issubclass(error, root)
+    # A record's fault stays the handlers' (process_all lets StreamsError fail the task).
+    assert not issubclass(SerializationError, streamplatform.StreamsError)

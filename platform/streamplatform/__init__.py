@@ -2,7 +2,9 @@
 
 The public API is re-exported here; everything not listed in ``__all__`` is internal.
 The errors an operator of a running job catches (``JobClaimedError``, ``JobFencedError``,
-``ReplayRefused``, ``MissingTaskOutputs``) are here too. Serdes live in
+``ReplayRefused``, ``MissingTaskOutputs``, ``KafkaInputError``, ``KafkaOutputError``,
+``MaintenanceError``, ``RegistryUnavailableError``) are here too, with their root,
+``StreamPlatformError``, which every error of the platform derives from. Serdes live in
 ``streamplatform.serdes``, stores in ``streamplatform.state``, error handling
 in ``streamplatform.errors``, dead letter queues in ``streamplatform.dlq`` and the Dagster
 integration in ``streamplatform.dagster``. The Spark-side names (``StreamingJob``,
@@ -65,6 +67,8 @@ from streamplatform.dsl import (
     Window,
     Windowed,
 )
+from streamplatform.errors.exceptions import StreamsError
+from streamplatform.exceptions import StreamPlatformError
 from streamplatform.home import data_dir
 from streamplatform.records import Headers, ProducerRecord, Record, TopicPartition
 from streamplatform.runtime.errors import (
@@ -97,8 +101,10 @@ __all__ = [
     "SessionWindowedSerde",
     "SessionWindows",
     "SlidingWindows",
+    "StreamPlatformError",
     "StreamsBuilder",
     "StreamsConfig",
+    "StreamsError",
     "Suppressed",
     "TimeWindowedKStream",
     "TimeWindowedSerde",
@@ -121,6 +127,11 @@ _LAZY = {
     "batch_as_of_join": "streamplatform.versioned_snapshot",
     "read_kafka_ranges": "streamplatform.spark",
     "spark_session": "streamplatform.spark",
+    # Errors of modules that load the Kafka or registry clients.
+    "KafkaInputError": "streamplatform.runtime.kafka_input",
+    "KafkaOutputError": "streamplatform.runtime.kafka_output",
+    "MaintenanceError": "streamplatform.runtime.maintenance",
+    "RegistryUnavailableError": "streamplatform.registry.serdes",
 }
 __all__ += sorted(_LAZY)
 

@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from streamplatform.exceptions import StreamPlatformError
+
 BUILTIN_HANDLERS = ("log_and_fail", "log_and_continue")
 # With a DLQ topic set, a bad record's place is the DLQ and the task goes on: these handlers
 # then default to log_and_continue (Kafka Streams keeps log_and_fail, which writes the DLQ
@@ -40,7 +42,7 @@ _CLIENT_PREFIXES = ("producer", "consumer", "admin")
 _PASSTHROUGH_PREFIXES = ("sasl.", "ssl.", *(f"{client}." for client in _CLIENT_PREFIXES))
 
 
-class ConfigError(ValueError):
+class ConfigError(StreamPlatformError, ValueError):
     """One or more settings are wrong; the message names each of them."""
 
 

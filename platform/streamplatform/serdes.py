@@ -27,13 +27,15 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 
 import orjson
 
+from streamplatform.exceptions import StreamPlatformError
+
 if TYPE_CHECKING:
     from streamplatform.registry.serdes import RegistrySerde
 
 __all__ = ["Serde", "SerdeContext", "SerializationError", "Serdes"]
 
 
-class SerializationError(Exception):
+class SerializationError(StreamPlatformError):
     """A value could not be (de)serialized; ``raw`` holds the bytes involved, if any."""
 
     def __init__(self, message: str, raw: bytes | None = None) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from streamplatform.exceptions import StreamPlatformError
 
-class StreamsError(RuntimeError):
+
+class StreamsError(StreamPlatformError, RuntimeError):
     """Base of streamplatform's processing errors."""
 
 

@@ -337,7 +337,8 @@ class LocalBroker(LocalServer):
 
         assert self.state is not None and self.state.internal_servers is not None
         material = local_security.prepare(self.directory / "security")
-        admin = AdminClient({"bootstrap.servers": self.state.internal_servers, "logger": log})
+        settings: dict[str, Any] = {"bootstrap.servers": self.state.internal_servers, "logger": log}
+        admin = AdminClient(settings)
         for mechanism in (ScramMechanism.SCRAM_SHA_512, ScramMechanism.SCRAM_SHA_256):
             # One request per mechanism: the broker refuses two changes of a user in one.
             upsert = UserScramCredentialUpsertion(material.user,

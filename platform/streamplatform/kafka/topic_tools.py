@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from streamplatform.exceptions import StreamPlatformError
 from streamplatform.serdes import Serde, Serdes, SerializationError
 
 SERDES: dict[str, Callable[[], Serde]] = {
@@ -44,7 +45,7 @@ ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
 _TIMESTAMP_TYPES = {1: "CreateTime", 2: "LogAppendTime"}
 
 
-class TopicToolError(Exception):
+class TopicToolError(StreamPlatformError):
     """A wrong input or an unreachable topic, said in one line for the command line."""
 
 

@@ -6,24 +6,26 @@ Each one means nothing of the batch in flight was committed; they differ in what
 
 from __future__ import annotations
 
+from streamplatform.exceptions import StreamPlatformError
 
-class JobClaimedError(RuntimeError):
+
+class JobClaimedError(StreamPlatformError, RuntimeError):
     """Another live driver holds the job (one driver per ``application.id``). Wait for it to
     stop, or raise ``platform.claim.wait.ms`` to wait here; the CLI exits with 3."""
 
 
-class JobFencedError(RuntimeError):
+class JobFencedError(StreamPlatformError, RuntimeError):
     """This driver's claim was taken over by a newer driver; its commit was not written. The
     newer driver replays the batch; this one must stop (the CLI exits with 3)."""
 
 
-class ReplayRefused(RuntimeError):
+class ReplayRefused(StreamPlatformError, RuntimeError):
     """A batch planned under another topology, code or settings would be replayed. A person
     decides: run the code it was planned with, or ``StreamingJob.discard_uncommitted_batch()``
     (``streamplatform discard-batch``); the CLI exits with 4."""
 
 
-class MissingTaskOutputs(RuntimeError):
+class MissingTaskOutputs(StreamPlatformError, RuntimeError):
     """A task of the batch had records and its outputs did not reach the driver: the batch
     is not committed (the message names the task and where its outputs were looked for).
     Running again re-runs the batch; if it recurs, the Delta root is not storage that every

@@ -28,6 +28,7 @@ from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from streamplatform.exceptions import StreamPlatformError
 from streamplatform.records import NO_HEADERS, ConsumedRecord
 
 # Records per chunk handed to the task. Small, so that a chunk's records are still in the
@@ -72,7 +73,7 @@ class _Kept:
 _consumers: dict[str, list[_Kept]] = {}  # the consumer settings (JSON) -> the consumers kept
 
 
-class KafkaInputError(RuntimeError):
+class KafkaInputError(StreamPlatformError, RuntimeError):
     """The planned range could not be read (the message names the range and the cause)."""
 
 

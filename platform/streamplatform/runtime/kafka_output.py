@@ -46,6 +46,7 @@ from typing import Any
 import pyarrow as pa
 
 from streamplatform.config import ConfigError
+from streamplatform.exceptions import StreamPlatformError
 from streamplatform.runtime.faults import crash_point
 
 PRODUCED_SCHEMA = "produced LONG, already_committed LONG"
@@ -58,7 +59,7 @@ _TRANSACTION_CALL_TIMEOUT_S = 60.0  # init, send offsets, commit, abort
 _RUNTIME_OWNED = ("transactional.id",)
 
 
-class KafkaOutputError(RuntimeError):
+class KafkaOutputError(StreamPlatformError, RuntimeError):
     """Some records of a batch were not committed (or acknowledged) by the broker; the batch is
     not committed."""
 

@@ -41,6 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from streamplatform import storage
+from streamplatform.exceptions import StreamPlatformError
 from streamplatform.runtime import delta_direct
 from streamplatform.runtime.changelog import ChangelogFile, files_by_task
 from streamplatform.runtime.delta_direct import table_or_none
@@ -55,7 +56,7 @@ MIN_RETENTION_HOURS = 1.0
 SNAPSHOT_MARKER = "__streamplatform.snapshot__"
 
 
-class MaintenanceError(RuntimeError):
+class MaintenanceError(StreamPlatformError, RuntimeError):
     """A table cannot be maintained safely (the message names it and why)."""
 
 

@@ -1,7 +1,9 @@
 """Exceptions raised by the state stores."""
 
+from streamplatform.exceptions import StreamPlatformError
 
-class StateStoreError(Exception):
+
+class StateStoreError(StreamPlatformError):
     """A state store operation that cannot be carried out (closed store, pending prepare, ...)."""
 
 
