@@ -147,6 +147,44 @@ def test_produce_with_values_a_partition_and_a_tombstone(capsys, kafka_settings,
     assert [(r["key"], r["value"]) for r in _records(out)] == [(7, "hello"), (8, None)]
 
 
+def test_produce_json_lines_with_each_records_timestamp_partition_and_headers(
+    capsys, monkeypatch, kafka_settings, topic
+):
+    """Tasks merge their partitions by timestamp: a user sets each record's own."""
+    lines = [
+        '{"key": "a", "value": {"page": "x"}, "timestamp": "2026-01-01T12:00:00Z", "partition": 1}',
+        '{"key": "b", "value": {"page": "y"}, "timestamp": 1767268860000, "partition": 0,'
+        ' "headers": {"trace": "t1"}}',
+        '{"key": "c"}',
+    ]  # fmt: skip
+    monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(lines) + "\n"))
+    code, out, err = _cli(capsys, kafka_settings, "produce", topic, "--json-lines",
+                          "--value-serde", "json", "--json")  # fmt: skip
+    assert code == 0, err
+    assert [r["partition"] for r in _records(out)][:2] == [1, 0]
+    code, out, _ = _cli(capsys, kafka_settings, "consume", topic, "--value-serde", "json", "--json")
+    got = {r["key"]: r for r in _records(out)}
+    assert got["a"]["timestamp"] == 1_767_268_800_000 and got["a"]["value"] == {"page": "x"}
+    assert got["b"]["timestamp"] == 1_767_268_860_000 and got["b"]["partition"] == 0
+    assert got["b"]["headers"] == [{"name": "trace", "value": "t1"}]
+    assert got["c"]["value"] is None  # a tombstone
+    code, out, err = _cli(capsys, kafka_settings, "produce", topic, "--timestamp", "yesterday",
+                          "--value", "v")  # fmt: skip
+    assert code == 1 and "--timestamp: 'yesterday' is not a timestamp" in err
+
+
+def test_describe_and_delete_a_topic(capsys, kafka_settings, topic):
+    _cli(capsys, kafka_settings, "produce", topic, "--partition", "1", "--value", "k\tv",
+         "--timestamp", "1767268800000")  # fmt: skip
+    code, out, err = _cli(capsys, kafka_settings, "describe", topic)
+    assert code == 0, err
+    assert f"{topic}: 3 partitions, 1 records" in out and "partition 1: offsets 0..1" in out
+    code, out, _ = _cli(capsys, kafka_settings, "delete", topic)
+    assert code == 0 and f"Deleted {topic}." in out
+    code, _, err = _cli(capsys, kafka_settings, "describe", topic)
+    assert code == 1 and "do not exist" in err
+
+
 def test_errors_are_one_line_and_exit_1(capsys, kafka_settings, topic):
     code, _, err = _cli(capsys, kafka_settings, "consume", "no-such-topic-here")
     assert code == 1 and err.startswith("streamplatform topics consume: ") and "no-such" in err

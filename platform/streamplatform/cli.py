@@ -2,10 +2,12 @@
 
 streamplatform broker start [--fresh] [--security sasl_ssl|sasl_plaintext|ssl] | stop | status
 streamplatform registry start [--fresh] | stop | status   (a local Schema Registry)
-streamplatform topics create NAME [--partitions N] | list   (against --bootstrap-servers
-                              [--command-config FILE] or the local broker)
+streamplatform topics create NAME [--partitions N] | list | describe NAME | delete NAME
+                              (against --bootstrap-servers [--command-config FILE] or the
+                              local broker)
 streamplatform topics produce TOPIC [--value V ...] [--header NAME=VALUE ...] [--partition P]
-                              (key<TAB>value lines from stdin)
+                              [--timestamp MS|ISO] [--json-lines]
+                              (key<TAB>value lines, or JSON lines, from stdin)
 streamplatform topics consume|tail TOPIC [--from-end] [--max-messages N] [--follow] [--json]
 streamplatform placement plan --instances FILE [--standbys N] [--awareness zone,cluster]
                               [--tasks N] [--strict]
@@ -155,6 +157,29 @@ def _topics(args: argparse.Namespace) -> int:
         created = create_topics(settings, [TopicSpec(args.name, args.partitions)])
         print(f"Created {args.name}." if created else f"{args.name} already exists.")
         return 0
+    if args.action == "delete":
+        from streamplatform.kafka import delete_topics
+
+        try:
+            delete_topics(settings, [args.name])
+        except RuntimeError as error:
+            print(f"streamplatform topics delete: {error}", file=sys.stderr)
+            return 1
+        print(f"Deleted {args.name}.")
+        return 0
+    if args.action == "describe":
+        from streamplatform.kafka import end_offsets
+
+        try:
+            offsets = end_offsets(settings, args.name)
+        except LookupError as error:
+            print(f"streamplatform topics describe: {error}", file=sys.stderr)
+            return 1
+        print(f"{args.name}: {len(offsets)} partition{'s' if len(offsets) != 1 else ''}, "
+              f"{sum(high - low for low, high in offsets.values())} records")  # fmt: skip
+        for partition, (low, high) in sorted(offsets.items()):
+            print(f"  partition {partition}: offsets {low}..{high} ({high - low} records)")
+        return 0
     for name, partitions in sorted(describe_topics(settings).items()):
         print(f"{name}\t{partitions}")
     return 0
@@ -204,7 +229,9 @@ def _produce(args: argparse.Namespace) -> int:
             _connection(args), args.name, lines,
             key_serde=args.key_serde, value_serde=args.value_serde, key_separator=separator,
             headers=args.header, partition=args.partition,
-            null_value=args.null_value,
+            null_value=args.null_value, json_lines=args.json_lines,
+            timestamp=None if args.timestamp is None
+            else topic_tools.parse_timestamp(args.timestamp, "--timestamp"),
         )  # fmt: skip
     except topic_tools.TopicToolError as error:
         print(f"streamplatform topics produce: {error}", file=sys.stderr)
@@ -609,6 +636,10 @@ def _topic_commands(topics: argparse.ArgumentParser) -> None:
     create.add_argument("name", metavar="NAME")
     create.add_argument("--partitions", type=int, default=1)
     action("list", "the topics and their partition counts")
+    delete = action("delete", "delete a topic and its records")
+    delete.add_argument("name", metavar="NAME")
+    describe = action("describe", "a topic's partitions and each one's offsets")
+    describe.add_argument("name", metavar="NAME")
 
     serdes = ["string", "json", "bytes", "long"]
     produce = action(
@@ -635,6 +666,16 @@ def _topic_commands(topics: argparse.ArgumentParser) -> None:
     produce.add_argument(
         "--null-value", metavar="TEXT", help="a value equal to TEXT is sent as null (a tombstone)"
     )
+    produce.add_argument(
+        "--timestamp", metavar="MS|ISO",
+        help="every record's timestamp: ms since the epoch or an ISO-8601 date-time (tasks "
+        "merge their partitions by it; default: the time of sending)",
+    )  # fmt: skip
+    produce.add_argument(
+        "--json-lines", action="store_true",
+        help='each line a JSON object: {"key", "value", "timestamp", "partition", "headers"}, '
+        "every field optional (a record's own timestamp and partition)",
+    )  # fmt: skip
     produce.add_argument("--key-serde", choices=serdes, default="string")
     produce.add_argument("--value-serde", choices=serdes, default="string")
     produce.add_argument(

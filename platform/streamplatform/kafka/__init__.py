@@ -6,9 +6,11 @@ from streamplatform.kafka.clients import (
     connection_settings,
     consumer,
     create_topics,
+    delete_topics,
     describe_topics,
     end_offsets,
     group_offsets,
+    librdkafka_settings,
     producer,
 )
 from streamplatform.kafka.local_broker import LocalBroker
@@ -20,8 +22,10 @@ __all__ = [
     "connection_settings",
     "consumer",
     "create_topics",
+    "delete_topics",
     "describe_topics",
     "end_offsets",
     "group_offsets",
+    "librdkafka_settings",
     "producer",
 ]

@@ -109,6 +109,19 @@ def create_topics(
     return created
 
 
+def delete_topics(
+    settings: Mapping[str, Any], names: Iterable[str], timeout_s: float = 30.0
+) -> None:
+    """Delete topics and wait for the broker to confirm; a missing topic is an error naming
+    it."""
+    admin = admin_client(settings)  # must outlive the futures
+    for name, future in admin.delete_topics(list(names), operation_timeout=timeout_s).items():
+        try:
+            future.result(timeout=timeout_s)
+        except KafkaException as exc:
+            raise RuntimeError(f"Could not delete topic {name!r}: {exc.args[0].str()}") from exc
+
+
 def describe_topics(
     settings: Mapping[str, Any], names: Iterable[str] | None = None, timeout_s: float = 10.0
 ) -> dict[str, int]:

@@ -373,6 +373,74 @@ class ProducedRecord:
     offset: int
 
 
+def parse_timestamp(text: Any, what: str) -> int:
+    """A record timestamp: milliseconds since the epoch, or an ISO-8601 date-time (UTC when
+    it names no zone)."""
+    if isinstance(text, int) and not isinstance(text, bool) and text >= 0:
+        return text
+    if isinstance(text, str):
+        if text.strip().isdigit():
+            return int(text.strip())
+        try:
+            moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+        except ValueError:
+            pass
+        else:
+            if moment.tzinfo is None:
+                moment = moment.replace(tzinfo=UTC)
+            return int(moment.timestamp() * 1000)
+    raise TopicToolError(f"{what}: {text!r} is not a timestamp (ms since the epoch, or an "
+                         "ISO-8601 date-time such as 2026-01-01T12:00:00Z)")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Outgoing:
+    key: bytes | None
+    value: bytes | None
+    timestamp: int | None
+    partition: int | None
+    headers: list[tuple[str, bytes]]
+
+
+def _json_line(line: str, number: int, key_serde: str, value_serde: str) -> _Outgoing:
+    """One record of a JSON-lines input: ``{"key", "value", "timestamp", "partition",
+    "headers": {name: text}}``, every field optional (a missing or null value: a tombstone).
+    A JSON value given to the json serde is written as JSON; to the others, as text."""
+    try:
+        fields = json.loads(line)
+    except ValueError as error:
+        raise TopicToolError(f"line {number}: not JSON ({error})") from None
+    if not isinstance(fields, dict):
+        raise TopicToolError(f"line {number}: expected an object with key, value, timestamp, "
+                             "partition, headers")  # fmt: skip
+    unknown = sorted(set(fields) - {"key", "value", "timestamp", "partition", "headers"})
+    if unknown:
+        raise TopicToolError(f"line {number}: unknown field(s) {', '.join(unknown)}")
+
+    def as_text(name: str, serde_name: str) -> str | None:
+        given = fields.get(name)
+        if given is None:
+            return None
+        if serde_name == "json" or not isinstance(given, str):
+            return json.dumps(given)
+        return given
+
+    timestamp = fields.get("timestamp")
+    partition = fields.get("partition")
+    if partition is not None and (not isinstance(partition, int) or partition < 0):
+        raise TopicToolError(f"line {number}: partition {partition!r} is not a partition number")
+    headers = fields.get("headers") or {}
+    if not isinstance(headers, dict):
+        raise TopicToolError(f"line {number}: headers must be an object of name: text")
+    return _Outgoing(
+        encode(key_serde, as_text("key", key_serde), f"line {number}: key"),
+        encode(value_serde, as_text("value", value_serde), f"line {number}: value"),
+        None if timestamp is None else parse_timestamp(timestamp, f"line {number}: timestamp"),
+        partition,
+        [(str(name), str(value).encode()) for name, value in headers.items()],
+    )
+
+
 def produce(
     settings: Mapping[str, Any],
     topic: str,
@@ -384,27 +452,40 @@ def produce(
     headers: Iterable[str] = (),
     partition: int | None = None,
     null_value: str | None = None,
+    timestamp: int | None = None,
+    json_lines: bool = False,
 ) -> list[ProducedRecord]:
     """Write one record per line to ``topic`` (idempotent producer, keys partitioned as Java
     clients do unless ``partition`` is given); waits until the broker has every one, and
-    returns where each went, in input order. A line equal to ``null_value`` is a tombstone."""
+    returns where each went, in input order. A line equal to ``null_value`` is a tombstone.
+    ``timestamp``: every record's (ms; default: the time it is sent). ``json_lines``: each line
+    a JSON object with the record's own key, value, timestamp, partition and headers."""
     from streamplatform.kafka.clients import describe_topics, producer
 
     serde(key_serde), serde(value_serde)  # an unknown name fails before Kafka is asked
     record_headers = [parse_header(spec) for spec in headers]
     count = _partitions(describe_topics, settings, topic)
-    if partition is not None and not 0 <= partition < count:
-        raise TopicToolError(f"{topic} has partitions 0..{count - 1}; asked for {partition}")
-    records = []
+    records: list[_Outgoing] = []
     for number, line in enumerate(lines, 1):
         line = line.rstrip("\r\n")
-        if not line and null_value is None:
+        if not line and (null_value is None or json_lines):
             continue  # an empty line is no record (a trailing newline, a blank between)
-        key, value = parse_line(line, key_separator)
-        records.append((
-            encode(key_serde, key, f"line {number}: key"),
-            None if value == null_value else encode(value_serde, value, f"line {number}: value"),
-        ))  # fmt: skip
+        if json_lines:
+            record = _json_line(line, number, key_serde, value_serde)
+        else:
+            key, value = parse_line(line, key_separator)
+            record = _Outgoing(
+                encode(key_serde, key, f"line {number}: key"),
+                None if value == null_value else encode(value_serde, value,
+                                                        f"line {number}: value"),
+                None, None, [],
+            )  # fmt: skip
+        records.append(record)
+    for number, record in enumerate(records, 1):
+        chosen = record.partition if record.partition is not None else partition
+        if chosen is not None and not 0 <= chosen < count:
+            raise TopicToolError(f"{topic} has partitions 0..{count - 1}; record {number} asked "
+                                 f"for {chosen}")  # fmt: skip
     writer = producer(settings, **{"enable.idempotence": True})
     delivered: dict[int, ProducedRecord] = {}
     failures: list[str] = []
@@ -418,13 +499,20 @@ def produce(
 
         return on_delivery
 
-    options: dict[str, Any] = {} if partition is None else {"partition": partition}
-    produced_headers: Any = record_headers or None
-    for index, (raw_key, raw_value) in enumerate(records):
+    for index, record in enumerate(records):
+        options: dict[str, Any] = {}
+        chosen = record.partition if record.partition is not None else partition
+        if chosen is not None:
+            options["partition"] = chosen
+        when = record.timestamp if record.timestamp is not None else timestamp
+        if when is not None:
+            options["timestamp"] = when
+        all_headers: Any = record_headers + record.headers
         while True:
             try:
-                writer.produce(topic, key=raw_key, value=raw_value, headers=produced_headers,
-                               on_delivery=report(index), **options)  # fmt: skip
+                writer.produce(topic, key=record.key, value=record.value,
+                               headers=all_headers or None, on_delivery=report(index),
+                               **options)  # fmt: skip
                 break
             except BufferError:  # the local queue is full: let deliveries drain it
                 writer.poll(0.5)
