@@ -101,12 +101,17 @@ def test_a_dlq_record_with_binary_header_values_is_readable(capsys, kafka_settin
     assert "  value: {poison  (not json: not JSON" in out
     for line in ("    i: 17", "    __streams.errors.exception: SerializationError",
                  "    __streams.errors.message: not JSON: unexpected character",
-                 "    __streams.errors.stacktrace: Traceback (most recent call last):\n"
-                 '        File "x.py", line 1\n      SerializationError',
+                 "    __streams.errors.stacktrace: SerializationError  (3 lines; --stacktrace "
+                 "shows them)",
                  "    __streams.errors.topic: transactions",
                  "    __streams.errors.partition: 2", "    __streams.errors.offset: 41",
                  "    __streams.errors.raw: hex:009f9296"):  # fmt: skip
         assert line in out
+
+    assert "File" not in out  # the stack trace takes one line
+    code, out, _ = _cli(capsys, kafka_settings, "consume", topic, "--stacktrace")
+    assert ("    __streams.errors.stacktrace: Traceback (most recent call last):\n"
+            '        File "x.py", line 1\n      SerializationError') in out  # fmt: skip
 
     code, out, _ = _cli(capsys, kafka_settings, "consume", topic, "--key-serde", "bytes",
                         "--value-serde", "bytes", "--json")  # fmt: skip

@@ -194,7 +194,7 @@ def _consume(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(record.as_json(), ensure_ascii=False), flush=True)
         else:
-            print(record.as_text(args.key_serde, args.value_serde), flush=True)
+            print(record.as_text(args.key_serde, args.value_serde, args.stacktrace), flush=True)
 
     try:
         summary = topic_tools.consume(
@@ -717,6 +717,11 @@ def _topic_commands(topics: argparse.ArgumentParser) -> None:
     consume.add_argument("--key-serde", choices=serdes, default="string")
     consume.add_argument("--value-serde", choices=serdes, default="string")
     consume.add_argument("--json", action="store_true", help="one JSON object per record")
+    consume.add_argument(
+        "--stacktrace", action="store_true",
+        help="show a header of several lines (a DLQ record's stack trace) whole, not by its "
+        "last line",
+    )  # fmt: skip
 
 
 def _job_arguments(command: argparse.ArgumentParser) -> None:

@@ -151,7 +151,9 @@ class ConsumedRecord:
             "headers": [_header_json(name, value) for name, value in self.headers],
         }
 
-    def as_text(self, key_serde: str, value_serde: str) -> str:
+    def as_text(self, key_serde: str, value_serde: str, stacktrace: bool = False) -> str:
+        """The record for a console. A header of several lines (a DLQ record's stack trace)
+        is shown by its last line and how many there are, unless ``stacktrace``."""
         when = "no timestamp"
         if self.timestamp is not None:
             iso = datetime.fromtimestamp(self.timestamp / 1000, UTC).isoformat(
@@ -165,10 +167,18 @@ class ConsumedRecord:
         ]
         if self.headers:
             lines.append("  headers:")
-            lines += [_field(name, show_bytes(value), indent=4) for name, value in self.headers]
+            lines += [_field(name, _header_text(show_bytes(value), stacktrace), indent=4)
+                      for name, value in self.headers]  # fmt: skip
         else:
             lines.append("  headers: none")
         return "\n".join(lines)
+
+
+def _header_text(text: str, whole: bool) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    if whole or len(lines) <= 1:
+        return text
+    return f"{lines[-1].strip()}  ({len(lines)} lines; --stacktrace shows them)"
 
 
 def _header_json(name: str, value: bytes | None) -> dict[str, Any]:
