@@ -70,3 +70,29 @@ def test_a_server_left_by_a_killed_owner_is_stopped_by_the_next_start(tmp_path):
     finally:
         second.stop()
     assert running_s3(directory) is None
+
+
+@pytest.mark.slow  # ~5 s: a server of its own through the CLI
+def test_cli_starts_stops_and_reports_the_local_s3_server(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = os.environ | {"STREAMPLATFORM_DATA": str(tmp_path)}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "streamplatform.cli", "s3", *args],
+                              capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+
+    assert run("status").returncode == 3
+    started = run("start")
+    try:
+        assert started.returncode == 0, started.stderr
+        state = running_s3(tmp_path / "s3")
+        assert state is not None and state.endpoint in started.stdout
+        assert "platform.delta.root=s3://streamplatform/" in started.stdout
+        assert "Already running" in run("start").stdout
+        assert run("status").returncode == 0
+    finally:
+        assert "Stopped." in run("stop").stdout
+    assert run("status").returncode == 3 and not is_running(state.pid, state.started)

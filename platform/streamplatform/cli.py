@@ -2,6 +2,7 @@
 
 streamplatform broker start [--fresh] [--security sasl_ssl|sasl_plaintext|ssl] | stop | status
 streamplatform registry start [--fresh] | stop | status   (a local Schema Registry)
+streamplatform s3 start [--fresh] | stop | status         (a local S3-compatible server)
 streamplatform topics create NAME [--partitions N] | list | describe NAME | delete NAME
                               (against --bootstrap-servers [--command-config FILE] or the
                               local broker)
@@ -113,6 +114,39 @@ def _broker(args: argparse.Namespace) -> int:
         return 3  # like `service status`: non-zero when stopped
     print(f"Running: pid {state.pid}, bootstrap.servers={state.bootstrap_servers}, "
           f"data in {state.data_dir}")  # fmt: skip
+    return 0
+
+
+def _s3(args: argparse.Namespace) -> int:
+    """``s3 start|stop|status``: the local S3-compatible server (moto, in .data/s3), for a
+    Delta root on object storage (docs/cluster.md)."""
+    from streamplatform.storage import local_s3
+
+    if args.action == "start":
+        state = local_s3.running_s3()
+        if state is None:
+            server = local_s3.LocalS3(fresh=args.fresh)
+            server.start()
+            state = server.state
+            print(f"Started: pid {state.pid}, endpoint {state.endpoint}, data in "
+                  f"{server.directory}")  # fmt: skip
+        else:
+            print(f"Already running: pid {state.pid}, endpoint {state.endpoint}")
+        bucket, region, key = local_s3.DEFAULT_BUCKET, local_s3.REGION, local_s3.ACCESS_KEY_ID
+        print(f"A job's Delta root there: platform.delta.root=s3://{bucket}/<path> with "
+              f"platform.storage.s3.endpoint={state.endpoint}, "
+              f"platform.storage.s3.region={region}, platform.storage.s3.access.key.id={key} "
+              "and any platform.storage.s3.secret.access.key (the server takes any)")  # fmt: skip
+        return 0
+    if args.action == "stop":
+        stopped = local_s3.stop_s3()
+        print("Stopped." if stopped else "No local S3 server was running.")
+        return 0
+    state = local_s3.running_s3()
+    if state is None:
+        print("Not running.")
+        return 3  # like `service status`: non-zero when stopped
+    print(f"Running: pid {state.pid}, endpoint {state.endpoint}, data in {state.data_dir}")
     return 0
 
 
@@ -537,6 +571,15 @@ def build_parser() -> argparse.ArgumentParser:
     registry.add_argument("action", choices=["start", "stop", "status"])
     registry.add_argument("--fresh", action="store_true", help="wipe the registry's schemas first")
     registry.set_defaults(run=_registry)
+
+    s3 = commands.add_parser(
+        "s3",
+        help="a local S3-compatible server (moto) for a Delta root on object storage; its "
+        "objects live as long as it runs",
+    )
+    s3.add_argument("action", choices=["start", "stop", "status"])
+    s3.add_argument("--fresh", action="store_true", help="wipe the server's data first")
+    s3.set_defaults(run=_s3)
 
     topics = commands.add_parser(
         "topics", help="create, list, produce to or read topics (a DLQ, an output topic)"
