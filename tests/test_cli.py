@@ -342,7 +342,9 @@ def test_a_record_is_shown_whole_even_when_its_value_is_not_what_the_serde_reads
     )
     assert "  key: k1" in text
     assert "  value: {poison  (not json: not JSON:" in text
-    assert "    __streams.errors.stacktrace: Traceback:\n        line 1\n      Error" in text
+    assert "    __streams.errors.stacktrace: Error  (3 lines; --stacktrace shows them)" in text
+    whole = record.as_text("string", "json", stacktrace=True)
+    assert "    __streams.errors.stacktrace: Traceback:\n        line 1\n      Error" in whole
     assert "    bin: hex:00ff" in text and "    none: null" in text
     data = record.as_json()
     assert data["value"]["raw"] == "{poison" and "not JSON" in data["value"]["error"]

@@ -1,14 +1,15 @@
 """Where the project's generated folders live: the JVM jars (.jvm/) and local data (.data/).
 
-Everything local is resolved from one *home* directory so that the library, the CLI, the
-tests and Dagster agree without configuration:
+The JVM jars are the platform's: they come from its *home* directory,
 
 1. ``STREAMPLATFORM_HOME`` when set;
 2. otherwise the source checkout this package was installed from (editable install), recognised
    by ``platform/jvm/pom.xml``;
 3. otherwise the current working directory.
 
-``STREAMPLATFORM_DATA`` moves only the data folder (tests use it to stay out of ``.data/``).
+Local data is the project's that runs: ``.data/`` in the folder a command runs in (a team's
+own project), or ``STREAMPLATFORM_HOME/.data`` when that is set; ``STREAMPLATFORM_DATA`` moves
+it anywhere (tests use it to stay out of ``.data/``).
 ``STREAMPLATFORM_STATE_DIR`` moves only the default task state, on the machine it is set on.
 """
 
@@ -36,9 +37,18 @@ def jvm_dir(classpath: str) -> Path:
 
 
 def data_dir() -> Path:
-    """Local data: Delta tables, broker logs, Dagster's instance, state stores."""
+    """Local data: Delta tables, broker logs, Dagster's instance, state stores.
+
+    ``STREAMPLATFORM_DATA``, else ``STREAMPLATFORM_HOME/.data``, else ``.data/`` in the folder
+    the command runs in: a team's own project keeps its data, never the platform's install.
+    (Run from inside the platform's source checkout, that is the checkout's ``.data/``.)"""
     configured = os.environ.get("STREAMPLATFORM_DATA")
-    return Path(configured).resolve() if configured else project_home() / ".data"
+    if configured:
+        return Path(configured).resolve()
+    if os.environ.get("STREAMPLATFORM_HOME"):
+        return project_home() / ".data"
+    here = Path.cwd().resolve()
+    return (_CHECKOUT if here.is_relative_to(_CHECKOUT) else here) / ".data"
 
 
 def default_state_dir() -> Path:
