@@ -41,7 +41,7 @@ def secured(request, tmp_path_factory):
         yield broker, settings
 
 
-@pytest.mark.parametrize("path", ["direct-driver", "cached"])
+@pytest.mark.parametrize("path", ["direct-driver", pytest.param("cached", marks=pytest.mark.slow)])
 def test_a_job_on_a_secured_broker_runs_exactly_once_through_both_clients(
     spark, secured, tmp_path, path, caplog
 ):

@@ -124,7 +124,9 @@ def pages_input() -> list[tuple]:
 
 
 @pytest.mark.parametrize(
-    ("cap", "where"), [(4, "driver"), (100_000, "spark"), pytest.param(9, "spark", marks=pytest.mark.slow)]
+    ("cap", "where"),
+    [(12, "driver"), (100_000, "spark"), pytest.param(4, "driver", marks=pytest.mark.slow),
+     pytest.param(9, "spark", marks=pytest.mark.slow)],
 )  # fmt: skip
 def test_a_rekeyed_windowed_count_on_live_traffic_gives_what_kafka_streams_gives(
     spark, kafka_settings, tmp_path, cap, where
@@ -137,7 +139,9 @@ def test_a_rekeyed_windowed_count_on_live_traffic_gives_what_kafka_streams_gives
 
 
 @pytest.mark.parametrize(
-    ("cap", "where"), [(3, "driver"), (100_000, "spark"), pytest.param(5, "spark", marks=pytest.mark.slow)]
+    ("cap", "where"),
+    [(8, "driver"), (100_000, "spark"), pytest.param(3, "driver", marks=pytest.mark.slow),
+     pytest.param(5, "spark", marks=pytest.mark.slow)],
 )  # fmt: skip
 def test_a_join_of_a_dense_and_a_sparse_topic_on_live_traffic_gives_what_kafka_streams_gives(
     spark, kafka_settings, tmp_path, cap, where
