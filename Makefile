@@ -19,7 +19,7 @@ setup: $(VENV)/.installed $(JVM_STAMPS)
 # Debian's chromium for the Dagster UI test (tests/dagster/test_dagster_ui.py, marker `browser`)
 # and `make screenshots`. It installs SYSTEM-WIDE (apt-get, when run as root), so it is not part
 # of `setup` or `make test`; `make test-all` runs it, saying so first. NO_BROWSER=1 skips it.
-# Without /usr/bin/chromium the UI test is skipped, saying why.
+# Without /usr/bin/chromium the UI test is skipped, saying why (under CI=true it fails).
 browser:
 	@if [ -x /usr/bin/chromium ]; then :; \
 	elif [ -n "$(NO_BROWSER)" ]; then \

@@ -22,6 +22,7 @@ pytest_plugins = [
     "streamplatform.registry.pytest_fixtures",
     "streamplatform.storage.pytest_fixtures",
     "pytester",
+    "ci_skips",
 ]
 
 

