@@ -3,6 +3,7 @@
 streamplatform broker start [--fresh] [--security sasl_ssl|sasl_plaintext|ssl] | stop | status
 streamplatform registry start [--fresh] | stop | status   (a local Schema Registry)
 streamplatform s3 start [--fresh] | stop | status         (a local S3-compatible server)
+streamplatform new DIR     (a team's own project: a topology, its test, Dagster, a README)
 streamplatform topics create NAME [--partitions N] | list | describe NAME | delete NAME
                               (against --bootstrap-servers [--command-config FILE] or the
                               local broker)
@@ -114,6 +115,21 @@ def _broker(args: argparse.Namespace) -> int:
         return 3  # like `service status`: non-zero when stopped
     print(f"Running: pid {state.pid}, bootstrap.servers={state.bootstrap_servers}, "
           f"data in {state.data_dir}")  # fmt: skip
+    return 0
+
+
+def _new(args: argparse.Namespace) -> int:
+    """``new DIR``: a team's own small project (streamplatform/new_project.py)."""
+    from streamplatform import new_project
+
+    try:
+        written = new_project.create(Path(args.directory))
+    except FileExistsError as error:
+        print(f"streamplatform new: {error}", file=sys.stderr)
+        return 1
+    for path in written:
+        print(f"  {path}")
+    print(f"A project in {args.directory}: its README.md says how to test and run it.")
     return 0
 
 
@@ -323,6 +339,13 @@ def _job(args: argparse.Namespace) -> Any:
         topology = topology()
     settings = read_properties(args.command_config) if args.command_config else {}
     settings |= dict(setting.split("=", 1) for setting in args.set)
+    if not settings.get("bootstrap.servers"):  # the local broker, as the topic tools use it
+        state = local_broker.running_broker()
+        if state is not None:
+            local = {"bootstrap.servers": state.bootstrap_servers}
+            if state.security is not None:
+                local = read_properties(str(Path(state.data_dir) / local_broker.CLIENT_PROPERTIES))
+            settings = local | settings
     return StreamingJob(topology, settings, delta_sinks=args.delta_sink,
                         delta_state_tables=args.delta_state_table)  # fmt: skip
 
@@ -571,6 +594,13 @@ def build_parser() -> argparse.ArgumentParser:
     registry.add_argument("action", choices=["start", "stop", "status"])
     registry.add_argument("--fresh", action="store_true", help="wipe the registry's schemas first")
     registry.set_defaults(run=_registry)
+
+    new = commands.add_parser(
+        "new", help="write a team's own small project into DIR: a topology, its test, a Dagster "
+        "definitions.py and a README whose commands run it",
+    )  # fmt: skip
+    new.add_argument("directory", metavar="DIR")
+    new.set_defaults(run=_new)
 
     s3 = commands.add_parser(
         "s3",
