@@ -84,3 +84,52 @@ def _secrets(broker: LocalBroker) -> list[str]:
     keys = [path.read_text().split("-----")[2].strip()[:40]
             for path in (material.client_pem, material.broker_pem)]  # fmt: skip
     return [material.password, *keys]
+
+
+@pytest.mark.slow  # ~40 s: a broker of its own with ACLs, two runs of a job
+def test_a_principal_without_write_on_the_sink_gets_one_clear_line_and_nothing_doubles(
+    spark, tmp_path_factory, tmp_path
+):
+    """The job's user may read its source and write its DLQ but not its sink: the batch fails
+    with one line naming the topic and the ACL to grant, nothing is committed; once the ACL is
+    granted the same job runs the batch again, and the sink holds each record once."""
+    from streamplatform.runtime.kafka_output import KafkaOutputError
+
+    directory = tmp_path_factory.mktemp("acls") / "broker"
+    with LocalBroker(directory, security="sasl_ssl", acls=True) as broker:
+        settings, admin = broker.client_settings(), broker.admin_settings
+        source, out = f"in-{uuid.uuid4().hex[:8]}", f"out-{uuid.uuid4().hex[:8]}"
+        create_topics(admin, [TopicSpec(source, 3), TopicSpec(out, 1),
+                              TopicSpec(f"{source}-dlq", 1)])  # fmt: skip
+        sent = make_input(admin, source)
+        broker.grant("TOPIC", "*", "DESCRIBE")
+        broker.grant("TOPIC", source, "READ")
+        broker.grant("TOPIC", f"{source}-dlq", "WRITE")
+        broker.grant("GROUP", "*", "ALL")
+        broker.grant("TRANSACTIONAL_ID", "*", "ALL")
+        app = f"acl-{uuid.uuid4().hex[:6]}"
+        config = job_config(settings, tmp_path, app, source,
+                            **{"platform.max.records.per.batch": 100_000}) | settings  # fmt: skip
+        job = StreamingJob(dedup_topology(source, out), config, spark=spark)
+        try:
+            with pytest.raises(KafkaOutputError) as failed:
+                job.run_until_caught_up()
+        finally:
+            job.close()
+        line = str(failed.value)
+        assert "\n" not in line and f"not authorized to write to {out}" in line
+        assert f"ALLOW WRITE (and DESCRIBE) on topic {out}" in line
+        assert read_topic(admin, out) == []  # nothing committed
+        assert not Path(tmp_path / "delta" / app / "_commits").exists() or not list(
+            Path(tmp_path / "delta" / app / "_commits").glob("*.parquet")
+        )
+
+        broker.grant("TOPIC", out, "WRITE")
+        job = StreamingJob(dedup_topology(source, out), config, spark=spark)
+        try:
+            results = job.run_until_caught_up()
+        finally:
+            job.close()
+        assert results and results[0].batch_id == 0  # the failed batch, run again whole
+        got = sorted((r.key, r.value) for r in read_topic(admin, out))
+        assert got == expected_with_the_test_driver(source, sent)  # each record once

@@ -162,6 +162,7 @@ class LocalBroker(LocalServer):
         ready_timeout_s: float = 90.0,
         properties: Mapping[str, str] | None = None,
         security: str | None = None,
+        acls: bool = False,
     ) -> None:
         super().__init__(
             directory or default_data_dir(), fresh=fresh, heap_mb=heap_mb,
@@ -171,6 +172,58 @@ class LocalBroker(LocalServer):
             raise ValueError(f"security={security!r}: one of {', '.join(local_security.MODES)}")
         self.security = security
         self._client_port: int | None = None
+        if acls:  # the broker's own listeners (ANONYMOUS) stay super users; clients need ACLs
+            self.properties = {
+                "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                "super.users": "User:ANONYMOUS",
+                "allow.everyone.if.no.acl.found": "false",
+            } | self.properties
+
+    def grant(self, resource_type: str, name: str, *operations: str,
+              principal: str | None = None, prefixed: bool = False) -> None:  # fmt: skip
+        """Allow ``principal`` (default: the generated user, ``User:<user>``) ``operations``
+        ("READ", "WRITE", "DESCRIBE", "ALL", ...) on ``resource_type`` ("TOPIC", "GROUP",
+        "TRANSACTIONAL_ID") ``name`` ("*": any; ``prefixed``: names starting with it), for a
+        broker started with ``acls=True``."""
+        from confluent_kafka.admin import (
+            AclBinding,
+            AclOperation,
+            AclPermissionType,
+            ResourcePatternType,
+            ResourceType,
+        )
+
+        assert self.state is not None and self.state.internal_servers is not None
+        if principal is None:  # under mutual TLS, the client certificate's name
+            user = local_security.prepare(self.directory / "security").user
+            ssl = self.security == "ssl"
+            principal = "User:CN=streamplatform-client" if ssl else f"User:{user}"
+        pattern = ResourcePatternType.PREFIXED if prefixed else ResourcePatternType.LITERAL
+        bindings = [
+            AclBinding(
+                ResourceType[resource_type],
+                name,
+                pattern,
+                principal,
+                "*",
+                AclOperation[operation],
+                AclPermissionType.ALLOW,
+            )  # fmt: skip
+            for operation in operations
+        ]
+        settings: dict[str, Any] = {"bootstrap.servers": self.state.internal_servers, "logger": log}
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient(settings)  # must outlive the futures: its destruction cancels them
+        for future in admin.create_acls(bindings).values():
+            future.result(timeout=30)
+
+    @property
+    def admin_settings(self) -> dict[str, Any]:
+        """Settings that reach the broker through its own plaintext listener, as a super user
+        (a secured broker's setup in tests: topics, ACLs, input)."""
+        assert self.state is not None
+        return {"bootstrap.servers": self.state.internal_servers or self.state.bootstrap_servers}
 
     def write_client_properties(self) -> Path:
         """``client_settings()`` as a properties file in the broker's data, readable by its

@@ -134,6 +134,12 @@ def read_range(
                 position = rows[-1][2] + 1
             if stopped < len(messages):
                 error = messages[stopped].error()
+                if error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                    raise KafkaInputError(
+                        f"reading {what}: not authorized: the principal needs the ACL ALLOW "
+                        f"READ (and DESCRIBE) on topic {topic}; nothing of the batch is "
+                        "committed, and it runs again once the ACL is granted"
+                    )
                 if error is not None and error.code() != KafkaError._PARTITION_EOF:
                     raise KafkaInputError(f"reading {what}: {error}")
                 # At ``end``, or at the last stable offset, which is at or past it (the rest

@@ -152,6 +152,8 @@ def explain(error: Any, what: str, settings: Mapping[str, Any]) -> str:
             "TransactionalId prefix <application.id>- and READ on the group "
             f"<application.id> ({error.str()})"
         )
+    if code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+        return not_authorized_to_write(what, []) + f" ({error.str()})"
     if code in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH):
         return (
             f"{what}: fenced by a newer attempt with the same transactional.id (this one is a "
@@ -167,6 +169,14 @@ def explain(error: Any, what: str, settings: Mapping[str, Any]) -> str:
             f"({error.str()})"
         )
     return f"{what}: {error.str()}"
+
+
+def not_authorized_to_write(what: str, topics: Sequence[str]) -> str:
+    """The one line for a principal that may not write a batch's topics."""
+    named = ", ".join(topics) or "a topic of the batch"
+    return (f"{what}: not authorized to write to {named}: the principal needs the ACL "
+            f"ALLOW WRITE (and DESCRIBE) on topic {named}; nothing of the batch is committed, "
+            "and it runs again, whole, once the ACL is granted")  # fmt: skip
 
 
 def _transactional_call(call: Callable[..., Any], what: str, settings: Mapping[str, Any],
@@ -201,6 +211,7 @@ class TaskOutput:
     ) -> None:
         self.settings, self.what, self.batch_id = settings, what, batch_id
         self.failures: list[str] = []
+        self._failed: dict[str, set[Any]] = {}  # topic -> the error codes of its failed records
         self.produced = 0
         self.already_committed = False
         self._last_source: Any = None
@@ -320,6 +331,7 @@ class TaskOutput:
     def _delivered(self, error: Any, message: Any) -> None:
         if error is not None:
             self.failures.append(f"{message.topic()}[{message.partition()}]: {error}")
+            self._failed.setdefault(message.topic(), set()).add(error.code())
 
     def commit(self, positions: list[tuple[str, int, int]] | None = None) -> int:
         """Wait for every record's acknowledgement; in a transaction, add the task's offsets
@@ -331,11 +343,7 @@ class TaskOutput:
             self._positions = positions
         unsent = self.out.flush(_FLUSH_TIMEOUT_S)
         if self.failures or unsent:
-            shown = "; ".join(self.failures[:5])
-            raise KafkaOutputError(
-                f"{len(self.failures)} record(s) failed and {unsent} were not acknowledged "
-                f"within {_FLUSH_TIMEOUT_S:g}s while producing {self.what}: {shown}"
-            )
+            raise KafkaOutputError(self._failed_message(unsent))
         if not self.transactional:
             return self.produced
         if self._group is not None:
@@ -348,6 +356,34 @@ class TaskOutput:
         _transactional_call(self.out.commit_transaction, self.what, self.settings)
         crash_point("after_kafka_commit", self.batch_id)
         return self.produced
+
+    def _failed_message(self, unsent: int) -> str:
+        """Why records failed, in one line: an authorization the principal lacks named with
+        the topics and the ACL to grant; else each failure."""
+        from confluent_kafka import KafkaError, KafkaException
+
+        codes = set().union(*self._failed.values()) if self._failed else set()
+        cause = None
+        if self.transactional and self._group is not None and codes == {KafkaError._PURGE_QUEUE}:
+            # The transaction failed and librdkafka dropped what was queued: the transaction's
+            # own error says why. Adding the offsets asks for it and commits nothing.
+            from confluent_kafka import TopicPartition
+
+            offsets = [TopicPartition(t, p, o) for t, p, o in self._positions]
+            metadata = self._group.consumer_group_metadata()
+            try:
+                self.out.send_offsets_to_transaction(offsets, metadata, _TRANSACTION_CALL_TIMEOUT_S)
+            except KafkaException as error:
+                cause = error.args[0]
+        if KafkaError.TOPIC_AUTHORIZATION_FAILED in codes or (
+            cause is not None and cause.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        ):
+            return not_authorized_to_write(self.what, sorted(self._failed))
+        if cause is not None:
+            return explain(cause, self.what, self.settings)
+        shown = "; ".join(self.failures[:5])
+        return (f"{len(self.failures)} record(s) failed and {unsent} were not acknowledged "
+                f"within {_FLUSH_TIMEOUT_S:g}s while producing {self.what}: {shown}")  # fmt: skip
 
     def abort(self) -> None:
         """Give up an open transaction (nothing of it becomes visible to read_committed)."""
