@@ -156,3 +156,33 @@ def test_backfill_sensor_turns_late_days_into_partition_runs_once():
 @pytest.mark.parametrize("module", [streamplatform.dagster.lateness, assets.dedup_audit])
 def test_docstring_examples(module):
     assert doctest.testmod(module).failed == 0
+
+
+def test_kafka_secrets_come_from_envvars_and_reach_the_jobs_settings_only(monkeypatch):
+    """docs/security.md: the non-secret settings in KafkaConnection.settings, the secrets in
+    fields of their own, from EnvVar; they reach the job's settings, in the Java names."""
+    import dagster as dg
+
+    from streamplatform.dagster import KafkaConnection, StreamingJobSpec
+
+    jaas = ('org.apache.kafka.common.security.scram.ScramLoginModule required username="app" '
+            'password="from-the-environment";')  # fmt: skip
+    monkeypatch.setenv("KAFKA_SASL_JAAS_CONFIG", jaas)
+    monkeypatch.setenv("KAFKA_TRUSTSTORE_PASSWORD", "tp")
+    resource = StreamplatformResource(kafka=KafkaConnection(
+        bootstrap_servers="broker-1:9093",
+        settings={"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+                  "ssl.truststore.type": "PKCS12", "ssl.truststore.location": "/etc/trust.p12"},
+        sasl_jaas_config=dg.EnvVar("KAFKA_SASL_JAAS_CONFIG"),
+        ssl_truststore_password=dg.EnvVar("KAFKA_TRUSTSTORE_PASSWORD"),
+    ))  # fmt: skip
+    with resource.process_config_and_initialize_cm() as initialized:
+        settings = initialized.job_settings(
+            StreamingJobSpec(name="j", topology="pipelines:deduplication_topology")
+        )
+    assert settings["sasl.jaas.config"] == jaas
+    assert settings["ssl.truststore.password"] == "tp"
+    assert settings["ssl.truststore.location"] == "/etc/trust.p12"
+    # The resource's config, as Dagster shows it, holds the variables' names, not the secrets.
+    shown = repr(resource)
+    assert "from-the-environment" not in shown and "KAFKA_SASL_JAAS_CONFIG" in shown

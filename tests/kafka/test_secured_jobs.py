@@ -41,7 +41,11 @@ def secured(request, tmp_path_factory):
         yield broker, settings
 
 
-@pytest.mark.parametrize("path", ["direct-driver", pytest.param("cached", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("path", [
+    "direct-driver",
+    pytest.param("direct-spark", marks=pytest.mark.slow),
+    pytest.param("cached", marks=pytest.mark.slow),
+])  # fmt: skip
 def test_a_job_on_a_secured_broker_runs_exactly_once_through_both_clients(
     spark, secured, tmp_path, path, caplog
 ):
@@ -54,6 +58,8 @@ def test_a_job_on_a_secured_broker_runs_exactly_once_through_both_clients(
     overrides = {"platform.max.records.per.batch": 100_000}
     if path == "cached":  # Spark's own Kafka source reads the input: the Java client
         overrides["platform.sink.driver.max.records"] = 0
+    if path == "direct-spark":  # the tasks on Spark's executors, the settings shipped to them
+        overrides["platform.driver.tasks.max.records"] = 0
     config = job_config(settings, tmp_path, f"secured-{uuid.uuid4().hex[:6]}", source,
                         **overrides) | settings  # fmt: skip
     caplog.set_level(logging.DEBUG, logger="streamplatform")
