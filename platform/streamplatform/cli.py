@@ -33,7 +33,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,16 +84,46 @@ def _connection(args: argparse.Namespace) -> dict[str, Any]:
     return settings | {"bootstrap.servers": _bootstrap(args)}
 
 
-def _broker(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class _LocalServerCommand:
+    """What differs between the local servers' ``start|stop|status`` commands (the broker,
+    the registry, the S3 server); ``_local_server`` is the rest, the same for all."""
+
+    name: str  # in messages: "broker", "Schema Registry", "local S3 server"
+    running: Callable[[], Any]  # the running server's state, or None
+    stop: Callable[[], bool]  # True when one was running
+    start: Callable[[argparse.Namespace], tuple[Any, Path]]  # (its state, its data directory)
+    address: Callable[[Any], str]  # how clients reach it, from its state
+    after_start: Callable[[argparse.Namespace, Any], None] = lambda args, state: None
+
+
+def _local_server(args: argparse.Namespace, command: _LocalServerCommand) -> int:
     if args.action == "start":
-        state = local_broker.running_broker()
+        state = command.running()
         if state is not None:
-            print(f"Already running: pid {state.pid}, bootstrap.servers={state.bootstrap_servers}")
-            return 0
+            print(f"Already running: pid {state.pid}, {command.address(state)}")
+        else:
+            state, directory = command.start(args)
+            print(f"Started: pid {state.pid}, {command.address(state)}, data in {directory}")
+        command.after_start(args, state)
+        return 0
+    if args.action == "stop":
+        print("Stopped." if command.stop() else f"No {command.name} was running.")
+        return 0
+    state = command.running()
+    if state is None:
+        print("Not running.")
+        return 3  # like `service status`: non-zero when stopped
+    print(f"Running: pid {state.pid}, {command.address(state)}, data in {state.data_dir}")
+    return 0
+
+
+def _broker(args: argparse.Namespace) -> int:
+    """``broker start|stop|status``: the local Kafka broker (KRaft, in .data/broker)."""
+
+    def start(args: argparse.Namespace) -> tuple[Any, Path]:
         broker = local_broker.LocalBroker(fresh=args.fresh, security=args.security)
-        servers = broker.start()
-        print(f"Started: pid {broker.state.pid if broker.state else '?'}, "
-              f"bootstrap.servers={servers}, data in {broker.directory}")  # fmt: skip
+        broker.start()
         if args.security:
             from streamplatform.kafka.security import redacted
 
@@ -102,20 +132,14 @@ def _broker(args: argparse.Namespace) -> int:
                   f"readable by you only): {properties}")  # fmt: skip
             for key, value in redacted(broker.client_settings()).items():
                 print(f"  {key}={value}")
-            print("`streamplatform topics` uses them; a job: --command-config "
+            print(f"`streamplatform topics` and `run` use them; elsewhere: --command-config "
                   f"{properties}")  # fmt: skip
-        return 0
-    if args.action == "stop":
-        stopped = local_broker.stop_broker()
-        print("Stopped." if stopped else "No broker was running.")
-        return 0
-    state = local_broker.running_broker()
-    if state is None:
-        print("Not running.")
-        return 3  # like `service status`: non-zero when stopped
-    print(f"Running: pid {state.pid}, bootstrap.servers={state.bootstrap_servers}, "
-          f"data in {state.data_dir}")  # fmt: skip
-    return 0
+        return broker.state, broker.directory
+
+    return _local_server(args, _LocalServerCommand(
+        "broker", local_broker.running_broker, local_broker.stop_broker, start,
+        lambda state: f"bootstrap.servers={state.bootstrap_servers}",
+    ))  # fmt: skip
 
 
 def _new(args: argparse.Namespace) -> int:
@@ -138,63 +162,42 @@ def _s3(args: argparse.Namespace) -> int:
     Delta root on object storage (docs/cluster.md)."""
     from streamplatform.storage import local_s3
 
-    if args.action == "start":
-        state = local_s3.running_s3()
-        if state is None:
-            server = local_s3.LocalS3(fresh=args.fresh)
-            server.start()
-            state = server.state
-            print(f"Started: pid {state.pid}, endpoint {state.endpoint}, data in "
-                  f"{server.directory}")  # fmt: skip
-        else:
-            print(f"Already running: pid {state.pid}, endpoint {state.endpoint}")
+    def start(args: argparse.Namespace) -> tuple[Any, Path]:
+        server = local_s3.LocalS3(fresh=args.fresh)
+        server.start()
+        return server.state, server.directory
+
+    def settings(args: argparse.Namespace, state: Any) -> None:
         bucket, region, key = local_s3.DEFAULT_BUCKET, local_s3.REGION, local_s3.ACCESS_KEY_ID
         print(f"A job's Delta root there: platform.delta.root=s3://{bucket}/<path> with "
               f"platform.storage.s3.endpoint={state.endpoint}, "
               f"platform.storage.s3.region={region}, platform.storage.s3.access.key.id={key} "
               "and any platform.storage.s3.secret.access.key (the server takes any)")  # fmt: skip
-        return 0
-    if args.action == "stop":
-        stopped = local_s3.stop_s3()
-        print("Stopped." if stopped else "No local S3 server was running.")
-        return 0
-    state = local_s3.running_s3()
-    if state is None:
-        print("Not running.")
-        return 3  # like `service status`: non-zero when stopped
-    print(f"Running: pid {state.pid}, endpoint {state.endpoint}, data in {state.data_dir}")
-    return 0
+
+    return _local_server(args, _LocalServerCommand(
+        "local S3 server", local_s3.running_s3, local_s3.stop_s3, start,
+        lambda state: f"endpoint {state.endpoint}", settings,
+    ))  # fmt: skip
 
 
 def _registry(args: argparse.Namespace) -> int:
     """``registry start|stop|status``: the local Schema Registry (Apicurio, in .data/registry)."""
     from streamplatform.registry import local_registry
 
-    if args.action == "start":
-        state = local_registry.running_registry()
-        if state is not None:
-            print(f"Already running: pid {state.pid}, schema.registry.url={state.url}")
-            return 0
+    def start(args: argparse.Namespace) -> tuple[Any, Path]:
         registry = local_registry.LocalRegistry(fresh=args.fresh)
-        try:
-            url = registry.start()
-        except local_registry.NoSuitableJava as error:
-            print(f"streamplatform registry start: {error}", file=sys.stderr)
-            return 1
-        print(f"Started: pid {registry.state.pid if registry.state else '?'}, "
-              f"schema.registry.url={url}, data in {registry.directory}")  # fmt: skip
-        return 0
-    if args.action == "stop":
-        stopped = local_registry.stop_registry()
-        print("Stopped." if stopped else "No Schema Registry was running.")
-        return 0
-    state = local_registry.running_registry()
-    if state is None:
-        print("Not running.")
-        return 3  # like `service status`: non-zero when stopped
-    print(f"Running: pid {state.pid}, schema.registry.url={state.url}, "
-          f"data in {state.data_dir}")  # fmt: skip
-    return 0
+        registry.start()
+        return registry.state, registry.directory
+
+    command = _LocalServerCommand(
+        "Schema Registry", local_registry.running_registry, local_registry.stop_registry, start,
+        lambda state: f"schema.registry.url={state.url}",
+    )  # fmt: skip
+    try:
+        return _local_server(args, command)
+    except local_registry.NoSuitableJava as error:
+        print(f"streamplatform registry start: {error}", file=sys.stderr)
+        return 1
 
 
 def _topics(args: argparse.Namespace) -> int:
