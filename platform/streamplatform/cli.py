@@ -578,25 +578,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="streamplatform", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
 
-    broker = commands.add_parser("broker", help="the local single-node Kafka broker (KRaft)")
-    broker.add_argument("action", choices=["start", "stop", "status"])
-    broker.add_argument("--fresh", action="store_true", help="wipe the broker's data first")
+    broker = _server_parser(commands, "broker", _broker,
+                            "the local single-node Kafka broker (KRaft)",
+                            "wipe the broker's data first")  # fmt: skip
     broker.add_argument(
         "--security", choices=["sasl_ssl", "sasl_plaintext", "ssl"],
         help="secure the clients' listener: SCRAM over TLS, SCRAM in the clear, or mutual "
         "TLS (a CA, certificates and a user are generated; the clients' settings are written "
         "to client.properties in the broker's data)",
     )  # fmt: skip
-    broker.set_defaults(run=_broker)
 
-    registry = commands.add_parser(
-        "registry",
-        help="a local Schema Registry (Apicurio Registry with Confluent's API; "
-        "docs/schema-registry.md)",
-    )
-    registry.add_argument("action", choices=["start", "stop", "status"])
-    registry.add_argument("--fresh", action="store_true", help="wipe the registry's schemas first")
-    registry.set_defaults(run=_registry)
+    _server_parser(commands, "registry", _registry,
+                   "a local Schema Registry (Apicurio Registry with Confluent's API; "
+                   "docs/schema-registry.md)", "wipe the registry's schemas first")  # fmt: skip
 
     new = commands.add_parser(
         "new", help="write a team's own small project into DIR: a topology, its test, a Dagster "
@@ -605,14 +599,10 @@ def build_parser() -> argparse.ArgumentParser:
     new.add_argument("directory", metavar="DIR")
     new.set_defaults(run=_new)
 
-    s3 = commands.add_parser(
-        "s3",
-        help="a local S3-compatible server (moto) for a Delta root on object storage; its "
-        "objects live as long as it runs",
-    )
-    s3.add_argument("action", choices=["start", "stop", "status"])
-    s3.add_argument("--fresh", action="store_true", help="wipe the server's data first")
-    s3.set_defaults(run=_s3)
+    _server_parser(commands, "s3", _s3,
+                   "a local S3-compatible server (moto) for a Delta root on object storage; "
+                   "its objects live as long as it runs",
+                   "wipe the server's data first")  # fmt: skip
 
     topics = commands.add_parser(
         "topics", help="create, list, produce to or read topics (a DLQ, an output topic)"
@@ -691,6 +681,16 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     maintenance.set_defaults(run=_maintain)
     return parser
+
+
+def _server_parser(commands: Any, name: str, run: Callable[[argparse.Namespace], int],
+                   help: str, fresh: str) -> argparse.ArgumentParser:  # fmt: skip
+    """The ``start|stop|status [--fresh]`` command of a local server (_local_server)."""
+    command = commands.add_parser(name, help=help)
+    command.add_argument("action", choices=["start", "stop", "status"])
+    command.add_argument("--fresh", action="store_true", help=fresh)
+    command.set_defaults(run=run)
+    return command  # type: ignore[no-any-return]
 
 
 def _topic_commands(topics: argparse.ArgumentParser) -> None:
