@@ -140,7 +140,8 @@ def test_a_rekeyed_windowed_count_on_live_traffic_gives_what_kafka_streams_gives
 
 @pytest.mark.parametrize(
     ("cap", "where"),
-    [(8, "driver"), (100_000, "spark"), pytest.param(3, "driver", marks=pytest.mark.slow),
+    [(100_000, "spark"), pytest.param(8, "driver", marks=pytest.mark.slow),
+     pytest.param(3, "driver", marks=pytest.mark.slow),
      pytest.param(5, "spark", marks=pytest.mark.slow)],
 )  # fmt: skip
 def test_a_join_of_a_dense_and_a_sparse_topic_on_live_traffic_gives_what_kafka_streams_gives(
