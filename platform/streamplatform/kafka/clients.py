@@ -122,6 +122,30 @@ def delete_topics(
             raise RuntimeError(f"Could not delete topic {name!r}: {exc.args[0].str()}") from exc
 
 
+class TopicNotAuthorizedError(LookupError):
+    """Topics the principal may not see: Kafka lists only the topics one may DESCRIBE, so
+    without the ACL a topic that exists looks missing; asked for by name, the broker says."""
+
+
+def _not_authorized(settings: Mapping[str, Any], names: list[str], timeout_s: float) -> list[str]:
+    from confluent_kafka import KafkaError
+
+    hidden = []
+    for name in names:
+        try:
+            metadata = admin_client(settings).list_topics(topic=name, timeout=timeout_s)
+        except KafkaException:
+            continue
+        meta = metadata.topics.get(name)
+        if (
+            meta is not None
+            and meta.error is not None
+            and (meta.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED)
+        ):
+            hidden.append(name)
+    return hidden
+
+
 def describe_topics(
     settings: Mapping[str, Any], names: Iterable[str] | None = None, timeout_s: float = 10.0
 ) -> dict[str, int]:
@@ -139,6 +163,13 @@ def describe_topics(
         return topics
     wanted = list(names)
     missing = [name for name in wanted if name not in topics]
+    hidden = _not_authorized(settings, missing, timeout_s)
+    if hidden:
+        raise TopicNotAuthorizedError(
+            f"not authorized to DESCRIBE topic(s) {', '.join(hidden)} on "
+            f"{settings['bootstrap.servers']}: the principal needs the ACL ALLOW DESCRIBE on "
+            "each (and READ on a source, WRITE on a sink or the DLQ)"
+        )
     if missing:
         raise LookupError(
             f"Topic(s) {', '.join(missing)} do not exist on {settings['bootstrap.servers']}."

@@ -40,7 +40,7 @@ from streamplatform.config import ConfigError, StreamsConfig
 from streamplatform.dsl.graph import SinkNode, topic_name
 from streamplatform.dsl.topology import Topology
 from streamplatform.home import data_dir, default_state_dir
-from streamplatform.kafka.clients import describe_topics
+from streamplatform.kafka.clients import TopicNotAuthorizedError, describe_topics
 from streamplatform.placement import Placement
 from streamplatform.registry.serdes import configure_registry_serdes
 from streamplatform.runtime import (
@@ -200,6 +200,8 @@ class StreamingJob:
             wanted.append(dlq)
         try:
             return describe_topics(self.kafka, dict.fromkeys(wanted))
+        except TopicNotAuthorizedError as error:
+            raise ConfigError(f"{self.app}: {error}") from error
         except LookupError as error:
             raise ConfigError(f"{self.app}: {error} Create them first (the DLQ too).") from error
         except Exception as error:
