@@ -68,6 +68,17 @@ def read_properties(path: str) -> dict[str, str]:
     return settings
 
 
+def _local_broker_settings() -> dict[str, Any] | None:
+    """The running local broker's client settings (its client.properties when secured), or
+    None when none runs."""
+    state = local_broker.running_broker()
+    if state is None:
+        return None
+    if state.security is None:
+        return {"bootstrap.servers": state.bootstrap_servers}
+    return read_properties(str(Path(state.data_dir) / local_broker.CLIENT_PROPERTIES))
+
+
 def _connection(args: argparse.Namespace) -> dict[str, Any]:
     """The Kafka settings of a tool: ``--command-config`` (security settings in the Java
     client's names), ``--bootstrap-servers``, else the local broker's, with its client
@@ -78,10 +89,14 @@ def _connection(args: argparse.Namespace) -> dict[str, Any]:
         return settings | {"bootstrap.servers": args.bootstrap_servers}
     if settings.get("bootstrap.servers"):
         return settings
-    state = local_broker.running_broker()
-    if state is not None and state.security is not None and not command_config:
-        return read_properties(str(Path(state.data_dir) / local_broker.CLIENT_PROPERTIES))
-    return settings | {"bootstrap.servers": _bootstrap(args)}
+    local = _local_broker_settings()
+    if local is None:
+        return settings | {"bootstrap.servers": _bootstrap(args)}  # says there is no broker
+    return (
+        local
+        if not command_config
+        else settings | {"bootstrap.servers": local["bootstrap.servers"]}
+    )
 
 
 @dataclass(frozen=True)
@@ -343,12 +358,7 @@ def _job(args: argparse.Namespace) -> Any:
     settings = read_properties(args.command_config) if args.command_config else {}
     settings |= dict(setting.split("=", 1) for setting in args.set)
     if not settings.get("bootstrap.servers"):  # the local broker, as the topic tools use it
-        state = local_broker.running_broker()
-        if state is not None:
-            local = {"bootstrap.servers": state.bootstrap_servers}
-            if state.security is not None:
-                local = read_properties(str(Path(state.data_dir) / local_broker.CLIENT_PROPERTIES))
-            settings = local | settings
+        settings = (_local_broker_settings() or {}) | settings
     return StreamingJob(topology, settings, delta_sinks=args.delta_sink,
                         delta_state_tables=args.delta_state_table)  # fmt: skip
 

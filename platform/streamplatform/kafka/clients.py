@@ -130,10 +130,13 @@ class TopicNotAuthorizedError(LookupError):
 def _not_authorized(settings: Mapping[str, Any], names: list[str], timeout_s: float) -> list[str]:
     from confluent_kafka import KafkaError
 
-    hidden = []
+    hidden: list[str] = []
+    if not names:
+        return hidden
+    admin = admin_client(settings)
     for name in names:
         try:
-            metadata = admin_client(settings).list_topics(topic=name, timeout=timeout_s)
+            metadata = admin.list_topics(topic=name, timeout=timeout_s)
         except KafkaException:
             continue
         meta = metadata.topics.get(name)

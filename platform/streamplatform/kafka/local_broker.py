@@ -211,12 +211,16 @@ class LocalBroker(LocalServer):
             )  # fmt: skip
             for operation in operations
         ]
-        settings: dict[str, Any] = {"bootstrap.servers": self.state.internal_servers, "logger": log}
-        from confluent_kafka.admin import AdminClient
-
-        admin = AdminClient(settings)  # must outlive the futures: its destruction cancels them
+        admin = self._own_admin()  # must outlive the futures: its destruction cancels them
         for future in admin.create_acls(bindings).values():
             future.result(timeout=30)
+
+    def _own_admin(self) -> Any:
+        """An admin client on the broker's own plaintext listener (a super user there)."""
+        from confluent_kafka.admin import AdminClient
+
+        settings: dict[str, Any] = self.admin_settings | {"logger": log}
+        return AdminClient(settings)
 
     @property
     def admin_settings(self) -> dict[str, Any]:
@@ -382,7 +386,6 @@ class LocalBroker(LocalServer):
         if self.security is None or not self.security.startswith("sasl"):
             return
         from confluent_kafka.admin import (
-            AdminClient,
             ScramCredentialInfo,
             ScramMechanism,
             UserScramCredentialUpsertion,
@@ -390,8 +393,7 @@ class LocalBroker(LocalServer):
 
         assert self.state is not None and self.state.internal_servers is not None
         material = local_security.prepare(self.directory / "security")
-        settings: dict[str, Any] = {"bootstrap.servers": self.state.internal_servers, "logger": log}
-        admin = AdminClient(settings)
+        admin = self._own_admin()
         for mechanism in (ScramMechanism.SCRAM_SHA_512, ScramMechanism.SCRAM_SHA_256):
             # One request per mechanism: the broker refuses two changes of a user in one.
             upsert = UserScramCredentialUpsertion(material.user,
@@ -406,8 +408,7 @@ class LocalBroker(LocalServer):
         assert self._process is not None and self.state is not None
         # Silent: "connection refused" is the expected answer until the broker listens.
         quiet: dict[str, Any] = {"log_level": 0, "logger": log}
-        reachable = self.state.internal_servers or self.state.bootstrap_servers
-        admin = AdminClient({"bootstrap.servers": reachable} | quiet)
+        admin = AdminClient(self.admin_settings | quiet)
         deadline = time.monotonic() + self.ready_timeout_s
         while time.monotonic() < deadline:
             if self._process.poll() is not None:

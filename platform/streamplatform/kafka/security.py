@@ -29,6 +29,7 @@ module in clear: ``redacted`` is what logs, reprs and metadata may show.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Mapping
@@ -180,8 +181,10 @@ def _truststore(settings: Mapping[str, Any]) -> dict[str, Any]:
     if kind == "PEM":
         return {"ssl.ca.location": str(location)}
     if kind == "PKCS12":
+        path = Path(location)
         password = settings.get("ssl.truststore.password")
-        return {"ssl.ca.location": str(_pkcs12_as_pem(Path(location), password))}
+        version = path.stat().st_mtime_ns  # a changed store is converted again
+        return {"ssl.ca.location": str(_pkcs12_as_pem(path, version, password))}
     raise ConfigError(
         f"ssl.truststore.type: {kind} trust stores cannot be read by librdkafka (the tasks' "
         "client); give a PEM file (ssl.truststore.type=PEM) or PKCS12"
@@ -211,9 +214,12 @@ def _keystore(settings: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _pkcs12_as_pem(path: Path, password: Any) -> Path:
+@functools.lru_cache(maxsize=16)
+def _pkcs12_as_pem(path: Path, version: int, password: Any) -> Path:
     """A PKCS12 trust store's certificates as a PEM file, written once per store's content
-    under the platform's data folder (public certificates only: no secret is written)."""
+    under the platform's data folder (public certificates only: no secret is written).
+    Cached per store version and password: every Kafka client of a process is created
+    through here, and the store is read once, not per client."""
     from cryptography.hazmat.primitives.serialization import Encoding, pkcs12
 
     from streamplatform.home import data_dir
@@ -221,7 +227,7 @@ def _pkcs12_as_pem(path: Path, password: Any) -> Path:
     data = path.read_bytes()
     digest = hashlib.sha256(data).hexdigest()[:16]
     target = data_dir() / "truststores" / f"{path.stem}-{digest}.pem"
-    try:  # opened every time: a wrong password fails here, not in Spark's Java client later
+    try:  # a wrong password fails here, not in Spark's Java client later
         store = pkcs12.load_pkcs12(data, None if password is None else str(password).encode())
     except ValueError as error:
         raise ConfigError(f"ssl.truststore.location: {path} is not a PKCS12 store this "

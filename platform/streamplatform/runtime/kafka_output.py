@@ -347,15 +347,20 @@ class TaskOutput:
         if not self.transactional:
             return self.produced
         if self._group is not None:
-            from confluent_kafka import TopicPartition
-
-            offsets = [TopicPartition(t, p, o) for t, p, o in self._positions]
-            metadata = self._group.consumer_group_metadata()
             _transactional_call(self.out.send_offsets_to_transaction, self.what, self.settings,
-                                offsets, metadata)  # fmt: skip
+                                *self._offsets_and_group())  # fmt: skip
         _transactional_call(self.out.commit_transaction, self.what, self.settings)
         crash_point("after_kafka_commit", self.batch_id)
         return self.produced
+
+    def _offsets_and_group(self) -> tuple[list[Any], Any]:
+        """What the transaction commits for the group: its positions and the group's
+        metadata (``send_offsets_to_transaction``'s arguments)."""
+        from confluent_kafka import TopicPartition
+
+        assert self._group is not None
+        offsets = [TopicPartition(t, p, o) for t, p, o in self._positions]
+        return offsets, self._group.consumer_group_metadata()
 
     def _failed_message(self, unsent: int) -> str:
         """Why records failed, in one line: an authorization the principal lacks named with
@@ -367,12 +372,9 @@ class TaskOutput:
         if self.transactional and self._group is not None and codes == {KafkaError._PURGE_QUEUE}:
             # The transaction failed and librdkafka dropped what was queued: the transaction's
             # own error says why. Adding the offsets asks for it and commits nothing.
-            from confluent_kafka import TopicPartition
-
-            offsets = [TopicPartition(t, p, o) for t, p, o in self._positions]
-            metadata = self._group.consumer_group_metadata()
             try:
-                self.out.send_offsets_to_transaction(offsets, metadata, _TRANSACTION_CALL_TIMEOUT_S)
+                self.out.send_offsets_to_transaction(*self._offsets_and_group(),
+                                                     _TRANSACTION_CALL_TIMEOUT_S)  # fmt: skip
             except KafkaException as error:
                 cause = error.args[0]
         if KafkaError.TOPIC_AUTHORIZATION_FAILED in codes or (
