@@ -6,6 +6,7 @@ deduplicates them into a Delta table of the project's, and the project's data st
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import re
 import subprocess
@@ -48,6 +49,11 @@ def test_a_new_project_works_as_its_readme_says(tmp_path, monkeypatch):
     assert (table / "_delta_log").is_dir()
     assert not (_CHECKOUT / ".data" / "delta" / "clicks").exists()
 
+    # Loaded from its file under a name of its own: the example's `definitions` module may already
+    # be imported by other tests in this process.
     monkeypatch.syspath_prepend(str(project))
-    definitions = importlib.import_module("definitions")
-    assert "clicks_deduplicated" in {a.key.to_user_string() for a in definitions.defs.assets}
+    spec = importlib.util.spec_from_file_location("new_project_definitions", project / "definitions.py")
+    definitions = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(definitions)
+    keys = {k.to_user_string() for a in definitions.defs.assets for k in a.keys}
+    assert "clicks_deduplicated" in keys
