@@ -52,7 +52,9 @@ def test_a_new_project_works_as_its_readme_says(tmp_path, monkeypatch):
     # Loaded from its file under a name of its own: the example's `definitions` module may already
     # be imported by other tests in this process.
     monkeypatch.syspath_prepend(str(project))
-    spec = importlib.util.spec_from_file_location("new_project_definitions", project / "definitions.py")
+    spec = importlib.util.spec_from_file_location(
+        "new_project_definitions", project / "definitions.py"
+    )
     definitions = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(definitions)
     keys = {k.to_user_string() for a in definitions.defs.assets for k in a.keys}
