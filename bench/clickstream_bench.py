@@ -127,9 +127,11 @@ def run_native(spark, settings, prefix: str, tmp: Path, name: str):
     def deduplicated():
         return (
             kafka_stream(spark, settings, f"{prefix}clicks")
-            .select(F.col("key").cast("string").alias("user"),
-                    F.from_json(F.col("value").cast("string"), "id STRING, page STRING").alias("v"),
-                    "timestamp")  # fmt: skip
+            .select(
+                F.col("key").cast("string").alias("user"),
+                F.from_json(F.col("value").cast("string"), "id STRING, page STRING").alias("v"),
+                "timestamp",
+            )  # fmt: skip
             .select("user", "v.id", "v.page", "timestamp")
             .withWatermark("timestamp", "10 minutes")
             .dropDuplicatesWithinWatermark(["user", "id"])
@@ -164,8 +166,11 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=400_000, help="clicks")
     parser.add_argument("--users", type=int, default=10_000)
     parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--cluster", action="store_true",
-                        help="a standalone master with two one-core workers instead of local[2]")
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="a standalone master with two one-core workers instead of local[2]",
+    )
     args = parser.parse_args()  # fmt: skip
     ours: list[float] = []
     native: list[float] = []
