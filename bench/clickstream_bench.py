@@ -204,8 +204,8 @@ def main() -> None:
                       f"({seconds:.1f} s; rows {written})", flush=True)  # fmt: skip
             spark.stop()
     where = "a standalone master, 2 workers of 1 core" if args.cluster else "local[2]"
-    print(f"{args.records:,} clicks (+5% sent twice, +1 impression per 4), {args.users:,} "
-          f"users, {PARTITIONS} partitions, {where}, median of {args.repeats} runs each")  # fmt: skip
+    print(f"{args.records:,} clicks (+5% sent twice, +1 impression per 4), {args.users:,} users, "
+          f"{PARTITIONS} partitions, {where}, median of {args.repeats} runs")  # fmt: skip
     for name, runs, path in (
         ("ours   one job, four Delta sinks", ours, ", ".join(sorted(paths))),
         ("native four queries, summed", native, "Structured Streaming, availableNow"),
