@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from streamplatform import storage
+from streamplatform.kafka import LocalBroker, TopicSpec, create_topics
 from streamplatform.local_cluster import LocalCluster, free_port
 from streamplatform.runtime.microbatch import StreamingJob
 from streamplatform.serdes import Serdes
@@ -41,6 +42,7 @@ from .support import (
     join_input,
     join_tables,
     join_topology,
+    make_input,
     read_topic,
 )
 
@@ -275,3 +277,33 @@ def test_a_rekeyed_windowed_count_on_the_cluster_counts_what_the_test_driver_cou
     assert sorted((r.key, r.value) for r in got) == sorted(
         (r.key, r.value.to_bytes(8, "big", signed=True)) for r in want
     )
+
+
+@pytest.mark.cluster
+@pytest.mark.child_process
+def test_a_job_on_a_secured_broker_runs_in_the_clusters_executors(
+    cluster, spark, tmp_path_factory, tmp_path
+):
+    """SASL_SSL with SCRAM: the tasks' librdkafka clients in the executors (``direct-spark``)
+    and Spark's Java Kafka source in the executors (``delta-write``) get the settings the
+    driver ships them, trust store by path, and give the test driver's answer."""
+    directory = tmp_path_factory.mktemp("secured") / "broker"
+    with LocalBroker(directory, security="sasl_ssl") as broker:
+        settings = broker.client_settings()
+        source = f"in-{uuid.uuid4().hex[:8]}"
+        create_topics(settings, [TopicSpec(source, 3), TopicSpec(f"{source}-dlq", 1)])
+        sent = make_input(settings, source)
+        for path, limit in (
+            ("direct-spark", {}),
+            ("delta-write", {"platform.sink.driver.max.records": 0}),
+        ):
+            app = f"cluster-secured-{uuid.uuid4().hex[:6]}"
+            config = _cluster_config(settings, tmp_path, app, source,
+                                     **{"platform.max.records.per.batch": 100_000} | limit) | settings  # fmt: skip
+            report = _run_on(cluster, "dedup", config, source)
+            assert report["failed_attempts"] == 0, report
+            assert {b["path"] for b in report["batches"]} == {path}
+            rows = delta_rows(spark, f"{tmp_path}/delta/{app}/deduplicated")
+            assert sorted((k, v) for _, _, k, v in rows) == expected_with_the_test_driver(
+                source, sent
+            )
