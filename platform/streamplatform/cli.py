@@ -1,6 +1,8 @@
 """The ``streamplatform`` console script.
 
-streamplatform broker start [--fresh] [--security sasl_ssl|sasl_plaintext|ssl] | stop | status
+streamplatform broker start [--fresh] [--security sasl_ssl|sasl_plaintext|ssl [--acls]] | stop
+                      | status | grant (--topic|--group|--transactional-id NAME | --cluster)
+                      --operation OP [--prefixed] [--principal P]
 streamplatform registry start [--fresh] | stop | status   (a local Schema Registry)
 streamplatform s3 start [--fresh] | stop | status         (a local S3-compatible server)
 streamplatform new DIR     (a team's own project: a topology, its test, Dagster, a README)
@@ -39,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from streamplatform.exceptions import StreamPlatformError
 from streamplatform.kafka import local_broker
 
 
@@ -136,8 +139,15 @@ def _local_server(args: argparse.Namespace, command: _LocalServerCommand) -> int
 def _broker(args: argparse.Namespace) -> int:
     """``broker start|stop|status``: the local Kafka broker (KRaft, in .data/broker)."""
 
+    if args.action == "grant":
+        return _grant(args)
+    if args.acls and not args.security:
+        raise SystemExit("broker start --acls: needs --security (plaintext clients are the "
+                         "broker's own, allowed everything)")  # fmt: skip
+
     def start(args: argparse.Namespace) -> tuple[Any, Path]:
-        broker = local_broker.LocalBroker(fresh=args.fresh, security=args.security)
+        broker = local_broker.LocalBroker(fresh=args.fresh, security=args.security,
+                                          acls=args.acls)  # fmt: skip
         broker.start()
         if args.security:
             from streamplatform.kafka.security import redacted
@@ -149,12 +159,45 @@ def _broker(args: argparse.Namespace) -> int:
                 print(f"  {key}={value}")
             print(f"`streamplatform topics` and `run` use them; elsewhere: --command-config "
                   f"{properties}")  # fmt: skip
+        if args.acls:
+            print("ACLs on: the clients' user may do nothing until granted, e.g. "
+                  "`streamplatform broker grant --topic clicks --operation READ`")  # fmt: skip
         return broker.state, broker.directory
 
     return _local_server(args, _LocalServerCommand(
         "broker", local_broker.running_broker, local_broker.stop_broker, start,
         lambda state: f"bootstrap.servers={state.bootstrap_servers}",
     ))  # fmt: skip
+
+
+_ACL_RESOURCES = {"topic": "TOPIC", "group": "GROUP", "transactional_id": "TRANSACTIONAL_ID"}
+
+
+def _grant(args: argparse.Namespace) -> int:
+    """``broker grant``: an ACL on the running local broker started with ``--acls``."""
+    state = local_broker.running_broker()
+    if state is None:
+        print("No broker is running: `streamplatform broker start --security sasl_ssl --acls`.",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    given = [(kind, getattr(args, kind)) for kind in _ACL_RESOURCES if getattr(args, kind)]
+    if args.cluster:
+        given.append(("cluster", "kafka-cluster"))
+    if len(given) != 1 or not args.operation:
+        raise SystemExit("broker grant: one of --topic, --group, --transactional-id, --cluster "
+                         "and at least one --operation")  # fmt: skip
+    [(kind, name)] = given
+    try:
+        local_broker.grant(state, _ACL_RESOURCES.get(kind, "BROKER"), name, *args.operation,
+                           principal=args.principal, prefixed=args.prefixed)  # fmt: skip
+    except ValueError as error:
+        print(f"broker grant: {error}", file=sys.stderr)
+        return 1
+    who = args.principal or "the clients' user"
+    shown = "kafka-cluster" if kind == "cluster" else f"{kind.replace('_', '-')} {name}"
+    print(f"Granted {who} {', '.join(args.operation)} on {shown}"
+          f"{' (names starting with it)' if args.prefixed else ''}.")  # fmt: skip
+    return 0
 
 
 def _new(args: argparse.Namespace) -> int:
@@ -590,13 +633,28 @@ def build_parser() -> argparse.ArgumentParser:
 
     broker = _server_parser(commands, "broker", _broker,
                             "the local single-node Kafka broker (KRaft)",
-                            "wipe the broker's data first")  # fmt: skip
+                            "wipe the broker's data first", more=("grant",))  # fmt: skip
     broker.add_argument(
         "--security", choices=["sasl_ssl", "sasl_plaintext", "ssl"],
         help="secure the clients' listener: SCRAM over TLS, SCRAM in the clear, or mutual "
         "TLS (a CA, certificates and a user are generated; the clients' settings are written "
         "to client.properties in the broker's data)",
     )  # fmt: skip
+    broker.add_argument(
+        "--acls", action="store_true",
+        help="start: with an authorizer (needs --security): the clients' user may do only what "
+        "`broker grant` allows",
+    )  # fmt: skip
+    grant = broker.add_argument_group("grant (an ACL on a broker started with --acls)")
+    for option in ("--topic", "--group", "--transactional-id"):
+        grant.add_argument(option, metavar="NAME", help="the resource ('*': any)")
+    grant.add_argument("--cluster", action="store_true", help="the cluster resource")
+    grant.add_argument("--operation", action="append", metavar="OP",
+                       choices=["ALL", "READ", "WRITE", "CREATE", "DELETE", "ALTER", "DESCRIBE",
+                                "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE"],
+                       help="READ, WRITE, DESCRIBE, CREATE, ALL, ... (repeatable)")  # fmt: skip
+    grant.add_argument("--prefixed", action="store_true", help="names starting with NAME")
+    grant.add_argument("--principal", help="default: the generated user (User:<name>)")
 
     _server_parser(commands, "registry", _registry,
                    "a local Schema Registry (Apicurio Registry with Confluent's API; "
@@ -693,11 +751,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _server_parser(commands: Any, name: str, run: Callable[[argparse.Namespace], int],
-                   help: str, fresh: str) -> argparse.ArgumentParser:  # fmt: skip
-    """The ``start|stop|status [--fresh]`` command of a local server (_local_server)."""
+def _server_parser(
+    commands: Any, name: str, run: Callable[[argparse.Namespace], int], help: str, fresh: str,
+    more: tuple[str, ...] = (),
+) -> argparse.ArgumentParser:  # fmt: skip
+    """The ``start|stop|status [--fresh]`` command of a local server (_local_server), and
+    ``more`` actions of its own."""
     command = commands.add_parser(name, help=help)
-    command.add_argument("action", choices=["start", "stop", "status"])
+    command.add_argument("action", choices=["start", "stop", "status", *more])
     command.add_argument("--fresh", action="store_true", help=fresh)
     command.set_defaults(run=run)
     return command  # type: ignore[no-any-return]
@@ -861,6 +922,11 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.run(args))
+    except StreamPlatformError as error:
+        if args.command == "run":  # its own exit codes and lines (_run)
+            raise
+        print(f"streamplatform {args.command}: {error}", file=sys.stderr)  # one line, no trace
+        return 1
     except KeyboardInterrupt as interrupt:
         if args.command == "run":  # escaped _run's own handling: the same line and code
             return _interrupted(interrupt, _RunState(phase="starting"))

@@ -159,3 +159,41 @@ def test_cli_starts_a_secured_broker_that_the_topic_tools_reach(tmp_path):
         assert "secured\t2" in good.stdout, good.stderr
     finally:
         run("broker", "stop")
+
+
+@pytest.mark.slow  # ~15 s: a broker with ACLs of its own through the CLI
+def test_cli_grants_acls_on_a_broker_started_with_them(tmp_path):
+    """`broker start --security sasl_ssl --acls`: the clients' user may do nothing until
+    `broker grant` allows it; then the same command succeeds. ``--acls`` alone is refused."""
+    env = os.environ | {"STREAMPLATFORM_DATA": str(tmp_path)}
+    cli = [sys.executable, "-m", "streamplatform.cli"]
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*cli, *args], capture_output=True, text=True, env=env, timeout=180)
+
+    alone = run("broker", "start", "--acls")
+    assert alone.returncode != 0 and "needs --security" in alone.stderr
+    assert (
+        run("broker", "grant", "--topic", "t", "--operation", "READ").returncode == 1
+    )  # none runs
+    started = run("broker", "start", "--security", "sasl_ssl", "--acls")
+    try:
+        assert started.returncode == 0, started.stderr
+        assert "ACLs on" in started.stdout
+        refused = run("topics", "create", "orders", "--partitions", "2")
+        assert refused.returncode != 0 and "orders" not in run("topics", "list").stdout
+        assert refused.stderr.strip().splitlines() == [
+            "streamplatform topics: Could not create topic 'orders': Authorization failed. (the "
+            "principal needs ALLOW CREATE on topic orders or on the cluster)"
+        ]  # one line, no stack trace
+        both = run("broker", "grant", "--topic", "orders", "--group", "g", "--operation", "ALL")
+        assert both.returncode != 0 and "one of --topic" in both.stderr
+        granted = run("broker", "grant", "--topic", "ord", "--prefixed",
+                      "--operation", "CREATE", "--operation", "DESCRIBE")  # fmt: skip
+        assert granted.returncode == 0, granted.stderr
+        assert "CREATE, DESCRIBE on topic ord (names starting with it)" in granted.stdout
+        assert run("topics", "create", "orders", "--partitions", "2").returncode == 0
+        assert "orders\t2" in run("topics", "list").stdout
+        assert run("topics", "create", "other").returncode == 1  # not granted: refused
+    finally:
+        run("broker", "stop")

@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from streamplatform.exceptions import StreamPlatformError
 from streamplatform.kafka.security import is_security_key, librdkafka_security
 
 _librdkafka_log = logging.getLogger("streamplatform.librdkafka")
@@ -81,6 +82,19 @@ class TopicSpec:
     config: Mapping[str, str] | None = None
 
 
+class TopicAdminError(StreamPlatformError, RuntimeError):
+    """A topic the broker would not create or delete: the message names it and why (and the
+    ACL to ask for when the principal may not)."""
+
+
+def _admin_failure(verb: str, name: str, error: Any) -> TopicAdminError:
+    message = f"Could not {verb} topic {name!r}: {error.str()}"
+    if "AUTHORIZATION" in error.name():
+        operation = "CREATE" if verb == "create" else "DELETE"
+        message += f" (the principal needs ALLOW {operation} on topic {name} or on the cluster)"
+    return TopicAdminError(message)
+
+
 def create_topics(
     settings: Mapping[str, Any], topics: Iterable[TopicSpec], timeout_s: float = 30.0
 ) -> list[str]:
@@ -105,7 +119,7 @@ def create_topics(
         except KafkaException as exc:
             error = exc.args[0]
             if error.name() != "TOPIC_ALREADY_EXISTS":
-                raise RuntimeError(f"Could not create topic {name!r}: {error.str()}") from exc
+                raise _admin_failure("create", name, error) from exc
     return created
 
 
@@ -119,7 +133,7 @@ def delete_topics(
         try:
             future.result(timeout=timeout_s)
         except KafkaException as exc:
-            raise RuntimeError(f"Could not delete topic {name!r}: {exc.args[0].str()}") from exc
+            raise _admin_failure("delete", name, exc.args[0]) from exc
 
 
 class TopicNotAuthorizedError(LookupError):

@@ -79,6 +79,7 @@ class BrokerState:
     data_dir: str
     security: str | None = None  # the clients' listener's: None (plaintext) or a MODE
     internal_servers: str | None = None  # the broker's own plaintext listener, when secured
+    acls: bool = False  # an authorizer: the clients' user may do only what was granted
 
 
 def default_data_dir() -> Path:
@@ -146,6 +147,47 @@ def stop_broker(directory: Path | None = None, timeout_s: float = 20.0) -> bool:
     return True
 
 
+def grant(state: BrokerState, resource_type: str, name: str, *operations: str,
+          principal: str | None = None, prefixed: bool = False) -> None:  # fmt: skip
+    """Allow ``principal`` (default: the generated client user, ``User:<user>``, or the client
+    certificate's name under mutual TLS) ``operations`` ("READ", "WRITE", "DESCRIBE", "ALL",
+    ...) on ``resource_type`` ("TOPIC", "GROUP", "TRANSACTIONAL_ID", "BROKER") ``name`` ("*":
+    any; ``prefixed``: names starting with it), on the running broker of ``state`` started with
+    ACLs. Sent through the broker's own listener, whose principal is a super user."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    if not state.acls or state.internal_servers is None:
+        raise ValueError("This broker was started without ACLs (--security and --acls).")
+    if principal is None:
+        user = local_security.prepare(Path(state.data_dir) / "security").user
+        ssl = state.security == "ssl"
+        principal = "User:CN=streamplatform-client" if ssl else f"User:{user}"
+    pattern = ResourcePatternType.PREFIXED if prefixed else ResourcePatternType.LITERAL
+    bindings = [
+        AclBinding(
+            ResourceType[resource_type],
+            name,
+            pattern,
+            principal,
+            "*",
+            AclOperation[operation],
+            AclPermissionType.ALLOW,
+        )  # fmt: skip
+        for operation in operations
+    ]
+    settings: dict[str, Any] = {"bootstrap.servers": state.internal_servers, "logger": log}
+    admin = AdminClient(settings)
+    for future in admin.create_acls(bindings).values():  # admin outlives its futures
+        future.result(timeout=30)
+
+
 class LocalBroker(LocalServer):
     """A KRaft broker in ``directory`` (default ``.data/broker``).
 
@@ -170,7 +212,11 @@ class LocalBroker(LocalServer):
         )  # fmt: skip
         if security is not None and security not in local_security.MODES:
             raise ValueError(f"security={security!r}: one of {', '.join(local_security.MODES)}")
+        if acls and security is None:
+            raise ValueError("acls=True needs a secured clients' listener (security=...): "
+                             "plaintext clients are the broker's own, super user")  # fmt: skip
         self.security = security
+        self.acls = acls
         self._client_port: int | None = None
         if acls:  # the broker's own listeners (ANONYMOUS) stay super users; clients need ACLs
             self.properties = {
@@ -181,39 +227,10 @@ class LocalBroker(LocalServer):
 
     def grant(self, resource_type: str, name: str, *operations: str,
               principal: str | None = None, prefixed: bool = False) -> None:  # fmt: skip
-        """Allow ``principal`` (default: the generated user, ``User:<user>``) ``operations``
-        ("READ", "WRITE", "DESCRIBE", "ALL", ...) on ``resource_type`` ("TOPIC", "GROUP",
-        "TRANSACTIONAL_ID") ``name`` ("*": any; ``prefixed``: names starting with it), for a
-        broker started with ``acls=True``."""
-        from confluent_kafka.admin import (
-            AclBinding,
-            AclOperation,
-            AclPermissionType,
-            ResourcePatternType,
-            ResourceType,
-        )
-
-        assert self.state is not None and self.state.internal_servers is not None
-        if principal is None:  # under mutual TLS, the client certificate's name
-            user = local_security.prepare(self.directory / "security").user
-            ssl = self.security == "ssl"
-            principal = "User:CN=streamplatform-client" if ssl else f"User:{user}"
-        pattern = ResourcePatternType.PREFIXED if prefixed else ResourcePatternType.LITERAL
-        bindings = [
-            AclBinding(
-                ResourceType[resource_type],
-                name,
-                pattern,
-                principal,
-                "*",
-                AclOperation[operation],
-                AclPermissionType.ALLOW,
-            )  # fmt: skip
-            for operation in operations
-        ]
-        admin = self._own_admin()  # must outlive the futures: its destruction cancels them
-        for future in admin.create_acls(bindings).values():
-            future.result(timeout=30)
+        """``grant(self.state, ...)``: an ACL for this broker's clients (``acls=True``)."""
+        assert self.state is not None
+        grant(self.state, resource_type, name, *operations, principal=principal,
+              prefixed=prefixed)  # fmt: skip
 
     def _own_admin(self) -> Any:
         """An admin client on the broker's own plaintext listener (a super user there)."""
@@ -301,6 +318,7 @@ class LocalBroker(LocalServer):
             data_dir=str(self.directory),
             security=self.security,
             internal_servers=None if self.security is None else internal,
+            acls=self.acls,
         )
         (self.directory / STATE_FILE).write_text(json.dumps(asdict(self.state)))
         try:
