@@ -134,3 +134,30 @@ def test_jaas_options():
     )
     with pytest.raises(ConfigError, match="sasl.jaas.config"):
         jaas_options("username=app")
+
+
+def test_why_unreachable_asks_the_token_endpoint_and_never_names_the_secret():
+    """librdkafka reports refused OIDC client credentials only as a transport failure: the
+    reason added to "cannot reach Kafka" comes from asking the endpoint once."""
+    from oidc_provider import OidcProvider
+
+    from streamplatform.kafka.security import why_unreachable
+
+    module = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+
+    def settings(url: str, secret: str) -> dict[str, str]:
+        return {"bootstrap.servers": "127.0.0.1:1", "security.protocol": "SASL_SSL",
+                "sasl.mechanism": "OAUTHBEARER", "sasl.oauthbearer.token.endpoint.url": url,
+                "sasl.jaas.config": f'{module} required clientId="job" clientSecret="{secret}" '
+                                    'scope="kafka";'}  # fmt: skip
+
+    with OidcProvider({"job": "right-secret"}) as provider:
+        wrong = why_unreachable(settings(provider.token_url, "wrong-secret"))
+        assert wrong == (f" (the token endpoint {provider.token_url} refused clientId=job: HTTP "
+                         "401; check the client id and secret in sasl.jaas.config)")  # fmt: skip
+        assert why_unreachable(settings(provider.token_url, "right-secret")) == ""
+        assert provider.issued["job"] == 1 and provider.refused["job"] == 1
+        assert "HTTP 404" in why_unreachable(settings(f"{provider.url}/nowhere", "right-secret"))
+    closed = why_unreachable(settings(provider.token_url, "right-secret"))  # server shut down
+    assert closed.startswith(f" (the token endpoint {provider.token_url} cannot be reached")
+    assert why_unreachable({"bootstrap.servers": "x", "sasl.mechanism": "SCRAM-SHA-512"}) == ""

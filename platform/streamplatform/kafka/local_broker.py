@@ -205,6 +205,7 @@ class LocalBroker(LocalServer):
         properties: Mapping[str, str] | None = None,
         security: str | None = None,
         acls: bool = False,
+        system_properties: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(
             directory or default_data_dir(), fresh=fresh, heap_mb=heap_mb,
@@ -217,6 +218,9 @@ class LocalBroker(LocalServer):
                              "plaintext clients are the broker's own, super user")  # fmt: skip
         self.security = security
         self.acls = acls
+        # The JVM's -D options, e.g. org.apache.kafka.sasl.oauthbearer.allowed.urls for a JWKS
+        # endpoint (Kafka 4 allows none by default).
+        self.system_properties = dict(system_properties or {})
         self._client_port: int | None = None
         if acls:  # the broker's own listeners (ANONYMOUS) stay super users; clients need ACLs
             self.properties = {
@@ -300,6 +304,7 @@ class LocalBroker(LocalServer):
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.directory / 'log4j2.properties'}",
             f"{_MARKER}{self.directory}",
+            *(f"-D{key}={value}" for key, value in self.system_properties.items()),
         ]
         with self.log_file.open("ab") as out:
             self._process = subprocess.Popen(

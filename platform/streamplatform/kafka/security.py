@@ -244,3 +244,42 @@ def _pkcs12_as_pem(path: Path, version: int, password: Any) -> Path:
     partial.write_bytes(b"".join(c.public_bytes(Encoding.PEM) for c in certificates))
     partial.replace(target)
     return target
+
+
+def why_unreachable(settings: Mapping[str, Any], timeout_s: float = 5.0) -> str:
+    """A reason to add to "cannot reach Kafka" when the settings can tell one, else "".
+
+    librdkafka reports a token endpoint that refuses the client credentials (OIDC) only as a
+    broker transport failure, with no log line: ask the endpoint once, the way librdkafka and
+    Kafka's Java client do (HTTP Basic, the client-credentials grant), and say what it
+    answered. Never names the secret."""
+    import base64
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    endpoint = settings.get("sasl.oauthbearer.token.endpoint.url")
+    if str(settings.get("sasl.mechanism", "")).upper() != "OAUTHBEARER" or not endpoint:
+        return ""
+    try:
+        _, options = jaas_options(str(settings.get("sasl.jaas.config", "")))
+    except ConfigError:
+        return ""
+    client, secret = options.get("clientId", ""), options.get("clientSecret", "")
+    basic = f"{urllib.parse.quote_plus(client)}:{urllib.parse.quote_plus(secret)}"
+    form = {"grant_type": "client_credentials"} | (
+        {"scope": options["scope"]} if options.get("scope") else {}
+    )
+    request = urllib.request.Request(
+        str(endpoint), data=urllib.parse.urlencode(form).encode(), method="POST",
+        headers={"Authorization": "Basic " + base64.b64encode(basic.encode()).decode(),
+                 "Content-Type": "application/x-www-form-urlencoded"},
+    )  # fmt: skip
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s):
+            return ""  # a token was issued: the reason lies elsewhere
+    except urllib.error.HTTPError as error:
+        return (f" (the token endpoint {endpoint} refused clientId={client}: HTTP "
+                f"{error.code}; check the client id and secret in sasl.jaas.config)")  # fmt: skip
+    except (OSError, ValueError) as error:
+        return f" (the token endpoint {endpoint} cannot be reached: {error})"

@@ -335,8 +335,11 @@ def _partitions(describe: Callable[..., dict[str, int]], settings: Any, topic: s
     except LookupError as error:
         raise TopicToolError(str(error)) from None
     except Exception as error:  # noqa: BLE001 - the broker cannot be reached: say so, in one line
+        from streamplatform.kafka.security import why_unreachable
+
         raise TopicToolError(
             f"cannot reach Kafka at bootstrap.servers={settings.get('bootstrap.servers')}: {error}"
+            f"{why_unreachable(settings)}"
         ) from None
 
 

@@ -205,9 +205,12 @@ class StreamingJob:
         except LookupError as error:
             raise ConfigError(f"{self.app}: {error} Create them first (the DLQ too).") from error
         except Exception as error:
+            from streamplatform.kafka.security import why_unreachable
+
             servers = self.kafka["bootstrap.servers"]
             raise ConnectionError(
                 f"{self.app}: cannot reach Kafka at bootstrap.servers={servers}: {error}"
+                f"{why_unreachable(self.kafka)}"
             ) from error
 
     @property
