@@ -1,5 +1,6 @@
-"""Every execution path, the DLQ replay and a Dagster materialization against one SASL_SSL
-broker (SCRAM-SHA-512, server verification): the settings in the Java client's names reach
+"""Every execution path, the temporal join, the DLQ replay and a Dagster materialization against
+a secured broker, in each security mode (SASL_SSL with SCRAM-SHA-512, mutual TLS, SASL_PLAINTEXT
+with Kafka's unsecured OAUTHBEARER tokens): the settings in the Java client's names reach
 librdkafka (tasks, planner, offsets, repartition hand-off, replay) and Spark's Java Kafka source
 and sink (``cached``, ``grouped``, ``delta-write``, ``stages``) alike, each run giving the test
 driver's answer. ``test_secured_jobs.py`` covers the three security modes on the direct and
@@ -21,6 +22,9 @@ from runtime.support import (
     delta_rows,
     expected_with_the_test_driver,
     job_config,
+    join_input,
+    join_tables,
+    join_topology,
     make_input,
     read_topic,
 )
@@ -38,16 +42,19 @@ from streamplatform.kafka import LocalBroker, TopicSpec, create_topics, producer
 from streamplatform.runtime.microbatch import StreamingJob
 from streamplatform.serdes import Serdes
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]  # a broker of its own, ~2 min in all
+pytestmark = [pytest.mark.spark, pytest.mark.slow]  # a broker per mode, ~2 min per mode
 cloudpickle.register_pickle_by_value(event_time_jobs)  # Spark's workers get the jobs by value
 MINUTE = 60_000
 
 
-@pytest.fixture(scope="module")
-def secured(tmp_path_factory):
-    """A SASL_SSL broker (SCRAM-SHA-512) and its client settings, in Java's names."""
-    with LocalBroker(tmp_path_factory.mktemp("secured") / "broker", security="sasl_ssl") as broker:
-        yield broker.client_settings()
+@pytest.fixture(scope="module", params=[
+    ("sasl_ssl", "SCRAM-SHA-512"), ("ssl", None), ("sasl_plaintext", "OAUTHBEARER"),
+], ids=["sasl_ssl-scram", "mtls", "sasl_plaintext-oauthbearer"])  # fmt: skip
+def secured(request, tmp_path_factory):
+    """A broker of its own per security mode, and its client settings in Java's names."""
+    mode, mechanism = request.param
+    with LocalBroker(tmp_path_factory.mktemp("secured") / "broker", security=mode) as broker:
+        yield broker.client_settings(*(m for m in [mechanism] if m))
 
 
 def _run(topology, config, spark, delta_sinks=()):
@@ -133,6 +140,25 @@ def test_a_dedup_into_delta_on_a_secured_broker(spark, secured, tmp_path, path):
     assert len(read_topic(secured, f"{source}-dlq")) == 3  # the poison values, in the DLQ
 
 
+def test_the_temporal_join_on_a_secured_broker_equals_the_same_job_in_the_clear(
+    spark, secured, kafka_settings, tmp_path
+):
+    """The dedup job's companion: transactions joined as-of their time with a versioned table
+    of rates (two co-partitioned topics, a poison value), run against the secured broker and
+    against a plaintext one with the same topics and records: the same output, DLQ and
+    versions."""
+    name = f"join-{uuid.uuid4().hex[:6]}"
+    tables = {}
+    for where, settings in (("clear", kafka_settings), ("secured", secured)):
+        transactions, rates = join_input(settings, name)
+        config = job_config(settings, tmp_path / where, name, transactions,
+                            **{"platform.max.records.per.batch": 6}) | settings  # fmt: skip
+        _run(join_topology(transactions, rates, "enriched"), config, spark, ["enriched"])
+        tables[where] = join_tables(spark, tmp_path / where / "delta" / name)
+    assert all(tables["clear"].values())
+    assert tables["secured"] == tables["clear"]
+
+
 def _amounts(source: str, sink: str, strict: bool):
     """v1 (strict) rejects negative amounts; v2 is the fix."""
 
@@ -191,13 +217,17 @@ def test_a_dagster_materialization_reads_and_writes_a_secured_broker(
         writer.produce(source, key=f"k{n % 5}", value=json.dumps({"n": n}).encode())
     assert writer.flush(30) == 0
 
-    jaas = secured["sasl.jaas.config"]
-    monkeypatch.setenv("TEST_KAFKA_SASL_JAAS_CONFIG", jaas)
-    shared = {
-        k: v for k, v in secured.items() if k not in ("bootstrap.servers", "sasl.jaas.config")
-    }
+    # The mode's secrets (the JAAS line, store passwords) from EnvVars, the rest as settings.
+    secret_keys = [k for k in ("sasl.jaas.config", "ssl.keystore.password", "ssl.key.password",
+                               "ssl.truststore.password") if k in secured]  # fmt: skip
+    secrets = {}
+    for key in secret_keys:
+        variable = "TEST_KAFKA_" + key.upper().replace(".", "_")
+        monkeypatch.setenv(variable, secured[key])
+        secrets[key.replace(".", "_")] = dg.EnvVar(variable)
+    shared = {k: v for k, v in secured.items() if k != "bootstrap.servers" and k not in secret_keys}
     connection = KafkaConnection(bootstrap_servers=secured["bootstrap.servers"], settings=shared,
-                                 sasl_jaas_config=dg.EnvVar("TEST_KAFKA_SASL_JAAS_CONFIG"))  # fmt: skip
+                                 **secrets)  # fmt: skip
     resource = StreamplatformResource(kafka=connection, delta_root=str(tmp_path / "delta"),
                                       state_dir=str(tmp_path / "state"))  # fmt: skip
     spec = StreamingJobSpec(name="copy", application_id=f"copy-{tag}",
@@ -212,6 +242,7 @@ def test_a_dagster_materialization_reads_and_writes_a_secured_broker(
     metadata = {k: v.value for k, v in event.materialization.metadata.items()}
     assert (metadata["rows_in"], metadata["rows_out"], metadata["lag"]) == (20, 20, 0)
     assert all(e.passed for e in result.get_asset_check_evaluations())
-    password = jaas.split('password="')[1].split('"')[0]
-    assert password not in repr(metadata) and password not in repr(resource)
+    for key in secret_keys:
+        shown = secured[key].split('password="')[-1].split('"')[0]  # the password, or the whole
+        assert shown not in repr(metadata) and shown not in repr(resource)
     assert len(read_topic(secured, out)) == 20
