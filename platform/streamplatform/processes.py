@@ -17,7 +17,8 @@ its process started do. Here:
 - :func:`command_line`, :func:`snapshot` (pid -> parent, process group, session, zombie, for
   walking a session or a tree of children) and :func:`live` (which of some pids still run);
 - for the local servers (the broker, the registry), each the leader of a process group of its
-  own: :func:`stop_group` (SIGTERM, then SIGKILL), :func:`reap`, :func:`log_tail`, and
+  own: :func:`stop_group` (SIGTERM, then SIGKILL), :func:`reap`, :func:`log_tail`,
+  :class:`ServerRecord` (its state file: found again, checked, stopped) and
   :class:`LocalServer` (a context manager over ``start``/``stop``).
 """
 
@@ -223,6 +224,62 @@ def runs_with_marker(pid: int, started: str, marker: str) -> bool:
     start mark: not a later process given the same pid), and has ``marker`` in its command
     line (the server of one data directory)."""
     return is_running(pid, started) and marker in command_line(pid)
+
+
+@dataclass(frozen=True)
+class ServerRecord:
+    """How one kind of local server (the broker, the registry, the S3 server) records itself in
+    its data directory, and the one implementation of finding and stopping it there: its state
+    file (a dataclass with ``pid`` and ``started``, :func:`start_mark`), the marker on its
+    command line followed by the directory, the state's type and the default directory."""
+
+    what: str  # in messages: "broker", "Schema Registry", "local S3 server"
+    state_file: str
+    marker: str
+    kind: type
+    default_dir: Callable[[], Path]
+
+    def directory(self, directory: Path | None = None) -> Path:
+        return (directory or self.default_dir()).resolve()
+
+    def read(self, directory: Path | None = None) -> Any:
+        """The server recorded in ``directory``, or None when none is recorded."""
+        return recorded_state(self.directory(directory) / self.state_file, self.kind)
+
+    def record(self, directory: Path, state: Any) -> None:
+        record_state(directory / self.state_file, state)
+
+    def is_ours(self, state: Any, directory: Path) -> bool:
+        """The recorded process still runs, is the one that was started (not a later one given
+        the same pid) and is this kind of server of ``directory``."""
+        return runs_with_marker(state.pid, state.started, f"{self.marker}{directory}")
+
+    def running(self, directory: Path | None = None) -> Any:
+        """The server recorded in ``directory`` if it is still running, else None."""
+        directory = self.directory(directory)
+        state = self.read(directory)
+        return state if state is not None and self.is_ours(state, directory) else None
+
+    def stop(
+        self, directory: Path | None = None, timeout_s: float = 20.0,
+        after: Callable[[Any, bool | None], None] | None = None,
+    ) -> bool:  # fmt: skip
+        """Stop the server recorded in ``directory`` (SIGTERM to its process group, SIGKILL
+        after ``timeout_s``): True when one was running; a stale state file is removed and
+        nothing is signalled. ``after(state, exited_cleanly)`` runs before the file goes
+        (``exited_cleanly`` None: the recorded one was not running)."""
+        directory = self.directory(directory)
+        state = self.running(directory)
+        if state is None:
+            if after is not None and (stale := self.read(directory)) is not None:
+                after(stale, None)
+        else:  # the server leads its own process group (start_new_session)
+            exited = stop_group(state.pid, lambda: not self.is_ours(state, directory),
+                                timeout_s, self.what)  # fmt: skip
+            if after is not None:
+                after(state, exited)
+        (directory / self.state_file).unlink(missing_ok=True)
+        return state is not None
 
 
 class LocalServer:

@@ -22,7 +22,6 @@ client's names. The broker itself talks to itself on a second, plaintext listene
 from __future__ import annotations
 
 import base64
-import json
 import logging
 import os
 import shutil
@@ -31,21 +30,13 @@ import subprocess
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from streamplatform.home import data_dir, jars_in
 from streamplatform.kafka import local_security
-from streamplatform.processes import (
-    LocalServer,
-    command_line,
-    is_running,
-    log_tail,
-    reap,
-    recorded_state,
-    stop_group,
-)
+from streamplatform.processes import LocalServer, ServerRecord, log_tail, reap, start_mark
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +71,7 @@ class BrokerState:
     security: str | None = None  # the clients' listener's: None (plaintext) or a MODE
     internal_servers: str | None = None  # the broker's own plaintext listener, when secured
     acls: bool = False  # an authorizer: the clients' user may do only what was granted
+    started: str = ""  # the process's start mark (processes.start_mark): not a reused pid
 
 
 def default_data_dir() -> Path:
@@ -112,39 +104,10 @@ def _java() -> str:
     return java
 
 
-def _is_our_broker(pid: int, directory: Path) -> bool:
-    """True when ``pid`` is alive (not a zombie) and is the broker JVM of ``directory``."""
-    return is_running(pid) and f"{_MARKER}{directory}" in command_line(pid)
-
-
-def read_state(directory: Path | None = None) -> BrokerState | None:
-    """The broker recorded in ``directory``, or None when none is recorded."""
-    return recorded_state((directory or default_data_dir()) / STATE_FILE, BrokerState)
-
-
-def running_broker(directory: Path | None = None) -> BrokerState | None:
-    """The broker recorded in ``directory`` if it is still running."""
-    directory = (directory or default_data_dir()).resolve()
-    state = read_state(directory)
-    if state is not None and _is_our_broker(state.pid, directory):
-        return state
-    return None
-
-
-def stop_broker(directory: Path | None = None, timeout_s: float = 20.0) -> bool:
-    """Stop the broker recorded in ``directory`` (SIGTERM to its group, SIGKILL after timeout).
-
-    Returns True when a running broker was stopped, False when none was running.
-    """
-    directory = (directory or default_data_dir()).resolve()
-    state = running_broker(directory)
-    if state is None:
-        (directory / STATE_FILE).unlink(missing_ok=True)
-        return False
-    # The broker leads its own process group (start_new_session).
-    stop_group(state.pid, lambda: not _is_our_broker(state.pid, directory), timeout_s, "Broker")
-    (directory / STATE_FILE).unlink(missing_ok=True)
-    return True
+RECORD = ServerRecord("Broker", STATE_FILE, _MARKER, BrokerState, default_data_dir)
+read_state = RECORD.read  # the broker recorded in a directory (default .data/broker), or None
+running_broker = RECORD.running  # ... if it is still running
+stop_broker = RECORD.stop  # SIGTERM to its group, SIGKILL after timeout_s: True if one ran
 
 
 def grant(state: BrokerState, resource_type: str, name: str, *operations: str,
@@ -324,8 +287,9 @@ class LocalBroker(LocalServer):
             security=self.security,
             internal_servers=None if self.security is None else internal,
             acls=self.acls,
+            started=start_mark(self._process.pid),
         )
-        (self.directory / STATE_FILE).write_text(json.dumps(asdict(self.state)))
+        RECORD.record(self.directory, self.state)
         try:
             self._wait_ready()
             self._add_user()

@@ -45,16 +45,7 @@ from pathlib import Path
 
 from streamplatform.home import data_dir, jvm_dir, project_home
 from streamplatform.kafka.local_broker import _free_port
-from streamplatform.processes import (
-    LocalServer,
-    log_tail,
-    reap,
-    record_state,
-    recorded_state,
-    runs_with_marker,
-    start_mark,
-    stop_group,
-)
+from streamplatform.processes import LocalServer, ServerRecord, log_tail, reap, start_mark
 
 log = logging.getLogger(__name__)
 
@@ -228,47 +219,21 @@ def registry_java(minimum: int = MIN_JAVA) -> Path:
 # --- the state file ------------------------------------------------------------------------
 
 
-def _is_our_registry(state: RegistryState, directory: Path) -> bool:
-    """True when the recorded process still runs (not a zombie), is the one that was started
-    (same start mark: not a later process given the same pid), and is the registry JVM of
-    ``directory``."""
-    return runs_with_marker(state.pid, state.started, f"{_MARKER}{directory}")
+RECORD = ServerRecord("Schema Registry", STATE_FILE, _MARKER, RegistryState, default_data_dir)
+read_state = RECORD.read  # the registry recorded in a directory (default .data/registry)
+running_registry = RECORD.running  # ... if it is still running, else None
 
 
-def read_state(directory: Path | None = None) -> RegistryState | None:
-    """The registry recorded in ``directory``, or None when none is recorded."""
-    return recorded_state((directory or default_data_dir()) / STATE_FILE, RegistryState)
-
-
-def running_registry(directory: Path | None = None) -> RegistryState | None:
-    """The registry recorded in ``directory`` if it is still running."""
-    directory = (directory or default_data_dir()).resolve()
-    state = read_state(directory)
-    if state is not None and _is_our_registry(state, directory):
-        return state
-    return None
+def _class_archive_after_stop(state: RegistryState, exited_cleanly: bool | None) -> None:
+    """A stopped registry's class-data archive: kept when it exited cleanly (it wrote the
+    whole archive), dropped when it was killed or had already gone."""
+    if state.cds_partial:
+        _keep_class_archive(Path(state.cds_partial), complete=bool(exited_cleanly))
 
 
 def stop_registry(directory: Path | None = None, timeout_s: float = 20.0) -> bool:
-    """Stop the registry recorded in ``directory`` (SIGTERM to its process group, SIGKILL
-    after ``timeout_s``). Returns True when a running registry was stopped, False when none
-    was running (a stale state file is removed, and nothing is signalled)."""
-    directory = (directory or default_data_dir()).resolve()
-    state = running_registry(directory)
-    if state is None:
-        stale = read_state(directory)
-        if stale is not None and stale.cds_partial:
-            Path(stale.cds_partial).unlink(missing_ok=True)
-        (directory / STATE_FILE).unlink(missing_ok=True)
-        return False
-    # The registry leads its own process group (start_new_session).
-    exited = stop_group(
-        state.pid, lambda: not _is_our_registry(state, directory), timeout_s, "Schema Registry"
-    )
-    if state.cds_partial:
-        _keep_class_archive(Path(state.cds_partial), complete=exited)
-    (directory / STATE_FILE).unlink(missing_ok=True)
-    return True
+    """Stop the registry recorded in ``directory``: True when one was running (RECORD.stop)."""
+    return RECORD.stop(directory, timeout_s, after=_class_archive_after_stop)
 
 
 # --- start-up time: a class-data archive ----------------------------------------------------
@@ -420,7 +385,7 @@ class LocalRegistry(LocalServer):
             data_dir=str(self.directory),
             cds_partial=cds_partial,
         )
-        record_state(self.directory / STATE_FILE, self.state)
+        RECORD.record(self.directory, self.state)
         try:
             self._wait_ready()
         except BaseException:

@@ -39,16 +39,7 @@ from typing import Any
 
 from streamplatform.home import data_dir
 from streamplatform.kafka.local_broker import _free_port
-from streamplatform.processes import (
-    LocalServer,
-    log_tail,
-    reap,
-    record_state,
-    recorded_state,
-    runs_with_marker,
-    start_mark,
-    stop_group,
-)
+from streamplatform.processes import LocalServer, ServerRecord, log_tail, reap, start_mark
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +151,7 @@ class LocalS3(LocalServer):
             port=port,
             data_dir=str(self.directory),
         )
-        record_state(self.directory / STATE_FILE, self.state)
+        RECORD.record(self.directory, self.state)
         try:
             self._wait_ready()
             for bucket in self.buckets:
@@ -214,34 +205,10 @@ class LocalS3(LocalServer):
         )
 
 
-def _is_our_server(state: S3State, directory: Path) -> bool:
-    return runs_with_marker(state.pid, state.started, f"{_MARKER}{directory}")
-
-
-def read_state(directory: Path | None = None) -> S3State | None:
-    return recorded_state((directory or default_data_dir()) / STATE_FILE, S3State)
-
-
-def running_s3(directory: Path | None = None) -> S3State | None:
-    """The server recorded in ``directory`` if it is still running."""
-    directory = (directory or default_data_dir()).resolve()
-    state = read_state(directory)
-    return state if state is not None and _is_our_server(state, directory) else None
-
-
-def stop_s3(directory: Path | None = None, timeout_s: float = 20.0) -> bool:
-    """Stop the server recorded in ``directory`` (SIGTERM to its group, SIGKILL after
-    ``timeout_s``); False when none was running (a stale state file is removed)."""
-    directory = (directory or default_data_dir()).resolve()
-    state = running_s3(directory)
-    if state is not None:
-        stop_group(state.pid, lambda: not _is_our_server(state, directory), timeout_s,
-                   "local S3 server")  # fmt: skip
-    (directory / STATE_FILE).unlink(missing_ok=True)
-    return state is not None
-
-
-# --- the server process -------------------------------------------------------------------
+RECORD = ServerRecord("local S3 server", STATE_FILE, _MARKER, S3State, default_data_dir)
+read_state = RECORD.read  # the server recorded in a directory (default .data/s3), or None
+running_s3 = RECORD.running  # ... if it is still running
+stop_s3 = RECORD.stop  # SIGTERM to its group, SIGKILL after timeout_s: True if one ran
 
 
 def _serialized_writes(app: Any) -> Any:
