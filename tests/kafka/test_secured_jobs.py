@@ -143,3 +143,39 @@ def test_a_principal_without_write_on_the_sink_gets_one_clear_line_and_nothing_d
         assert results and results[0].batch_id == 0  # the failed batch, run again whole
         got = sorted((r.key, r.value) for r in read_topic(admin, out))
         assert got == expected_with_the_test_driver(source, sent)  # each record once
+
+
+@pytest.mark.slow  # a child driver with its own Spark
+@pytest.mark.child_process
+def test_streamplatform_run_takes_the_settings_file_and_prints_no_secret(secured, tmp_path):
+    """`streamplatform run --command-config client.properties`, as Kafka's tools take one: the
+    job runs against the secured broker, and nothing it prints (settings, progress lines, the
+    summary) holds the password or key material."""
+    import subprocess
+
+    from test_cli import console_command, env_without_pythonpath, team_module
+
+    from streamplatform.kafka import producer
+
+    broker, settings = secured
+    source, sink = f"in-{uuid.uuid4().hex[:8]}", f"upper-{uuid.uuid4().hex[:6]}"
+    create_topics(settings, [TopicSpec(source, 1)])
+    writer = producer(settings)
+    for n in range(5):
+        writer.produce(source, key=f"k{n}", value=f"v{n}")
+    assert writer.flush(30) == 0
+    properties = tmp_path / "client.properties"
+    properties.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+    app = f"cli-secured-{uuid.uuid4().hex[:6]}"
+    job = {"application.id": app, "platform.delta.root": str(tmp_path / "delta"),
+           "state.dir": str(tmp_path / "state"), "platform.spark.master": "local[1]"}  # fmt: skip
+    command = console_command("run", team_module(tmp_path, source, sink), job,
+                              "--delta-sink", sink, "--command-config", str(properties),
+                              "--until-caught-up")  # fmt: skip
+    done = subprocess.run(command, cwd=tmp_path, env=env_without_pythonpath(),
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    progress = [line for line in done.stdout.splitlines() if line.startswith("batch ")]
+    assert progress and progress[0].startswith("batch 0: 5 in, 5 out, ")
+    for secret in (s for s in _secrets(broker) if s):
+        assert secret not in done.stdout and secret not in done.stderr
