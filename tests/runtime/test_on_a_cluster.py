@@ -281,14 +281,16 @@ def test_a_rekeyed_windowed_count_on_the_cluster_counts_what_the_test_driver_cou
 
 @pytest.mark.cluster
 @pytest.mark.child_process
+@pytest.mark.parametrize("mode", ["sasl_ssl", "ssl"], ids=["sasl_ssl-scram", "mtls"])
 def test_a_job_on_a_secured_broker_runs_in_the_clusters_executors(
-    cluster, spark, tmp_path_factory, tmp_path
+    cluster, spark, tmp_path_factory, tmp_path, mode
 ):
-    """SASL_SSL with SCRAM: the tasks' librdkafka clients in the executors (``direct-spark``)
-    and Spark's Java Kafka source in the executors (``delta-write``) get the settings the
-    driver ships them, trust store by path, and give the test driver's answer."""
+    """SASL_SSL with SCRAM, and mutual TLS: the tasks' librdkafka clients in the executors
+    (``direct-spark``) and Spark's Java Kafka source in the executors (``delta-write``) get the
+    settings the driver ships them, trust and key stores by path, and give the test driver's
+    answer."""
     directory = tmp_path_factory.mktemp("secured") / "broker"
-    with LocalBroker(directory, security="sasl_ssl") as broker:
+    with LocalBroker(directory, security=mode) as broker:
         settings = broker.client_settings()
         source = f"in-{uuid.uuid4().hex[:8]}"
         create_topics(settings, [TopicSpec(source, 3), TopicSpec(f"{source}-dlq", 1)])
