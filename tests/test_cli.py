@@ -42,7 +42,8 @@ class FakeJob:
         self.closed = 0
         self.next_id = 0
 
-    def run_forever(self, trigger_interval_ms, idle_interval_ms, on_batch):
+    def run_forever(self, trigger_interval_ms, idle_interval_ms, on_batch, stop=None,
+                    until_caught_up=False):  # fmt: skip
         for batch_id in range(self.batches):
             on_batch(Batch(batch_id))
         if self.fail is not None:
@@ -182,7 +183,7 @@ def test_the_progress_line_takes_the_batch_s_own_guarantee(monkeypatch, capsys):
         guarantee: str = "at_least_once"
 
     job = FakeJob()
-    job.run_forever = lambda trigger, idle, on_batch: on_batch(GuaranteedBatch(0))
+    job.run_forever = lambda trigger, idle, on_batch, **_: on_batch(GuaranteedBatch(0))
     _, out, _ = _run(monkeypatch, capsys, job)
     assert out.splitlines()[1].endswith(" ms, at_least_once")
 
@@ -205,10 +206,11 @@ from streamplatform.runtime.signals import StopOnSignals
 class Job:
     config = {{"application.id": "orders", "processing.guarantee": "exactly_once_v2"}}
 
-    def run_forever(self, trigger_interval_ms, idle_interval_ms, on_batch):
+    def run_forever(self, trigger_interval_ms, idle_interval_ms, on_batch, stop=None,
+                    until_caught_up=False):
         import threading
 
-        with StopOnSignals(threading.Event(), "orders"):  # run_forever's own handlers
+        with StopOnSignals(stop or threading.Event(), "orders"):  # run_forever's own handlers
             for signum in {signals}:
                 os.kill(os.getpid(), signum)
                 time.sleep(0.2)
@@ -239,6 +241,48 @@ def test_a_real_second_signal_ends_the_process_with_130_one_line_and_no_tracebac
         "nothing of it is committed, the next run replays it (exit 130)"
     ], done.stderr
     assert "Traceback" not in done.stderr
+
+
+SIGNAL_WHILE_STARTING = """
+import os, signal, sys, time
+from streamplatform import cli
+
+
+class Job:
+    config = {{"application.id": "orders", "processing.guarantee": "exactly_once_v2"}}
+    ran = False
+
+    def run_forever(self, *args, **kwargs):
+        Job.ran = True
+        raise AssertionError("a batch was started after the stop signal")
+
+    def close(self):
+        print("closed", flush=True)
+
+
+def building(args):  # the job's start (settings, imports, ...) when the signal comes
+    os.kill(os.getpid(), signal.{name})
+    time.sleep(0.2)
+    return Job()
+
+
+cli._job = building
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGINT"])
+def test_one_signal_while_the_job_starts_starts_no_batch_and_exits_0(tmp_path, name):
+    """Before: the first SIGTERM during the start raised KeyboardInterrupt there (exit 130),
+    where the documented first signal lets the batch in flight finish, or starts none."""
+    script = tmp_path / "fake_start.py"
+    script.write_text(SIGNAL_WHILE_STARTING.format(name=name))
+    done = subprocess.run([sys.executable, str(script), *RUN], capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert done.returncode == cli.EXIT_STOPPED == 0, done.stderr
+    assert "streamplatform run: stopped before the first batch" in done.stderr
+    assert f"{name} received; finishing the batch in flight" in done.stderr
+    assert "closed" in done.stdout and "Traceback" not in done.stderr
 
 
 def test_topology_resolves_from_the_current_directory_first(tmp_path, monkeypatch):

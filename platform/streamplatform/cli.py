@@ -436,16 +436,23 @@ class _RunState:
 
 
 def _run(args: argparse.Namespace) -> int:
-    """A job in continuous mode (StreamingJob.run_forever), one progress line per batch."""
+    """A job in continuous mode (StreamingJob.run_forever), one progress line per batch.
+
+    The signals are handled from the first moment: a first SIGTERM/SIGINT at any point —
+    while the job starts (settings, claim, Spark), restores or runs a batch — lets the batch in
+    flight commit, or starts none, and the process exits 0; a second one interrupts (130)."""
+    from streamplatform.runtime.signals import StopOnSignals
+
     state = _RunState()
+    stop = threading.Event()
     try:
-        with _sigterm_interrupts():
-            return _run_job(args, state)
+        with StopOnSignals(stop, "streamplatform run"):
+            return _run_job(args, state, stop)
     except KeyboardInterrupt as interrupt:
         return _interrupted(interrupt, state)
 
 
-def _run_job(args: argparse.Namespace, state: _RunState) -> int:
+def _run_job(args: argparse.Namespace, state: _RunState, stop: threading.Event) -> int:
     from streamplatform import JobClaimedError, JobFencedError, ReplayRefused
     from streamplatform.config import ConfigError
 
@@ -468,11 +475,11 @@ def _run_job(args: argparse.Namespace, state: _RunState) -> int:
 
     state.phase = "running"
     try:
-        if args.until_caught_up:
-            while (batch := job.run_batch()) is not None:
-                progress(batch)
+        if stop.is_set():  # a signal while the job was being built: start nothing
+            print("streamplatform run: stopped before the first batch", file=sys.stderr)
         else:
-            job.run_forever(args.trigger_interval_ms, args.idle_interval_ms, on_batch=progress)
+            job.run_forever(args.trigger_interval_ms, args.idle_interval_ms, on_batch=progress,
+                            stop=stop, until_caught_up=args.until_caught_up)  # fmt: skip
         code = EXIT_STOPPED
     except KeyboardInterrupt as interrupt:
         return _interrupted(interrupt, state)  # its line first, then the job is closed
@@ -511,30 +518,6 @@ def _interrupt_behind(error: BaseException) -> KeyboardInterrupt | None:
             return seen
         seen = seen.__cause__ or seen.__context__
     return None
-
-
-@contextmanager
-def _sigterm_interrupts() -> Iterator[None]:
-    """SIGTERM raises KeyboardInterrupt, as SIGINT does, where nothing else handles it (while
-    the job starts, closes, or runs --until-caught-up): the process then ends through
-    _interrupted with one line, not killed mid-write. run_forever's own handlers come first
-    while it runs (the first signal finishes the batch in flight)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.getsignal(signal.SIGTERM)
-    if previous is not signal.SIG_DFL:
-        yield
-        return
-
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt("SIGTERM")
-
-    signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _interrupted(interrupt: BaseException, state: _RunState) -> int:

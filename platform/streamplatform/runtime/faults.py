@@ -15,8 +15,10 @@ Steps: ``after_plan`` (offset log written), ``during_tasks`` (inside an executor
 through a task's records), ``during_outputs`` (a Delta sink written, other outputs maybe
 not), ``after_outputs`` (Delta and Kafka outputs written, commit log not), ``after_commit``
 (commit log written), ``after_kafka_commit`` (inside an executor, a task's Kafka transaction
-committed; exactly_once_v2). The driver's pid is taken from
-``STREAMPLATFORM_FAULT_PID``, which ``arm()`` sets.
+committed; exactly_once_v2); and in a continuous run's start, before any batch, with the
+batch id ``start``: ``start_claimed`` (the job claimed, Spark not started) and
+``start_spark_ready`` (Spark started, the first batch not planned). The driver's pid is taken
+from ``STREAMPLATFORM_FAULT_PID``, which ``arm()`` sets.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ def arm() -> None:
         os.environ[_PID] = str(os.getpid())
 
 
-def crash_point(step: str, batch_id: int) -> None:
+def crash_point(step: str, batch_id: int | str) -> None:
     if os.environ.get(_SPEC) == f"{step}:{batch_id}":
         os.kill(int(os.environ.get(_PID, os.getpid())), signal.SIGKILL)
     if os.environ.get(_FAIL_ONCE) in (f"{step}:{batch_id}", f"{step}:*"):

@@ -253,6 +253,7 @@ class StreamingJob:
         idle_interval_ms: int = 1_000,
         on_batch: Callable[[BatchResult], None] | None = None,
         stop: threading.Event | None = None,
+        until_caught_up: bool = False,
     ) -> int:
         """Continuous mode: batch after batch until stopped; returns how many batches ran.
 
@@ -265,7 +266,10 @@ class StreamingJob:
         released, and the method returns. A second signal interrupts the batch in flight
         (``KeyboardInterrupt``); its plan is logged, so the next run replays it exactly. A
         batch that fails raises, with nothing of it committed (the claim released): run
-        again, and it is replayed.
+        again, and it is replayed. A caller that handles the signals from before the job
+        starts (``streamplatform run``) passes its ``stop``: a first signal during the start
+        (the claim, Spark's start) then means "start no batch". ``until_caught_up``: stop once
+        a batch finds nothing to read.
         """
         stop = stop or threading.Event()
         signals = StopOnSignals(stop, self.app)
@@ -273,7 +277,9 @@ class StreamingJob:
             self._claim()  # a second driver is refused before it starts Spark
         batches = 0
         try:
+            crash_point("start_claimed", "start")
             _ = self.spark  # started first: PySpark's own SIGINT handler would replace ours
+            crash_point("start_spark_ready", "start")
             with signals:
                 while not stop.is_set():
                     started = time.monotonic()
@@ -282,6 +288,8 @@ class StreamingJob:
                         batches += 1
                         if on_batch is not None:
                             on_batch(result)
+                    elif until_caught_up:
+                        break
                     wait_ms = trigger_interval_ms if result is not None else max(
                         trigger_interval_ms, idle_interval_ms)  # fmt: skip
                     remaining = wait_ms / 1000 - (time.monotonic() - started)
