@@ -153,3 +153,20 @@ def test_reference_doc_is_generated_from_the_settings():
         "docs/configuration.md is stale: run `.venv/bin/python -m streamplatform.config "
         "> docs/configuration.md`"
     )
+
+
+def test_auto_offset_reset_takes_kafkas_values_and_refuses_others_naming_the_setting():
+    from streamplatform.config import iso_duration_ms
+
+    def reset(value):
+        return StreamsConfig({"application.id": "a", "auto.offset.reset": value})[
+            "auto.offset.reset"
+        ]
+
+    assert StreamsConfig({"application.id": "a"})["auto.offset.reset"] == "earliest"
+    assert [reset(v) for v in ("earliest", "LATEST", "none")] == ["earliest", "latest", "none"]
+    assert reset("by_duration:pt1h30m") == "by_duration:PT1H30M"
+    assert iso_duration_ms("P1DT2H30M") == 95_400_000 and iso_duration_ms("PT0.5S") == 500
+    for bad in ("smallest", "by_duration:1h", "by_duration:P", "by_duration:PT"):
+        with pytest.raises(ConfigError, match="auto.offset.reset"):
+            reset(bad)

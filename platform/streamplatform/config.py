@@ -15,6 +15,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
+import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -87,6 +88,36 @@ def _choice(*options: str) -> Callable[[Any], str]:
         return str(value)
 
     return parse
+
+
+_ISO_DURATION = re.compile(
+    r"P(?:(?P<days>\d+)D)?(?:T(?:(?P<hours>\d+)H)?(?:(?P<minutes>\d+)M)?"
+    r"(?:(?P<seconds>\d+(?:\.\d{1,9})?)S)?)?"
+)
+
+
+def iso_duration_ms(text: str) -> int:
+    """An ISO-8601 duration as Java's ``Duration.parse`` takes it (``PnDTnHnMn.nS``: days,
+    hours, minutes, seconds), in milliseconds."""
+    match = _ISO_DURATION.fullmatch(text.strip().upper())
+    if match is None or text.strip().upper() in ("P", "PT") or text.strip().upper().endswith("T"):
+        raise ValueError(f"{text!r} is not an ISO-8601 duration such as PT1H, P1D or PT30M")
+    parts = {name: float(value) for name, value in match.groupdict().items() if value}
+    seconds = (parts.get("days", 0) * 86_400 + parts.get("hours", 0) * 3_600
+               + parts.get("minutes", 0) * 60 + parts.get("seconds", 0))  # fmt: skip
+    return round(seconds * 1000)
+
+
+def _offset_reset(value: Any) -> str:
+    """Kafka's ``auto.offset.reset`` (KIP-1106): earliest, latest, none, by_duration:<ISO>."""
+    text = _string(value).strip().lower()
+    if text in ("earliest", "latest", "none"):
+        return text
+    if text.startswith("by_duration:"):
+        iso_duration_ms(text.split(":", 1)[1])  # refused here, at start, when malformed
+        return f"by_duration:{text.split(':', 1)[1].upper()}"
+    raise ValueError("expected earliest, latest, none or by_duration:<ISO-8601 duration> "
+                     "(by_duration:PT1H, say)")  # fmt: skip
 
 
 def _bool(value: Any) -> bool:
@@ -355,6 +386,12 @@ SETTINGS: tuple[Setting, ...] = (
             "endpoint of one's own, false on AWS.", "boolean"),
     Setting("platform.spark.master", _string, None, "Spark master for the job. Default: "
             "$SPARK_MASTER or local[*].", "string"),
+    Setting("auto.offset.reset", _offset_reset, "earliest", "Where a partition the job has "
+            "never committed a position of starts (a new job, a partition or source topic added "
+            "later, a job reset): earliest, latest (what arrives from the start on), "
+            "by_duration:<ISO-8601> (records from that long before the start, by timestamp: "
+            "by_duration:PT1H), or none (refuse to start). Kafka Streams' default, earliest.",
+            "earliest | latest | none | by_duration:<duration>"),
     Setting("platform.max.records.per.batch", _int(1), 100_000, "Upper bound on the records a "
             "task takes in one micro-batch, over all its partitions (each partition is planned "
             "up to it; a task stops where a partition so cut ends: docs/semantics.md, \"Event "

@@ -9,7 +9,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from streamplatform.config import ConfigError
+from streamplatform.config import ConfigError, iso_duration_ms
 from streamplatform.runtime.batch_outputs import Progress
 from streamplatform.runtime.group_offsets import GroupOffsets
 from streamplatform.runtime.job_context import JobContext
@@ -25,14 +25,21 @@ class Planner:
         self.context = context
         self.group_offsets = group_offsets
         self._watermarks: Any = None
+        # Where partitions without a committed position start, resolved once per run by
+        # auto.offset.reset: "latest" is the end when the job first looked, not at each plan
+        # (records arriving meanwhile are read), as a consumer resets once when assigned.
+        self._first_positions: dict[tuple[str, int], int] = {}
 
     def plan(self, consumed: Mapping[tuple[str, int], int]) -> Ranges:
         cap = self.context.config["platform.max.records.per.batch"]
         ranges: Ranges = {}
         self._check_partition_counts()
-        for (topic, partition), (low, high) in self.end_offsets().items():
-            start = max(consumed.get((topic, partition), low), low)
-            ranges[(topic, partition)] = (start, min(high, start + cap))
+        for tp, (low, high) in self.end_offsets().items():
+            position = consumed.get(tp)
+            if position is None:
+                position = self._first_position(tp, low, high)
+            start = max(position, low)
+            ranges[tp] = (start, min(high, start + cap))
         if self.context.config.exactly_once:
             ranges = self._short_of_committed_outputs(ranges)
         return ranges
@@ -56,6 +63,44 @@ class Planner:
             for topic in context.sources
             for p in range(context.partitions[topic])
         }
+
+    def _first_position(self, tp: tuple[str, int], low: int, high: int) -> int:
+        """Where partition ``tp``, never committed by this job, starts: ``auto.offset.reset``
+        (earliest, latest, by_duration:<ISO-8601>, none), as Kafka Streams' consumer does."""
+        if tp in self._first_positions:
+            return self._first_positions[tp]
+        policy = self.context.config["auto.offset.reset"]
+        if policy == "earliest":
+            position = low
+        elif policy == "latest":
+            position = high
+        elif policy.startswith("by_duration:"):
+            position = self._offset_at(tp, policy.split(":", 1)[1], high)
+        else:  # "none"
+            raise ConfigError(
+                f"{self.context.app}: no committed position for {tp[0]}-{tp[1]} and "
+                "auto.offset.reset=none: set auto.offset.reset (earliest, latest, "
+                "by_duration:<ISO-8601>) to say where it starts"
+            )
+        log.info("%s: %s-%d has no committed position: starting at offset %d "
+                 "(auto.offset.reset=%s)", self.context.app, *tp, position, policy)  # fmt: skip
+        self._first_positions[tp] = position
+        return position
+
+    def _offset_at(self, tp: tuple[str, int], duration: str, high: int) -> int:
+        """The first offset of ``tp`` whose timestamp is at least ``duration`` before now (the
+        end when none is)."""
+        import time
+
+        from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+        since_ms = int(time.time() * 1000) - iso_duration_ms(duration)
+        [found] = self._watermarks.offsets_for_times(
+            [KafkaTopicPartition(tp[0], tp[1], since_ms)], timeout=10
+        )
+        if found.error is not None:
+            raise RuntimeError(f"{self.context.app}: offsets_for_times of {tp}: {found.error}")
+        return high if found.offset < 0 else int(found.offset)
 
     def _check_partition_counts(self) -> None:
         """A source topic whose partition count changed since the job started stops the job
@@ -97,7 +142,8 @@ class Planner:
 
     def lag(self, consumed: Mapping[tuple[str, int], int]) -> int:
         return sum(
-            max(0, high - consumed.get(tp, 0)) for tp, (_, high) in self.end_offsets().items()
+            max(0, high - consumed.get(tp, self._first_positions.get(tp, low)))
+            for tp, (low, high) in self.end_offsets().items()
         )
 
     def close(self) -> None:
