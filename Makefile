@@ -10,11 +10,26 @@ BIN := $(VENV)/bin
 MVN := mvn -q -B -Dstyle.color=never -s platform/jvm/settings.xml -f platform/jvm/pom.xml
 JVM_STAMPS := .jvm/spark/.fetched .jvm/kafka/.fetched .jvm/streams/.fetched .jvm/registry/.fetched \
   .jvm/s3/.fetched
+PROMETHEUS := .tools/prometheus/usr/bin/prometheus
 
 .PHONY: setup demo test test-all bench lint clean tools ui browser screenshots
 
-# Everything local to the checkout: the virtualenv and the JVM jars. Nothing system-wide.
-setup: $(VENV)/.installed $(JVM_STAMPS)
+# Everything local to the checkout: the virtualenv, the JVM jars and a Prometheus server (for
+# the metrics test). Nothing system-wide.
+setup: $(VENV)/.installed $(JVM_STAMPS) .tools/prometheus/.fetched
+
+# Debian's prometheus package, unpacked into .tools/prometheus (not installed): the server the
+# metrics test scrapes a running job with (tests/test_metrics_scrape.py). Without it that test
+# is skipped, saying why (under CI=true it fails).
+.tools/prometheus/.fetched:
+	@echo "==> Prometheus (Debian's package, unpacked) into .tools/prometheus/"
+	@rm -rf .tools/prometheus && mkdir -p .tools/prometheus/deb
+	@cd .tools/prometheus/deb && { apt-get download prometheus >/dev/null 2>&1 \
+	  || { [ "$$(id -u)" = 0 ] && apt-get update -qq >/dev/null 2>&1 \
+	       && apt-get download prometheus >/dev/null 2>&1; }; } \
+	  && dpkg-deb -x prometheus_*.deb .. && rm -rf ../deb && touch ../.fetched \
+	  || echo "==> prometheus not fetched (apt-get download prometheus failed): the metrics test \
+	will be skipped"
 
 # Debian's chromium for the Dagster UI test (tests/dagster/test_dagster_ui.py, marker `browser`)
 # and `make screenshots`. It installs SYSTEM-WIDE (apt-get, when run as root), so it is not part
@@ -113,5 +128,5 @@ lint: setup
 clean:
 	@-test -x $(BIN)/streamplatform && $(BIN)/streamplatform broker stop
 	@-test -x $(BIN)/streamplatform && $(BIN)/streamplatform registry stop
-	rm -rf $(VENV) .jvm .data .pytest_cache .hypothesis .ruff_cache .mypy_cache \
+	rm -rf $(VENV) .jvm .tools .data .pytest_cache .hypothesis .ruff_cache .mypy_cache \
 	  platform/*.egg-info spark-warehouse metastore_db derby.log

@@ -57,7 +57,9 @@ def project_files() -> dict[str, str]:
 def test_tutorial_python_blocks_run():
     outside = TUTORIAL.replace(yaml_section(), "")
     blocks = [block for language, block in BLOCK.findall(outside) if language == "python"]
-    assert len(blocks) == 6, "topology, test, Avro, aggregations, definitions, backfills"
+    assert len(blocks) == 7, (
+        "topology, test, Avro, aggregations, definitions, backfills, continuous jobs"
+    )
     namespace: dict = {}
     for block in blocks:
         # dont_inherit: the blocks run as a user's module would, without this file's

@@ -15,10 +15,15 @@ streamplatform topics produce TOPIC [--value V ...] [--header NAME=VALUE ...] [-
 streamplatform topics consume|tail TOPIC [--from-end] [--max-messages N] [--follow] [--json]
 streamplatform placement plan --instances FILE [--standbys N] [--awareness zone,cluster]
                               [--tasks N] [--strict]
+streamplatform reset APPLICATION_ID --input-topics T[,T] --to-earliest|--to-latest
+                     |--to-datetime ISO|--by-duration PT1H [--dry-run] [--set KEY=VALUE ...]
 streamplatform run --topology pkg.module:name [--command-config FILE] --set KEY=VALUE ...
                    [--delta-sink TOPIC]
                     [--delta-state-table TOPIC]
                    [--trigger-interval-ms MS] [--until-caught-up]
+                   [--metrics-port PORT [--metrics-host HOST]]
+                   [--dagster-asset KEY [--dagster-report-every-batches N]
+                    [--dagster-report-every-seconds S]]
                    exit 0 stopped, 1 batch failed, 2 bad settings, 3 claimed elsewhere,
                    4 replay refused (a person must decide), 130 interrupted (batch replayed)
 streamplatform discard-batch --topology pkg.module:name --set KEY=VALUE ... [--delta-sink TOPIC]
@@ -433,6 +438,7 @@ class _RunState:
     job: Any = None
     phase: str = "starting"  # starting | running | closing
     last_batch: int | None = None  # the last batch that committed in this run
+    reporter: Any = None  # with --dagster-asset: the ContinuousJobReporter
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -447,15 +453,23 @@ def _run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     try:
         with StopOnSignals(stop, "streamplatform run"):
-            return _run_job(args, state, stop)
+            code = _run_job(args, state, stop)
     except KeyboardInterrupt as interrupt:
-        return _interrupted(interrupt, state)
+        code = _interrupted(interrupt, state)
+    if state.reporter is not None:  # the job's end, as Dagster is told (--dagster-asset)
+        with _ignoring_signals():
+            state.reporter.finish(_REPORTED_END.get(code, "failed"))
+    return code
 
 
 def _run_job(args: argparse.Namespace, state: _RunState, stop: threading.Event) -> int:
     from streamplatform import JobClaimedError, JobFencedError, ReplayRefused
     from streamplatform.config import ConfigError
 
+    problem = _dagster_options_problem(args)
+    if problem:
+        print(f"streamplatform run: {problem}", file=sys.stderr)
+        return EXIT_BAD_SETTINGS
     try:
         job = state.job = _job(args)
     except (ConfigError, ImportError, AttributeError, ValueError) as error:
@@ -464,6 +478,8 @@ def _run_job(args: argparse.Namespace, state: _RunState, stop: threading.Event) 
     configured = job.config["processing.guarantee"]
     print(f"streamplatform run: {job.config['application.id']}, "
           f"processing.guarantee={configured}", flush=True)  # fmt: skip
+    state.reporter = _dagster_reporter(args, job)
+    metrics = _metrics_endpoint(args, job)
 
     def progress(batch: Any) -> None:
         state.last_batch = batch.batch_id
@@ -472,6 +488,10 @@ def _run_job(args: argparse.Namespace, state: _RunState, stop: threading.Event) 
               f"{batch.duplicates_dropped} duplicates dropped, {batch.dlq_records} to the DLQ, "
               f"lag {batch.lag}, {batch.duration_ms} ms, {guarantee}"
               + (" (replayed)" if batch.replayed else ""), flush=True)  # fmt: skip
+        if state.reporter is not None:
+            state.reporter.on_batch(batch)
+        if metrics is not None:
+            metrics.record(batch, claim_epoch=getattr(job.claim, "epoch", None))
 
     state.phase = "running"
     try:
@@ -508,6 +528,55 @@ def _run_job(args: argparse.Namespace, state: _RunState, stop: threading.Event) 
     state.phase = "closing"
     job.close()  # a KeyboardInterrupt here ends in _run's _interrupted, also in one line
     return code
+
+
+# The job_state a run's last report to Dagster gives for its exit code (else "failed").
+_REPORTED_END = {
+    EXIT_STOPPED: "stopped",
+    EXIT_CLAIMED: "claim_lost",
+    EXIT_REPLAY_REFUSED: "replay_refused",
+    EXIT_INTERRUPTED: "interrupted",
+}
+
+
+def _metrics_endpoint(args: argparse.Namespace, job: Any) -> Any:
+    """With --metrics-port, the job's metrics (streamplatform/metrics.py) served on
+    ``--metrics-host:--metrics-port`` for Prometheus; None without."""
+    if args.metrics_port is None:
+        return None
+    from streamplatform.metrics import JobMetrics
+
+    metrics = JobMetrics(job.config["application.id"])
+    metrics.serve(args.metrics_port, args.metrics_host)
+    print(f"streamplatform run: metrics on http://{args.metrics_host}:{args.metrics_port}"
+          "/metrics", flush=True)  # fmt: skip
+    return metrics
+
+
+def _dagster_options_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with the --dagster-* options, checked before the job starts."""
+    batches, seconds = args.dagster_report_every_batches, args.dagster_report_every_seconds
+    if not args.dagster_asset and (batches is not None or seconds is not None):
+        return "--dagster-report-every-batches/-seconds report to Dagster: give --dagster-asset"
+    if batches is not None and batches < 1:
+        return f"--dagster-report-every-batches must be at least 1, not {batches}"
+    if seconds is not None and seconds <= 0:
+        return f"--dagster-report-every-seconds must be positive, not {seconds}"
+    return None
+
+
+def _dagster_reporter(args: argparse.Namespace, job: Any) -> Any:
+    """With --dagster-asset, the job's reporter to the instance of DAGSTER_HOME, started."""
+    if not args.dagster_asset:
+        return None
+    from streamplatform.dagster.reporting import ContinuousJobReporter
+
+    # Without an interval of its own, it reports every 30 s (the stall sensor's heartbeat),
+    # and with --dagster-report-every-batches alone also then, idle or not.
+    seconds = args.dagster_report_every_seconds or 30.0
+    return ContinuousJobReporter(job, args.dagster_asset,
+                                 every_batches=args.dagster_report_every_batches,
+                                 every_seconds=seconds).start()  # fmt: skip
 
 
 def _interrupt_behind(error: BaseException) -> KeyboardInterrupt | None:
@@ -593,6 +662,45 @@ def _discard_batch(args: argparse.Namespace) -> int:
         job.close()
     print(f"Batch {batch} discarded; the next run plans it anew." if batch is not None
           else "Every planned batch is committed: nothing to discard.")  # fmt: skip
+    return 0
+
+
+def _reset(args: argparse.Namespace) -> int:
+    """``reset APPLICATION_ID``: Kafka Streams' application reset tool (runtime/reset.py)."""
+    from streamplatform import JobClaimedError
+    from streamplatform.config import ConfigError, StreamsConfig
+    from streamplatform.runtime.reset import apply_reset, plan_reset
+
+    settings = read_properties(args.command_config) if args.command_config else {}
+    settings |= dict(setting.split("=", 1) for setting in args.set)
+    settings["application.id"] = args.application_id
+    if args.bootstrap_servers:
+        settings["bootstrap.servers"] = args.bootstrap_servers
+    if not settings.get("bootstrap.servers"):
+        settings = (_local_broker_settings() or {}) | settings
+    target, value = (
+        ("earliest", None) if args.to_earliest else ("latest", None) if args.to_latest
+        else ("datetime", args.to_datetime) if args.to_datetime
+        else ("duration", args.by_duration)
+    )  # fmt: skip
+    topics = [t for item in args.input_topics for t in item.split(",") if t]
+    try:
+        config = StreamsConfig(settings)
+        plan = plan_reset(config, topics, target, value)
+    except (ConfigError, LookupError) as error:
+        print(f"streamplatform reset: {error}", file=sys.stderr)
+        return EXIT_BAD_SETTINGS
+    for line in plan.lines():
+        print(line)
+    if args.dry_run:
+        print("Dry run: nothing was changed.")
+        return 0
+    try:
+        apply_reset(plan, config)
+    except JobClaimedError as error:
+        print(f"streamplatform reset: refused, the job runs: {error}", file=sys.stderr)
+        return EXIT_CLAIMED
+    print(f"Reset done: the next run of {args.application_id} starts at the offsets above.")
     return 0
 
 
@@ -703,6 +811,31 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--until-caught-up", action="store_true", help="stop once every partition is read"
     )
+    run.add_argument(
+        "--metrics-port", type=int, metavar="PORT",
+        help="serve the job's metrics (Kafka Streams' names) for Prometheus on this port "
+        "(docs/operations.md)",
+    )  # fmt: skip
+    run.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
+                     help="the address the metrics endpoint listens on (default 127.0.0.1; "
+                     "0.0.0.0 for every interface)")  # fmt: skip
+    dagster = run.add_argument_group(
+        'reporting to Dagster (off by default; docs/tutorial.md, "Continuous jobs")'
+    )
+    dagster.add_argument(
+        "--dagster-asset", metavar="KEY",
+        help="report the job, without a run, to the Dagster instance of DAGSTER_HOME: as the "
+        "asset KEY (its StreamingJobSpec's name) and each Delta sink as "
+        "delta/<application.id>/<topic>; a failed report never stops the job",
+    )  # fmt: skip
+    dagster.add_argument(
+        "--dagster-report-every-batches", type=int, metavar="N",
+        help="report after every N committed batches",
+    )  # fmt: skip
+    dagster.add_argument(
+        "--dagster-report-every-seconds", type=float, metavar="S",
+        help="report at least every S seconds, also when idle (default 30)",
+    )  # fmt: skip
     run.set_defaults(run=_run)
 
     discard = commands.add_parser(
@@ -712,6 +845,44 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _job_arguments(discard)
     discard.set_defaults(run=_discard_batch)
+
+    reset = commands.add_parser(
+        "reset",
+        help="reset a job as Kafka Streams' reset tool does: its inputs to a position, its "
+        "internal state and consumer group offsets removed, sinks untouched "
+        "(docs/operations.md)",
+    )
+    reset.add_argument("application_id", metavar="APPLICATION_ID")
+    reset.add_argument("--input-topics", action="append", default=[], required=True,
+                       metavar="TOPIC[,TOPIC]", help="the job's input topics")  # fmt: skip
+    where = reset.add_mutually_exclusive_group(required=True)
+    where.add_argument("--to-earliest", action="store_true", help="each partition's first offset")
+    where.add_argument("--to-latest", action="store_true", help="each partition's end")
+    where.add_argument(
+        "--to-datetime",
+        metavar="ISO-8601",
+        help="the first record at or after a time: 2026-11-28T12:00:00Z",
+    )
+    where.add_argument(
+        "--by-duration",
+        metavar="DURATION",
+        help="the first record at or after that long ago: PT1H, P1D",
+    )
+    reset.add_argument(
+        "--dry-run", action="store_true", help="list what would change, change nothing"
+    )
+    reset.add_argument("--bootstrap-servers", default="", help="default: the local broker")
+    reset.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE",
+        help="the job's settings that say where its state is: platform.delta.root, state.dir, "
+        "platform.storage.* (as the job runs with)",
+    )  # fmt: skip
+    reset.add_argument(
+        "--command-config",
+        metavar="FILE",
+        help="settings from a properties file (security included)",
+    )
+    reset.set_defaults(run=_reset)
 
     maintenance = commands.add_parser(
         "maintain",

@@ -273,6 +273,12 @@ SETTINGS: tuple[Setting, ...] = (
             "errors.dead.letter.queue.topic.name is set, else log_and_fail.", "handler"),
     Setting("default.production.exception.handler", _handler, "log_and_fail",
             "What to do when an output record cannot be serialized or written.", "handler"),
+    Setting("ensure.explicit.internal.resource.naming", _bool, False, "true: a topology "
+            "whose state stores, changelog topics or repartition topics have generated names "
+            "(KSTREAM-<KIND>-<index>, which change when an operator is added upstream) is an "
+            "error at start, in StreamingJob and the TopologyTestDriver alike, listing each "
+            "with its operator and how to name it (KIP-1111). false: a job logs them as a "
+            "warning. Processor names do not count. See docs/upgrades.md.", "boolean"),
     Setting("errors.dead.letter.queue.topic.name", _optional_string, None, "When set, the "
             "built-in handlers send one DLQ record per error to this topic (KIP-1034). The topic "
             "is never created for you.", "string", aliases=("errors.deadletterqueue.topic.name",)),
@@ -433,6 +439,20 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("platform.claim.wait.ms", _int(0), 0, "How long a driver waits for another "
             "driver's claim on the job to end before it gives up with JobClaimedError. "
             "0: fail at once.", "ms >= 0"),
+    Setting("platform.upgrade.allow.new.stores", _string_list, (), "Stores that may start "
+            "empty although the last commit's stores differ: the start is otherwise refused "
+            "when a store of the last commit is gone (this one may be its rename) or a store "
+            "moved to another sub-topology (its tasks, and so its state, change). See "
+            "docs/upgrades.md.", "list"),
+    Setting("platform.upgrade.drop.stores", _string_list, (), "Stores of the last commit "
+            "that may be gone from the topology, their state left behind (the start is "
+            "otherwise refused); also repartition topics that held records waiting in a "
+            "task's buffer at the last commit, those records then dropped. See "
+            "docs/upgrades.md.", "list"),
+    Setting("platform.upgrade.allow.serde.changes", _string_list, (), "Stores whose kind or "
+            "key/value serde may differ from the last commit's: the new serdes then read the "
+            "bytes the old ones wrote (the start is otherwise refused); also repartition topics "
+            "whose records wait in a task's buffer. See docs/upgrades.md.", "list"),
 )  # fmt: skip
 
 # The settings that set a field of each store's StoreOptions (state/rocks.py, TaskStoreOptions);

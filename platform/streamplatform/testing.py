@@ -40,6 +40,7 @@ from types import TracebackType
 from typing import Any, NamedTuple
 
 from streamplatform.config import StreamsConfig
+from streamplatform.dsl.naming import check_explicit_naming
 from streamplatform.dsl.topology import Topology
 from streamplatform.errors.exceptions import StreamsError
 from streamplatform.records import ConsumedRecord, Headers, ProducerRecord
@@ -158,6 +159,8 @@ class TopologyTestDriver:
             raise ValueError(f"commit_every must be None or an int >= 1, got {commit_every!r}")
         self.topology = topology
         self.config = config if isinstance(config, StreamsConfig) else StreamsConfig(config)
+        # As the job does: a unit test catches stores and topics with generated names.
+        check_explicit_naming(topology, self.config)
         self.application_id: str = self.config["application.id"]
         self.wall_clock_ms = initial_wall_clock_time_ms
         self.repartition_partitions = repartition_partitions

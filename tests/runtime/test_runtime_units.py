@@ -156,9 +156,10 @@ def test_a_source_topic_that_gained_partitions_stops_the_next_plan_with_a_clear_
 
 def test_the_engine_imports_no_dsl_operator():
     """runtime/ may know the topology's graph and the Processor base class, never an
-    operator: operators declare what the engine needs through Processor's hooks."""
+    operator: operators declare what the engine needs through Processor's hooks (naming:
+    the graph's internal resources and their names, KIP-1111)."""
     allowed = {"streamplatform.dsl.graph", "streamplatform.dsl.processor",
-               "streamplatform.dsl.topology"}  # fmt: skip
+               "streamplatform.dsl.topology", "streamplatform.dsl.naming"}  # fmt: skip
     for module in RUNTIME.rglob("*.py"):
         for node in ast.walk(ast.parse(module.read_text())):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(

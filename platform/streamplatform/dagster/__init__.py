@@ -23,6 +23,11 @@ Runs of one job are kept apart by its pool ``streamplatform/<application.id>``: 
 instance ``concurrency: {pools: {default_limit: 1}}`` in ``dagster.yaml`` so that a second
 launch waits in the queue (:func:`pools` lists a definitions' pools).
 
+A job run as a service (``streamplatform run --dagster-asset <name>``, or
+:class:`ContinuousJobReporter` from Python) reports itself to the instance without a run, and
+:func:`continuous_job_definitions` gives it its Delta sinks as assets (:func:`delta_sink_key`),
+checks on its reports and a sensor that fails them when it stalls or loses its claim.
+
 A project's own assets beside a job's (a daily recomputation, an audit of its output) read
 where the job has got to with :func:`consumed_offsets`, and exactly that input with
 :func:`streamplatform.read_kafka_ranges`.
@@ -33,6 +38,7 @@ from __future__ import annotations
 import dagster as dg
 
 from streamplatform.dagster.component import StreamingJobComponent
+from streamplatform.dagster.continuous import continuous_job_definitions, delta_sink_key
 from streamplatform.dagster.factory import (
     RESOURCE_KEY,
     job_pool,
@@ -42,6 +48,7 @@ from streamplatform.dagster.factory import (
     streaming_definitions,
     topic_key,
 )
+from streamplatform.dagster.reporting import ContinuousJobReporter
 from streamplatform.dagster.resource import (
     KafkaConnection,
     SchemaRegistryConnection,
@@ -81,12 +88,15 @@ def consumed_offsets(
 __all__ = [
     "RESOURCE_KEY",
     "AsOfJoin",
+    "ContinuousJobReporter",
     "KafkaConnection",
     "SchemaRegistryConnection",
     "StreamingJobComponent",
     "StreamingJobSpec",
     "StreamplatformResource",
     "consumed_offsets",
+    "continuous_job_definitions",
+    "delta_sink_key",
     "job_pool",
     "late_version_backfill_sensor",
     "platform_pyspark",

@@ -38,11 +38,17 @@ class StreamsBuilder:
         self._stores: dict[str, StoreSpec] = {}
         self._topics: dict[str, str] = {}  # source topic -> node that reads it
         self._counter = 0
+        # Every name new_name made: a store or an internal topic named after one of them
+        # changes when an operator is added upstream (dsl/naming.py, KIP-1111).
+        self._generated: set[str] = set()
+        # What each store holds, for the layout a job's commits record (runtime/upgrade.py).
+        self._store_serdes: dict[str, tuple[Serde | None, Serde | None]] = {}
 
     def new_name(self, kind: str) -> str:
         """Kafka Streams' generated names: ``KSTREAM-<KIND>-<10-digit index>``."""
         name = f"KSTREAM-{kind}-{self._counter:010d}"
         self._counter += 1
+        self._generated.add(name)
         return name
 
     def add_node(self, node: Node, parents: list[str]) -> None:
@@ -64,10 +70,19 @@ class StreamsBuilder:
                 node.parents.append(parent_name)
         self._nodes[node.name] = node
 
-    def add_store(self, spec: StoreSpec) -> str:
+    def add_store(
+        self, spec: StoreSpec, key_serde: Serde | None = None, value_serde: Serde | None = None
+    ) -> str:
+        """``key_serde``/``value_serde``: what a DSL operator keeps in the store (its spec has
+        none: the operator serializes itself); recorded with each commit, so that a change of
+        them is seen at the next start (runtime/upgrade.py)."""
         if spec.name in self._stores:
             raise ValueError(f"A store named {spec.name!r} already exists in this topology")
         self._stores[spec.name] = spec
+        self._store_serdes[spec.name] = (
+            getattr(spec, "key_serde", None) if key_serde is None else key_serde,
+            getattr(spec, "value_serde", None) if value_serde is None else value_serde,
+        )
         return spec.name
 
     def add_state_store(self, spec: StoreSpec) -> StreamsBuilder:
@@ -110,8 +125,10 @@ class StreamsBuilder:
         source = SourceNode(self.new_name("SOURCE"), topic, key_serde, value_serde,
                             timestamp_extractor=as_extractor(timestamp_extractor))  # fmt: skip
         self.add_node(source, parents=[])
+        # The default store's name comes from the topic, not from a position in the
+        # topology: it does not change when operators are added (dsl/naming.py).
         spec = store or Stores.persistent_key_value_store(f"{topic}-STATE-STORE")
-        store_name = self.add_store(spec)
+        store_name = self.add_store(spec, key_serde, value_serde)
         node = ProcessorNode(
             self.new_name("TABLE-SOURCE"),
             lambda: TableSource(store_name, key_serde, value_serde),
@@ -124,4 +141,5 @@ class StreamsBuilder:
         """The topology, cut into sub-topologies (see Topology)."""
         if not self._nodes:
             raise ValueError("The topology is empty: add a stream or a table first")
-        return Topology(self._nodes, self._stores)
+        return Topology(self._nodes, self._stores, generated_names=self._generated,
+                        store_serdes=self._store_serdes)  # fmt: skip

@@ -78,7 +78,9 @@ class _Aggregations:
         builder = stream._builder
         base = name or builder.new_name(kind)
         keyed = stream._repartition(base) if stream._key_changed else stream
-        store = builder.add_store(Stores.persistent_key_value_store(f"{base}-STATE-STORE"))
+        # Recorded as the results' key serde: a windowed one names the window's size too.
+        store = builder.add_store(Stores.persistent_key_value_store(f"{base}-STATE-STORE"),
+                                  self._table_key_serde(), result_serde)  # fmt: skip
         args = (store, stream.key_serde, result_serde, initializer, aggregator)
         node = keyed._then(kind, lambda: self._processor(args), stores=(store,), name=base)
         table = KTable(builder, node._node, store, self._table_key_serde(), result_serde)

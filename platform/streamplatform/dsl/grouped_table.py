@@ -217,11 +217,13 @@ class KGroupedTable:
         selector: Callable[[Any, Any], tuple[Any, Any]],
         key_serde: Serde,
         value_serde: Serde,
+        name: str | None = None,
     ) -> None:
         self._table = table
         self._selector = selector
         self.key_serde = key_serde
         self.value_serde = value_serde
+        self._name = name  # the grouping node's and its store's; None: generated
 
     def count(self, name: str | None = None) -> KTable:
         """Members per group: +1 for a pair that joins it, -1 for one that leaves it."""
@@ -275,14 +277,16 @@ class KGroupedTable:
         aggregation node (with its store of results): a KTable of the results."""
         table, builder = self._table, self._table._builder
         base = name or builder.new_name(kind)
-        select_name = builder.new_name("KTABLE-SELECT")
-        pairs = builder.add_store(Stores.persistent_key_value_store(f"{select_name}-STATE-STORE"))
+        select_name = self._name or builder.new_name("KTABLE-SELECT")
+        pairs = builder.add_store(Stores.persistent_key_value_store(f"{select_name}-STATE-STORE"),
+                                  table.key_serde, self.key_serde)  # fmt: skip
         args = (pairs, table.key_serde, self._selector, self.key_serde, self.value_serde)
         select = ProcessorNode(select_name, lambda: TableGroupBy(*args), (pairs,))
         builder.add_node(select, parents=[table._node])
         changes = KStream(builder, select_name, self.key_serde, ChangeSerde(self.value_serde))
         grouped = changes._repartition(base)
-        store = builder.add_store(Stores.persistent_key_value_store(f"{base}-STATE-STORE"))
+        store = builder.add_store(Stores.persistent_key_value_store(f"{base}-STATE-STORE"),
+                                  self.key_serde, result_serde)  # fmt: skip
         key_serde = self.key_serde
         node = grouped._then(
             kind,

@@ -202,35 +202,48 @@ class KStream:
         other: KTable | KStream,
         joiner: Callable[[Any, Any], Any],
         windows: JoinWindows | None = None,
+        name: str | None = None,
     ) -> KStream:
         """Inner join on the key; ``joiner(this_value, other_value)``. With a table: each
         record joins the table's value (the version valid at its time for a versioned
         table). With a stream: within ``windows`` (``JoinWindows``), every pair of records of
-        one key close enough in time."""
+        one key close enough in time. ``name`` names the join's nodes, stores and
+        repartition topics (Kafka Streams' ``Joined.as`` / ``StreamJoined.withName``; with a
+        stream: ``<name>-this-join-store``, ``<name>-other-join-store``); generated when not
+        given (docs/upgrades.md)."""
         if isinstance(other, KStream):
-            return self._join_stream(other, joiner, windows, left_outer=False, right_outer=False)
-        return self._join(other, joiner, left=False)
+            return self._join_stream(other, joiner, windows, left_outer=False, right_outer=False,
+                                     name=name)  # fmt: skip
+        return self._join(other, joiner, left=False, name=name)
 
     def left_join(
         self,
         other: KTable | KStream,
         joiner: Callable[[Any, Any], Any],
         windows: JoinWindows | None = None,
+        name: str | None = None,
     ) -> KStream:
         """Like ``join``, but a record of this stream with no match joins None (with a stream:
-        once its window has closed with no partner)."""
+        once its window has closed with no partner; its third store is
+        ``<name>-outer-shared-join-store``)."""
         if isinstance(other, KStream):
-            return self._join_stream(other, joiner, windows, left_outer=True, right_outer=False)
-        return self._join(other, joiner, left=True)
+            return self._join_stream(other, joiner, windows, left_outer=True, right_outer=False,
+                                     name=name)  # fmt: skip
+        return self._join(other, joiner, left=True, name=name)
 
     def outer_join(
-        self, other: KStream, joiner: Callable[[Any, Any], Any], windows: JoinWindows
+        self,
+        other: KStream,
+        joiner: Callable[[Any, Any], Any],
+        windows: JoinWindows,
+        name: str | None = None,
     ) -> KStream:
         """Like ``join`` with a stream, but a record of either side with no partner joins None
         once its window has closed (``joiner(value, None)`` or ``joiner(None, value)``)."""
         if not isinstance(other, KStream):
             raise TypeError(f"outer_join takes a KStream, got {type(other).__name__}")
-        return self._join_stream(other, joiner, windows, left_outer=True, right_outer=True)
+        return self._join_stream(other, joiner, windows, left_outer=True, right_outer=True,
+                                 name=name)  # fmt: skip
 
     def _join_stream(
         self,
@@ -239,9 +252,11 @@ class KStream:
         windows: JoinWindows | None,
         left_outer: bool,
         right_outer: bool,
+        name: str | None = None,
     ) -> KStream:
         """Each side through its join processor (repartitioned first when its key changed),
-        the two merged: the joined stream, with this stream's serdes."""
+        the two merged: the joined stream, with this stream's serdes. Named, the sides are
+        ``<name>-this-join`` and ``<name>-other-join``, as Kafka Streams names their stores."""
         if other._builder is not self._builder:
             raise ValueError("join: the other stream belongs to another StreamsBuilder")
         if not isinstance(windows, JoinWindows):
@@ -249,15 +264,21 @@ class KStream:
                             "(JoinWindows.of_time_difference_and_grace(...))")  # fmt: skip
         builder = self._builder
         kind = "OUTER" if right_outer else "LEFT" if left_outer else ""
-        this_name = builder.new_name(f"{kind}JOINTHIS")
-        other_name = builder.new_name(f"{kind}JOINOTHER")
+        this_name = f"{name}-this-join" if name else builder.new_name(f"{kind}JOINTHIS")
+        other_name = f"{name}-other-join" if name else builder.new_name(f"{kind}JOINOTHER")
         left = self._repartition(this_name) if self._key_changed else self
         right = other._repartition(other_name) if other._key_changed else other
+        key_serde = self.key_serde
+        shared = None
+        if left_outer:
+            shared = f"{name}-outer-shared-join" if name else builder.new_name("OUTERSHARED")
         stores = JoinStores(
-            builder.add_store(Stores.persistent_key_value_store(f"{this_name}-store")),
-            builder.add_store(Stores.persistent_key_value_store(f"{other_name}-store")),
-            builder.add_store(Stores.persistent_key_value_store(
-                builder.new_name("OUTERSHARED") + "-store")) if left_outer else None,
+            builder.add_store(Stores.persistent_key_value_store(f"{this_name}-store"),
+                              key_serde, self.value_serde),
+            builder.add_store(Stores.persistent_key_value_store(f"{other_name}-store"),
+                              key_serde, other.value_serde),
+            builder.add_store(Stores.persistent_key_value_store(f"{shared}-store"), key_serde)
+            if shared else None,
         )  # fmt: skip
         spec = JoinSpec(stores, windows, joiner, self.key_serde, self.value_serde,
                         other.value_serde, left_outer, right_outer)  # fmt: skip
@@ -271,7 +292,9 @@ class KStream:
         merged._key_changed = False
         return merged
 
-    def _join(self, table: KTable, joiner: Callable[[Any, Any], Any], left: bool) -> KStream:
+    def _join(
+        self, table: KTable, joiner: Callable[[Any, Any], Any], left: bool, name: str | None
+    ) -> KStream:
         if table._builder is not self._builder:
             raise ValueError("join: the table belongs to another StreamsBuilder")
         if not table._materialized:
@@ -282,7 +305,10 @@ class KStream:
         if getattr(table.key_serde, "inner", None) is not None:
             raise ValueError("join: a windowed table's keys are (key, window); a stream joins "
                              "a table of plain keys")  # fmt: skip
-        stream = self._repartition(self._builder.new_name("JOIN")) if self._key_changed else self
+        if self._key_changed:
+            stream = self._repartition(name or self._builder.new_name("JOIN"))
+        else:
+            stream = self
         aggregated = table._aggregated
         return stream._then(
             "LEFTJOIN" if left else "JOIN",
@@ -290,6 +316,7 @@ class KStream:
                 table.store_name, table.key_serde, table.value_serde, joiner, left, aggregated
             ),
             stores=(table.store_name,),
+            name=name,
         )
 
     # Sinks and repartitioning --------------------------------------------------------------------

@@ -105,16 +105,18 @@ class KTable:
 
     def suppress(self, suppressed: Suppressed) -> KTable:
         """``Suppressed.until_window_closes()``: each window's final result only, forwarded
-        once the window closes (a windowed aggregation's table only)."""
+        once the window closes (a windowed aggregation's table only). ``.with_name(name)``
+        names the suppression and its buffer store (``<name>-STATE-STORE``)."""
         from streamplatform.dsl.suppress import WindowCloseSuppression
 
         if self._windows is None:
             raise ValueError("suppress(until_window_closes) needs the table of a windowed "
                              "aggregation (windowed_by(...).count() and the like)")  # fmt: skip
         builder, grace = self._builder, self._windows.grace_ms
-        name = builder.new_name("KTABLE-SUPPRESS")
-        store = builder.add_store(Stores.persistent_key_value_store(f"{name}-STATE-STORE"))
+        name = suppressed.name or builder.new_name("KTABLE-SUPPRESS")
         key_serde, value_serde = self.key_serde, self.value_serde
+        store = builder.add_store(Stores.persistent_key_value_store(f"{name}-STATE-STORE"),
+                                  key_serde, value_serde)  # fmt: skip
         node = ProcessorNode(name, lambda: WindowCloseSuppression(store, key_serde, value_serde,
                                                                    grace), (store,))  # fmt: skip
         builder.add_node(node, parents=[self._node])
@@ -183,7 +185,9 @@ class KTable:
             other._send_old_values()
         builder = self._builder
         base = name or builder.new_name("KTABLE-MERGE")
-        store = builder.add_store(Stores.persistent_key_value_store(f"{base}-STATE-STORE"))
+        # It holds both sides' values: recorded by its key serde only.
+        store = builder.add_store(Stores.persistent_key_value_store(f"{base}-STATE-STORE"),
+                                  self.key_serde)  # fmt: skip
         key_serde = self.key_serde
         serdes = {LEFT: self.value_serde, RIGHT: other.value_serde}
         sides = []
@@ -204,12 +208,15 @@ class KTable:
         selector: Callable[[Any, Any], tuple[Any, Any]],
         key_serde: Serde | None = None,
         value_serde: Serde | None = None,
+        name: str | None = None,
     ) -> KGroupedTable:
         """Group by ``selector(key, value) -> (new_key, new_value)``, for ``count``,
         ``reduce(adder, subtractor)`` or ``aggregate(initializer, adder, subtractor)``: each
         update of this table subtracts the key's previous pair from its group and adds the new
         one (grouped_table.py). ``key_serde``/``value_serde`` write the repartition topic (this
-        table's when not given). A pair with a None key or value is in no group."""
+        table's when not given). A pair with a None key or value is in no group. ``name``
+        names the grouping node and its store of selected pairs (``<name>-STATE-STORE``;
+        generated when not given: docs/upgrades.md)."""
         from streamplatform.dsl.grouped_table import KGroupedTable
 
         if not callable(selector):
@@ -217,7 +224,7 @@ class KTable:
         self._refuse_versioned("group_by")
         self._send_old_values()
         return KGroupedTable(self, selector, key_serde or self.key_serde,
-                             value_serde or self.value_serde)  # fmt: skip
+                             value_serde or self.value_serde, name)  # fmt: skip
 
     def to_stream(self) -> KStream:
         """The table's updates as a stream (tombstones included)."""

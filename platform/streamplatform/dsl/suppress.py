@@ -23,13 +23,20 @@ class Suppressed:
     buffer is the suppression's store: unbounded in memory terms, as Kafka Streams'
     ``BufferConfig.unbounded()``)."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, name: str | None = None) -> None:
         self.kind = kind
+        self.name = name
 
     @classmethod
     def until_window_closes(cls, buffer_config: Any = None) -> Suppressed:
         """A windowed table's final result per window, once the window closes."""
         return cls("until_window_closes")
+
+    def with_name(self, name: str) -> Suppressed:
+        """The same suppression, its node named ``name`` and its buffer store
+        ``<name>-STATE-STORE`` (Kafka Streams' ``Suppressed.withName``); unnamed, both are
+        generated and change when an operator is added upstream (docs/upgrades.md)."""
+        return Suppressed(self.kind, name)
 
 
 class WindowCloseSuppression(Processor):

@@ -47,10 +47,26 @@ class TaskId(NamedTuple):
 class Topology:
     """Immutable result of ``StreamsBuilder.build()``."""
 
-    def __init__(self, nodes: Mapping[str, Node], stores: Mapping[str, StoreSpec]) -> None:
+    def __init__(
+        self,
+        nodes: Mapping[str, Node],
+        stores: Mapping[str, StoreSpec],
+        *,
+        generated_names: Iterable[str] | None = None,
+        store_serdes: Mapping[str, tuple[Any, Any]] | None = None,
+    ) -> None:
+        """``generated_names``: the names the builder generated (``KSTREAM-<KIND>-<index>``),
+        which the stores and internal topics named after them inherit (dsl/naming.py); None:
+        any name of that form counts as generated. ``store_serdes``: each store's (key serde,
+        value serde), for the layout a job's commits record (runtime/upgrade.py)."""
         self.nodes: dict[str, Node] = dict(nodes)
         self.stores: dict[str, StoreSpec] = dict(stores)
         self.subtopologies: list[SubTopology] = _cut(self.nodes)
+        # (Not walked by the job's fingerprint, which covers nodes and stores only.)
+        self.generated_names: frozenset[str] | None = (
+            None if generated_names is None else frozenset(generated_names)
+        )
+        self.store_serdes: dict[str, tuple[Any, Any]] = dict(store_serdes or {})
 
     def subtopology_of_topic(self, topic: str, application_id: str) -> SubTopology | None:
         for subtopology in self.subtopologies:

@@ -73,6 +73,8 @@ class Progress:
     restores: list[tuple[str, str, int]] = field(default_factory=list)
     # Per task, the bound it reported (partition_group.py): None when it read everything.
     bounds: dict[str, int | None] = field(default_factory=dict)
+    # Per task, its own numbers (the metrics' task level: process, dropped, lateness, e2e).
+    per_task: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def kinds(self) -> set[str]:
@@ -87,6 +89,7 @@ class Progress:
             summed.tasks_run.add(task)
             summed.bounds[task] = progress.get("bound")
             add_metrics(summed.metrics, progress["metrics"])
+            add_metrics(summed.per_task.setdefault(task, {}), progress["metrics"])
             if progress.get("restored_on"):
                 summed.restores.append(
                     (task, progress["restored_on"], progress["metrics"]["restored_records"])

@@ -243,6 +243,11 @@ class JobClaim:
 
     # The Delta log --------------------------------------------------------------------------
 
+    def table_id(self) -> str:
+        """The id Delta gave the claim's table (the commit log) when it was created: a job
+        reset starts a new one (runtime/incarnation.py)."""
+        return str(self._table().metadata().id)
+
     def _table(self) -> Any:
         if not delta_direct.is_table(self.path):
             try:

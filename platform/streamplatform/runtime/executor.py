@@ -126,8 +126,12 @@ class TaskBatchRunner:
         task_cap: int | None = None,
         capped: frozenset[tuple[str, int]] = frozenset(),
         repartition_bounds: Mapping[str, Mapping[int, int]] | None = None,
+        incarnation: str = "",
     ) -> None:
         self.topology = topology
+        # The job's incarnation (incarnation.py): a task directory of another one, left from
+        # before a reset, is removed before the task opens it.
+        self.incarnation = incarnation
         # Event time across a task's inputs (partition_group.py): at most ``task_cap`` records
         # per task (platform.max.records.per.batch; tasks reading repartitioned records take
         # what their inputs allow), the Kafka partitions whose planned range stops short of

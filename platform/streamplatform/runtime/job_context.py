@@ -82,6 +82,9 @@ class JobContext:
     layout: InstanceLayout | None = None
     # Delta sinks with a typed `value_fields` column (value_fields.py), by topic.
     value_fields: dict[str, Any] = field(default_factory=dict)
+    # The commit log's table id, once claimed: task directories of another incarnation of
+    # the job (before a reset) are removed before use (incarnation.py).
+    incarnation: str = ""
     _slots: int | None = field(default=None, repr=False)
 
     @property
@@ -212,4 +215,5 @@ class JobContext:
             task_cap=cap,
             capped=plan.capped(cap),
             repartition_bounds=repartition_bounds,
+            incarnation=self.incarnation,
         )

@@ -8,7 +8,8 @@ Like the ``offsets/`` and ``commits/`` folders of a Spark checkpoint, but querya
   same ranges.
 - commit log (``<root>/<application.id>/_commits``): one row per committed batch with the
   offsets each partition was actually consumed up to (a task may stop early to keep its
-  uncommitted state bounded) and the batch's numbers. Appending it is the commit point.
+  uncommitted state bounded), the batch's numbers and the job's store layout (upgrade.py:
+  the next start compares its own with it). Appending it is the commit point.
 
 Both appends are idempotent (a Delta transaction id, ``<application.id>-offsets`` /
 ``-commits``, with the batch id as its version), so a crash between writing and recording can
@@ -40,6 +41,7 @@ COMMITS_SCHEMA = pa.schema([
     ("consumed", pa.string()), ("records_in", pa.int64()), ("records_out", pa.int64()),
     ("dlq_records", pa.int64()), ("duplicates_dropped", pa.int64()),
     ("duration_ms", pa.int64()), ("metrics", pa.string()), ("guarantee", pa.string()),
+    ("layout", pa.string()),
 ])  # fmt: skip
 
 Ranges = dict[tuple[str, int], tuple[int, int]]  # (topic, partition) -> [start, end)
@@ -51,6 +53,7 @@ class CommittedBatch:
     consumed: dict[tuple[str, int], int]  # next offset to read per source partition
     metrics: dict[str, Any]
     guarantee: str | None = None  # processing.guarantee; None in rows older than the column
+    layout: str | None = None  # the store layout (upgrade.py, JSON); None: older rows
 
 
 @dataclass(frozen=True)
@@ -106,9 +109,10 @@ class CommitLog:
         consumed: Mapping[tuple[str, int], int],
         metrics: Mapping[str, Any],
         guarantee: str,
+        layout: str | None = None,
     ) -> None:
-        """Commit ``batch_id``: its consumed offsets, numbers and the processing.guarantee
-        it ran under."""
+        """Commit ``batch_id``: its consumed offsets, numbers, the processing.guarantee it
+        ran under and the job's store layout (upgrade.py)."""
         row = {
             "batch_id": batch_id,
             "committed_at": datetime.now(UTC),
@@ -120,6 +124,7 @@ class CommitLog:
             "duration_ms": int(metrics.get("duration_ms", 0)),
             "metrics": json.dumps(dict(metrics), default=str),
             "guarantee": guarantee,
+            "layout": layout,
         }
         table = pa.Table.from_pylist([row], COMMITS_SCHEMA)
         if self.claim is not None:
@@ -142,6 +147,5 @@ class CommitLog:
             )
         row = rows[0]
         consumed = {(t, int(p)): int(o) for t, p, o in json.loads(row["consumed"])}
-        return CommittedBatch(
-            int(row["batch_id"]), consumed, json.loads(row["metrics"]), row.get("guarantee")
-        )
+        return CommittedBatch(int(row["batch_id"]), consumed, json.loads(row["metrics"]),
+                              row.get("guarantee"), row.get("layout"))  # fmt: skip

@@ -38,6 +38,7 @@ from typing import Any
 from streamplatform import storage
 from streamplatform.config import ConfigError, StreamsConfig
 from streamplatform.dsl.graph import SinkNode, topic_name
+from streamplatform.dsl.naming import check_explicit_naming
 from streamplatform.dsl.topology import Topology
 from streamplatform.home import data_dir, default_state_dir
 from streamplatform.kafka.clients import TopicNotAuthorizedError, describe_topics
@@ -48,8 +49,10 @@ from streamplatform.runtime import (
     kafka_input,
     kafka_output,
     paths,
+    reset,
     state_tables,
     task_cache,
+    upgrade,
 )
 from streamplatform.runtime.claim import JobClaim
 from streamplatform.runtime.errors import JobFencedError
@@ -91,6 +94,10 @@ class BatchResult:
     # restored its state in this batch, where Spark ran it.
     restores: tuple[tuple[str, str, int], ...] = ()
     path: str = ""  # the execution path the batch took (runtime/paths/)
+    # Each task's own numbers (Progress.per_task), and each source partition's lag after the
+    # batch: what the metrics' task level and records-lag show (streamplatform/metrics.py).
+    task_metrics: dict[str, dict[str, int]] = field(default_factory=dict)
+    partition_lag: dict[tuple[str, int], int] = field(default_factory=dict)
 
 
 class StreamingJob:
@@ -116,9 +123,16 @@ class StreamingJob:
         self.topology = topology
         self.config = config if isinstance(config, StreamsConfig) else StreamsConfig(config)
         _check_store_options(topology, self.config)
+        # Stores and internal topics with generated names: an error under
+        # ensure.explicit.internal.resource.naming, else a warning (KIP-1111).
+        check_explicit_naming(topology, self.config, warn=True)
         # A registry serde with no registry to go to stops the job here, naming the setting.
         configure_registry_serdes(topology.serdes(), self.config)
         self.app: str = self.config["application.id"]
+        # Recorded with each commit; the first read of the commit log compares the last
+        # commit's with it, so that an upgrade never starts a store empty silently.
+        self.store_layout = upgrade.layout_json(topology, self.app)
+        self._upgrade_checked = False
         self.kafka = self.config.kafka_settings()
         producer_settings = self.config.kafka_settings("producer")
         kafka_output.check_producer_settings(producer_settings, self.config.exactly_once)
@@ -323,6 +337,12 @@ class StreamingJob:
     def _claim(self) -> None:
         """Claim the job; the staging files of earlier runs, now surely dead, go."""
         self.claim.acquire()
+        try:  # a reset of the job that was interrupted is finished before it runs (reset.py)
+            self.planner.reset_positions = reset.start_positions(self.root)
+            self.context.incarnation = self.standby_sync.incarnation = self.claim.table_id()
+        except BaseException:
+            self.claim.release()
+            raise
         self._last = _UNREAD
         # Under exactly_once_v2: fences the offset commits of the driver that lost the claim,
         # and checks that the broker allows transactions, before any batch runs.
@@ -394,6 +414,10 @@ class StreamingJob:
         failure (another driver may have committed meanwhile), else known."""
         if self._last is _UNREAD:
             self._last = self.commit_log.last()
+            if self._last is not None and not self._upgrade_checked:
+                upgrade.check_upgrade(self._last.layout, self.store_layout, self.config,
+                                      self._last.batch_id, _buffered(self._last))  # fmt: skip
+            self._upgrade_checked = True
             newest = None if self._last is None else self._last.batch_id
             if newest != self._committed_here:
                 # Another driver committed batches since this one's last: what this one knows
@@ -452,21 +476,23 @@ class StreamingJob:
         """Append the batch to the commit log (the commit point), then note which tasks ran
         and wrote changelog rows (tasks kept open in workers are current up to it)."""
         guarantee = self.config["processing.guarantee"]
-        self.commit_log.append(plan.batch_id, consumed, metrics, guarantee)
+        self.commit_log.append(plan.batch_id, consumed, metrics, guarantee, self.store_layout)
         if plan.resolve_changelog or self._changelog_writes is None:
             self._changelog_writes = ChangelogWrites(plan.batch_id, {})
         for task in progress.changelog_writers:
             self._changelog_writes.last_write[task] = plan.batch_id
         for task in progress.tasks_run:
             self._changelog_writes.last_run[task] = plan.batch_id
-        self._last = CommittedBatch(plan.batch_id, consumed, metrics, guarantee)
+        self._last = CommittedBatch(plan.batch_id, consumed, metrics, guarantee,
+                                    self.store_layout)  # fmt: skip
         self._committed_here = plan.batch_id
 
     def _result(
         self, plan: BatchPlan, path: paths.ExecutionPath, consumed: dict[tuple[str, int], int],
         metrics: dict[str, int], progress: Any,
     ) -> BatchResult:  # fmt: skip
-        lag = self.planner.lag(consumed)
+        partition_lag = self.planner.partition_lag(consumed)
+        lag = sum(partition_lag.values())
         result = BatchResult(
             batch_id=plan.batch_id,
             records_in=metrics.get("records_in", 0),
@@ -481,6 +507,8 @@ class StreamingJob:
             metrics=metrics,
             restores=tuple(sorted(progress.restores)),
             path=path.name,
+            task_metrics=dict(getattr(progress, "per_task", {})),
+            partition_lag=partition_lag,
         )
         log.info(
             "%s batch %d%s: %d in, %d out, %d duplicates dropped, %d to DLQ, lag %d, %d ms, "

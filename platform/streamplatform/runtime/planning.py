@@ -29,6 +29,8 @@ class Planner:
         # auto.offset.reset: "latest" is the end when the job first looked, not at each plan
         # (records arriving meanwhile are read), as a consumer resets once when assigned.
         self._first_positions: dict[tuple[str, int], int] = {}
+        # Where `streamplatform reset` said the inputs start (reset.py), read at the claim.
+        self.reset_positions: dict[tuple[str, int], int] = {}
 
     def plan(self, consumed: Mapping[tuple[str, int], int]) -> Ranges:
         cap = self.context.config["platform.max.records.per.batch"]
@@ -70,7 +72,9 @@ class Planner:
         if tp in self._first_positions:
             return self._first_positions[tp]
         policy = self.context.config["auto.offset.reset"]
-        if policy == "earliest":
+        if tp in self.reset_positions:
+            position, policy = self.reset_positions[tp], "streamplatform reset"
+        elif policy == "earliest":
             position = low
         elif policy == "latest":
             position = high
@@ -82,8 +86,9 @@ class Planner:
                 "auto.offset.reset=none: set auto.offset.reset (earliest, latest, "
                 "by_duration:<ISO-8601>) to say where it starts"
             )
-        log.info("%s: %s-%d has no committed position: starting at offset %d "
-                 "(auto.offset.reset=%s)", self.context.app, *tp, position, policy)  # fmt: skip
+        why = policy if policy == "streamplatform reset" else f"auto.offset.reset={policy}"
+        log.info("%s: %s-%d has no committed position: starting at offset %d (%s)",
+                 self.context.app, *tp, position, why)  # fmt: skip
         self._first_positions[tp] = position
         return position
 
@@ -141,10 +146,14 @@ class Planner:
         return ranges
 
     def lag(self, consumed: Mapping[tuple[str, int], int]) -> int:
-        return sum(
-            max(0, high - consumed.get(tp, self._first_positions.get(tp, low)))
+        return sum(self.partition_lag(consumed).values())
+
+    def partition_lag(self, consumed: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        """Each source partition's records between ``consumed`` and its last stable offset."""
+        return {
+            tp: max(0, high - consumed.get(tp, self._first_positions.get(tp, low)))
             for tp, (low, high) in self.end_offsets().items()
-        )
+        }
 
     def close(self) -> None:
         if self._watermarks is not None:

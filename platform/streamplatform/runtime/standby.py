@@ -116,6 +116,7 @@ class StandbySync:
         # RocksDB options the tasks' do (rocksdb.config.setter, platform.rocksdb.*), as the
         # last store opened in a process sets its shared cache's size.
         self.settings = dict(settings or {})
+        self.incarnation = ""  # the job's, once claimed (incarnation.py)
 
     def run(
         self,
@@ -128,7 +129,7 @@ class StandbySync:
         if not copies:
             return 0
         topology, app, marker = self.topology, self.application_id, self.marker
-        settings = self.settings
+        settings, current = self.settings, self.incarnation
         work = [(task, root, list(files.get(task, []))) for task, root in copies]
 
         def replay_copy(item: tuple[str, str, list[ChangelogFile]]) -> int:
@@ -141,6 +142,9 @@ class StandbySync:
             storage.configure(settings)  # the changelog's files may be on object storage
             task, root, task_files = item
             directory = Path(root) / app / task
+            from streamplatform.runtime import incarnation
+
+            incarnation.ensure(directory, current)  # a copy from before a reset starts over
             options = TaskStoreOptions(StreamsConfig(settings))
             stores = {
                 name: topology.stores[name].open(directory, options=options.options(name))

@@ -73,11 +73,18 @@ WALL_CLOCK_MARKER_TOPIC = "__streamplatform.wall_clock_punctuation__"
 _new_tuple = tuple.__new__  # builds a NamedTuple without its Python-level __new__
 
 
+def _fresh_timing() -> dict[str, int]:
+    """A batch's sums behind a task's record-lateness and record-e2e-latency metrics."""
+    return {"lateness_sum_ms": 0, "lateness_max_ms": 0, "timestamp_sum_ms": 0,
+            "timestamp_min": 2**62, "timestamped": 0}  # fmt: skip
+
+
 def add_metrics(totals: dict[str, int], numbers: Mapping[str, int]) -> None:
-    """Add ``numbers`` into ``totals``: counts are summed; a ``*_max`` value (a time, such as
-    ``stream_time_max``: the largest record timestamp read) keeps the largest."""
+    """Add ``numbers`` into ``totals``: counts are summed; a ``*_max`` (or ``*_max_ms``) value
+    (a time, such as ``stream_time_max``: the largest record timestamp read) keeps the
+    largest."""
     for name, value in numbers.items():
-        if name.endswith("_max"):
+        if name.endswith(("_max", "_max_ms")):
             totals[name] = max(totals.get(name, value), int(value))
         else:
             totals[name] = totals.get(name, 0) + int(value)
@@ -112,6 +119,8 @@ class Task:
         self.partitions_of = partitions_of
         self.wall_clock = wall_clock
         self.stream_time = UNKNOWN_TIME
+        # Per batch: the sums behind record-lateness and record-e2e-latency (metrics()).
+        self.timing = _fresh_timing()
         self.current: ConsumedRecord | None = None
         # Event time from the records' payload (timestamp extractors): the largest extracted
         # per source partition, and the extractor of sources without their own.
@@ -248,6 +257,11 @@ class Task:
         # records nothing reads it. Likewise the record count, and `current` is reset at the end.
         last: ConsumedRecord | None = None
         processed = 0
+        # Kafka Streams' task metrics, at the cost of a comparison per record: record-lateness
+        # (how far behind the stream time a record came) and the timestamps behind
+        # record-e2e-latency (the processing time minus the record's time), summed here.
+        lateness_sum = lateness_max = timestamp_sum = timestamped = 0
+        timestamp_min = self.timing["timestamp_min"]
         try:
             for record, key, value in self._decoded(records):
                 topic = record[0]
@@ -286,6 +300,15 @@ class Task:
                 else:
                     if timestamp > self.stream_time:
                         self.stream_time = timestamp
+                    elif timestamp < self.stream_time:
+                        late = self.stream_time - timestamp
+                        lateness_sum += late
+                        if late > lateness_max:
+                            lateness_max = late
+                    if timestamp < timestamp_min:
+                        timestamp_min = timestamp
+                    timestamp_sum += timestamp
+                    timestamped += 1
                     typed = new_record(Record, (key, value, timestamp, record[6]))
                     for deliver, node in children:
                         # What _deliverer's wrapper does, without its call per record.
@@ -311,6 +334,12 @@ class Task:
                 consumed[(last[0], last[1])] = last[2] + 1
             self.records_in += processed
             self.current = None
+            timing = self.timing
+            timing["lateness_sum_ms"] += lateness_sum
+            timing["lateness_max_ms"] = max(timing["lateness_max_ms"], lateness_max)
+            timing["timestamp_sum_ms"] += timestamp_sum
+            timing["timestamp_min"] = timestamp_min
+            timing["timestamped"] += timestamped
         return False
 
     def ordering_time(self) -> Callable[[Any], int] | None:
@@ -482,6 +511,7 @@ class Task:
         punctuation schedules go on."""
         self.consumed = {}
         self.records_in = self.dlq_records = self.skipped = self._output_taken = 0
+        self.timing = _fresh_timing()
         self._processor_base = self._processor_metrics()
 
     def has_uncommitted_limits(self) -> bool:
@@ -548,10 +578,29 @@ class Task:
         }
         if self.stream_time != UNKNOWN_TIME:
             numbers["stream_time_max"] = self.stream_time
+        timing = self.timing
+        if timing["timestamped"]:  # Kafka Streams' record-lateness (e2e: e2e_latency())
+            numbers["record_lateness_sum_ms"] = timing["lateness_sum_ms"]
+            numbers["record_lateness_max"] = timing["lateness_max_ms"]
+            numbers["records_timestamped"] = timing["timestamped"]
         base = self._processor_base
         for name, value in self._processor_metrics().items():
             numbers[name] = value - base.get(name, 0)
         return numbers
+
+    def e2e_latency(self, now_ms: int) -> dict[str, int]:
+        """Kafka Streams' record-e2e-latency of this batch's records at ``now_ms`` (the end of
+        their processing): the sum over them and the largest, in ms. Apart from metrics(),
+        which stays the same whenever it is read."""
+        timing = self.timing
+        if not timing["timestamped"]:
+            return {}
+        return {
+            "record_e2e_latency_sum_ms": max(
+                0, now_ms * timing["timestamped"] - timing["timestamp_sum_ms"]
+            ),
+            "record_e2e_latency_max_ms": max(0, now_ms - timing["timestamp_min"]),
+        }
 
     def _processor_metrics(self) -> dict[str, int]:
         """The built-in processors' counters, summed over the task's processors, since the

@@ -26,7 +26,7 @@ from streamplatform.config import StreamsConfig
 from streamplatform.errors.exceptions import TaskFailedError
 from streamplatform.home import default_state_dir
 from streamplatform.records import ConsumedRecord, ProducerRecord
-from streamplatform.runtime import kafka_output, repartition_buffer, task_cache
+from streamplatform.runtime import incarnation, kafka_output, repartition_buffer, task_cache
 from streamplatform.runtime.changelog import task_offset_rows
 from streamplatform.runtime.faults import crash_point
 from streamplatform.runtime.partition_group import InputQueue, MergeResult, merge
@@ -101,10 +101,13 @@ class TaskRun:
         def clock() -> int:
             return batch_time
 
+        task_dir = Path(state_dir) / self.config["application.id"] / task_id
+        if incarnation.is_stale(task_dir, runner.incarnation):
+            task_cache.close_under(task_dir)  # kept open from before a reset: closed first
+        incarnation.ensure(task_dir, runner.incarnation)
         kept = task_cache.take(
-            Path(state_dir) / self.config["application.id"] / task_id, runner.fingerprint,
-            lambda batch: runner.is_current(task_id, batch),
-        )  # fmt: skip
+            task_dir, runner.fingerprint, lambda batch: runner.is_current(task_id, batch)
+        )
         self.reused = kept is not None
         if kept is not None:
             runner.settle_and_restore(kept)  # applies the last batch's prepared writes
@@ -257,7 +260,7 @@ class TaskRun:
         output = time.monotonic()
         batches += self._persist()
         persisted = time.monotonic()
-        metrics = task.metrics()
+        metrics = task.metrics() | task.e2e_latency(int(time.time() * 1000))
         if self.runner.internal_topics:  # the job's numbers count its own topics only
             internal = self.runner.internal_topics
             internal_in = self.internal_in

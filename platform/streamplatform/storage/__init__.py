@@ -318,6 +318,13 @@ def remove_tree(directory: str) -> None:
             raise
 
 
+def remove_file(uri: str) -> None:
+    """Remove the file ``uri``; nothing happens when it is not there."""
+    fs, path = filesystem(uri)
+    with contextlib.suppress(FileNotFoundError):
+        fs.delete_file(path)
+
+
 def write_file(uri: str, write: Callable[[Any], None]) -> None:
     """Write a file whole or not at all: ``write(stream)`` fills it. On a local disk it is
     written under a temporary name of its own (a speculative copy of a task may write beside

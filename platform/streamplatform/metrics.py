@@ -1,0 +1,237 @@
+"""A running job's metrics under Kafka Streams' names, for Prometheus (docs/operations.md).
+
+Kafka Streams publishes its metrics through JMX; teams scrape them with Prometheus's JMX
+exporter, which names a metric ``kafka_streams_<group>_<name>`` (dashes to underscores) and
+turns its tags into labels. The same names here, so that their dashboards and alerts read a
+streamplatform job too:
+
+- thread level (``stream-thread-metrics``; ``thread_id`` is the driver's):
+  ``process-total``/``-rate``, ``commit-total``/``-rate``, ``commit-latency-avg``/``-max``;
+- task level (``stream-task-metrics``; ``task_id``), from the tasks' own numbers, which come
+  back from Spark's executors with each batch's progress rows: ``process-total``/``-rate``,
+  ``dropped-records-total``/``-rate``, ``record-lateness-avg``/``-max``;
+- processor-node level (``stream-processor-node-metrics``; a task's source nodes as
+  ``processor_node_id="sources"``): ``record-e2e-latency-avg``/``-min``/``-max``, the time from a
+  record's timestamp to the end of the batch that processed it;
+- the consumer's ``records-lag`` per partition (``consumer-fetch-manager-metrics``);
+- the platform's own, ``streamplatform_*``: batches by execution path, each phase's duration,
+  records in and out, the DLQ, duplicates dropped, replays, restores, the committed batch, the
+  claim's epoch and the lag.
+
+Rates and averages are over Kafka Streams' sample window, the last 30 s of batches; totals
+since the job started in this process. Every series carries ``application_id``.
+
+    metrics = JobMetrics("orders")
+    metrics.serve(9464)                     # http://127.0.0.1:9464/metrics
+    job.run_forever(on_batch=metrics.record)
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest, start_http_server
+
+WINDOW_S = 30.0  # Kafka Streams' metrics.sample.window.ms, for rates and averages
+
+_THREAD = "kafka_streams_stream_thread_metrics_"
+_TASK = "kafka_streams_stream_task_metrics_"
+_NODE = "kafka_streams_stream_processor_node_metrics_"
+_FETCH = "kafka_consumer_consumer_fetch_manager_metrics_"
+
+
+class JobMetrics:
+    """One job's metrics in a registry of their own (``registry``), fed a ``BatchResult``
+    per batch (``record``), served over HTTP (``serve``) or rendered (``exposition``)."""
+
+    def __init__(
+        self, application_id: str, registry: CollectorRegistry | None = None,
+        thread_id: str | None = None,
+    ) -> None:  # fmt: skip
+        self.application_id = application_id
+        self.thread_id = thread_id or f"{application_id}-driver"
+        self.registry = registry or CollectorRegistry()
+        self._started = time.monotonic()
+        self._window: deque[tuple[float, Any]] = deque()  # (when recorded, result)
+        self._process_total = 0
+        self._commit_total = 0
+        self._task_totals: dict[str, dict[str, int]] = {}
+        thread, task = ["application_id", "thread_id"], ["application_id", "thread_id", "task_id"]
+        node = [*task, "processor_node_id"]
+
+        def gauge(name: str, help: str, labels: list[str]) -> Gauge:
+            return Gauge(name, help, labels, registry=self.registry)
+
+        def counter(name: str, help: str, labels: Iterable[str] = ("application_id",)) -> Counter:
+            return Counter(name, help, list(labels), registry=self.registry)
+
+        self.thread = {
+            "process_total": gauge(f"{_THREAD}process_total", "Records processed.", thread),
+            "process_rate": gauge(
+                f"{_THREAD}process_rate", "Records processed per second.", thread
+            ),  # fmt: skip
+            "commit_total": gauge(f"{_THREAD}commit_total", "Commits (one per batch).", thread),
+            "commit_rate": gauge(f"{_THREAD}commit_rate", "Commits per second.", thread),
+            "commit_latency_avg": gauge(
+                f"{_THREAD}commit_latency_avg", "Average commit time, ms.", thread
+            ),  # fmt: skip
+            "commit_latency_max": gauge(
+                f"{_THREAD}commit_latency_max", "Longest commit time, ms.", thread
+            ),  # fmt: skip
+        }
+        self.task = {
+            "process_total": gauge(f"{_TASK}process_total", "Records the task processed.", task),
+            "process_rate": gauge(f"{_TASK}process_rate", "Records per second.", task),
+            "dropped_records_total": gauge(f"{_TASK}dropped_records_total",
+                                           "Records dropped (late, malformed and skipped, "
+                                           "null keys).", task),  # fmt: skip
+            "dropped_records_rate": gauge(f"{_TASK}dropped_records_rate",
+                                          "Records dropped per second.", task),  # fmt: skip
+            "record_lateness_avg": gauge(f"{_TASK}record_lateness_avg",
+                                         "Average lateness behind stream time, ms.", task),
+            "record_lateness_max": gauge(f"{_TASK}record_lateness_max",
+                                         "Largest lateness behind stream time, ms.", task),
+        }  # fmt: skip
+        self.node = {
+            which: gauge(f"{_NODE}record_e2e_latency_{which}",
+                         f"{which.capitalize()} time from a record's timestamp to the end of "
+                         "its processing, ms.", node)
+            for which in ("avg", "min", "max")
+        }  # fmt: skip
+        self.records_lag = gauge(f"{_FETCH}records_lag", "Records behind the last stable "
+                                 "offset.", ["application_id", "topic", "partition"])  # fmt: skip
+        self.records_lag_max = gauge(f"{_FETCH}records_lag_max", "Largest lag of a partition.",
+                                     ["application_id"])  # fmt: skip
+        app = ["application_id"]
+        self.batches = counter("streamplatform_batches", "Batches committed, by path.",
+                               ["application_id", "path"])  # fmt: skip
+        self.phase_ms = gauge("streamplatform_batch_phase_duration_ms", "The last batch's "
+                              "phases: plan, run_and_write, commit, total.",
+                              ["application_id", "phase"])  # fmt: skip
+        self.records_in = counter("streamplatform_records_in", "Records read from the sources.")
+        self.records_out = counter("streamplatform_records_out", "Records written to sinks.")
+        self.dlq_records = counter("streamplatform_dlq_records", "Records sent to the DLQ.")
+        self.duplicates = counter("streamplatform_duplicates_dropped", "Duplicates dropped.")
+        self.replays = counter("streamplatform_replayed_batches", "Batches replayed.")
+        self.restored = counter("streamplatform_restored_records", "Changelog rows restored.")
+        self.committed = gauge("streamplatform_committed_batch_id", "The last committed batch.",
+                               app)  # fmt: skip
+        self.claim_epoch = gauge("streamplatform_claim_epoch", "The epoch of this driver's "
+                                 "claim on the job.", app)  # fmt: skip
+        self.lag = gauge("streamplatform_lag", "Records behind the sources' ends.", app)
+
+    # Feeding ---------------------------------------------------------------------------------
+
+    def record(self, result: Any, claim_epoch: int | None = None) -> None:
+        """Take one batch's result (``StreamingJob``'s ``BatchResult``)."""
+        now = time.monotonic()
+        app, thread = self.application_id, self.thread_id
+        self._window.append((now, result))
+        while self._window and now - self._window[0][0] > WINDOW_S:
+            self._window.popleft()
+        span = min(WINDOW_S, max(now - self._started, 1e-3))
+        metrics: Mapping[str, int] = result.metrics
+        processed = result.records_in + int(metrics.get("repartition_records_in", 0))
+        self._process_total += processed
+        self._commit_total += 1
+        commits = [int(r.metrics.get("commit_ms", 0)) for _, r in self._window]
+        in_window = sum(
+            r.records_in + int(r.metrics.get("repartition_records_in", 0)) for _, r in self._window
+        )
+        self._set(self.thread, "process_total", self._process_total, app, thread)
+        self._set(self.thread, "process_rate", in_window / span, app, thread)
+        self._set(self.thread, "commit_total", self._commit_total, app, thread)
+        self._set(self.thread, "commit_rate", len(commits) / span, app, thread)
+        self._set(self.thread, "commit_latency_avg", sum(commits) / len(commits), app, thread)
+        self._set(self.thread, "commit_latency_max", max(commits), app, thread)
+        self._record_tasks(result, span)
+        for (topic, partition), lag in result.partition_lag.items():
+            self.records_lag.labels(app, topic, str(partition)).set(lag)
+        self.records_lag_max.labels(app).set(max(result.partition_lag.values(), default=0))
+
+        self.batches.labels(app, result.path or "unknown").inc()
+        phases = {"plan": "plan_ms", "run_and_write": "run_and_write_ms", "commit": "commit_ms"}
+        for phase, key in phases.items():
+            self.phase_ms.labels(app, phase).set(int(metrics.get(key, 0)))
+        self.phase_ms.labels(app, "total").set(result.duration_ms)
+        self.records_in.labels(app).inc(result.records_in)
+        self.records_out.labels(app).inc(result.records_out)
+        self.dlq_records.labels(app).inc(result.dlq_records)
+        self.duplicates.labels(app).inc(result.duplicates_dropped)
+        self.replays.labels(app).inc(int(result.replayed))
+        self.restored.labels(app).inc(result.restored_records)
+        self.committed.labels(app).set(result.batch_id)
+        if claim_epoch is not None:
+            self.claim_epoch.labels(app).set(claim_epoch)
+        self.lag.labels(app).set(result.lag)
+
+    def _record_tasks(self, result: Any, span: float) -> None:
+        app, thread = self.application_id, self.thread_id
+        ended_ms = int(time.time() * 1000)
+        windowed: dict[str, dict[str, int]] = {}
+        for _, earlier in self._window:
+            for task, numbers in earlier.task_metrics.items():
+                sums = windowed.setdefault(task, {})
+                for key in (
+                    "records_in",
+                    "repartition_records_in",
+                    "dropped_records",
+                    "skipped",
+                    "record_lateness_sum_ms",
+                    "records_timestamped",
+                ):
+                    sums[key] = sums.get(key, 0) + int(numbers.get(key, 0))
+                sums["record_lateness_max"] = max(
+                    sums.get("record_lateness_max", 0), int(numbers.get("record_lateness_max", 0))
+                )
+        for task, numbers in result.task_metrics.items():
+            totals = self._task_totals.setdefault(task, {"process": 0, "dropped": 0})
+            totals["process"] += _processed(numbers)
+            totals["dropped"] += _dropped(numbers)
+            sums = windowed.get(task, {})
+            labels = (app, thread, task)
+            self._set(self.task, "process_total", totals["process"], *labels)
+            self._set(self.task, "process_rate", _processed(sums) / span, *labels)
+            self._set(self.task, "dropped_records_total", totals["dropped"], *labels)
+            self._set(self.task, "dropped_records_rate", _dropped(sums) / span, *labels)
+            timestamped = sums.get("records_timestamped", 0)
+            if timestamped:
+                self._set(self.task, "record_lateness_avg",
+                          sums["record_lateness_sum_ms"] / timestamped, *labels)  # fmt: skip
+                self._set(self.task, "record_lateness_max", sums["record_lateness_max"], *labels)
+            count = int(numbers.get("records_timestamped", 0))
+            if count:  # this batch's records: from their timestamps to the batch's end
+                node = (*labels, "sources")
+                self._set(self.node, "avg", numbers["record_e2e_latency_sum_ms"] / count, *node)
+                self._set(self.node, "max", numbers["record_e2e_latency_max_ms"], *node)
+                newest = int(numbers.get("stream_time_max", ended_ms))
+                self._set(self.node, "min", max(0, ended_ms - newest), *node)
+
+    @staticmethod
+    def _set(family: Mapping[str, Gauge], name: str, value: float, *labels: str) -> None:
+        family[name].labels(*labels).set(value)
+
+    # Serving ---------------------------------------------------------------------------------
+
+    def serve(self, port: int, host: str = "127.0.0.1") -> Any:
+        """Serve ``/metrics`` on ``host:port`` from a daemon thread (prometheus_client's
+        server); returns the server (``.shutdown()`` stops it)."""
+        server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        return server
+
+    def exposition(self) -> bytes:
+        """The metrics in Prometheus's text format, as a scrape gets them."""
+        return bytes(generate_latest(self.registry))
+
+
+def _processed(numbers: Mapping[str, int]) -> int:
+    return int(numbers.get("records_in", 0)) + int(numbers.get("repartition_records_in", 0))
+
+
+def _dropped(numbers: Mapping[str, int]) -> int:
+    """Kafka Streams' dropped-records: records a window or join dropped (late, null key) and
+    records the handlers skipped (a deserialization or processing error, log_and_continue)."""
+    return int(numbers.get("dropped_records", 0)) + int(numbers.get("skipped", 0))

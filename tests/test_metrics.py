@@ -1,0 +1,118 @@
+"""JobMetrics without Spark: batch results in, Prometheus's text format out, under Kafka
+Streams' names (as the JMX exporter names them) and the platform's own."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from streamplatform.metrics import JobMetrics
+
+
+@dataclass
+class Result:  # BatchResult's fields that JobMetrics reads
+    batch_id: int
+    records_in: int
+    records_out: int = 0
+    dlq_records: int = 0
+    duplicates_dropped: int = 0
+    restored_records: int = 0
+    lag: int = 0
+    duration_ms: int = 100
+    replayed: bool = False
+    path: str = "direct-spark"
+    metrics: dict = field(default_factory=dict)
+    task_metrics: dict = field(default_factory=dict)
+    partition_lag: dict = field(default_factory=dict)
+
+
+def samples(metrics: JobMetrics) -> dict[tuple[str, tuple], float]:
+    text = metrics.exposition().decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def test_batches_become_kafka_streams_thread_task_node_and_consumer_metrics():
+    metrics = JobMetrics("orders")
+    task_0 = {"records_in": 10, "dropped_records": 1, "skipped": 1, "records_timestamped": 10,
+              "record_lateness_sum_ms": 50, "record_lateness_max": 30,
+              "record_e2e_latency_sum_ms": 10_000, "record_e2e_latency_max_ms": 2_000}  # fmt: skip
+    task_1 = {"records_in": 5, "records_timestamped": 5, "record_lateness_sum_ms": 0,
+              "record_lateness_max": 0, "record_e2e_latency_sum_ms": 500,
+              "record_e2e_latency_max_ms": 200}  # fmt: skip
+    metrics.record(Result(0, 15, records_out=12, dlq_records=2, duplicates_dropped=1,
+                          metrics={"commit_ms": 40, "plan_ms": 5, "run_and_write_ms": 50},
+                          task_metrics={"0_0": task_0, "0_1": task_1},
+                          partition_lag={("in", 0): 3, ("in", 1): 0}, lag=3),
+                   claim_epoch=7)  # fmt: skip
+    metrics.record(Result(1, 5, replayed=True, metrics={"commit_ms": 20},
+                          task_metrics={"0_0": {"records_in": 5}},
+                          partition_lag={("in", 0): 0, ("in", 1): 0}))  # fmt: skip
+    got = samples(metrics)
+    app = ("application_id", "orders")
+
+    def value(name, **labels):
+        key = tuple(sorted([app, *labels.items()]))
+        return got[(name, key)]
+
+    thread_labels = {"thread_id": "orders-driver"}
+    assert value("kafka_streams_stream_thread_metrics_process_total", **thread_labels) == 20
+    assert value("kafka_streams_stream_thread_metrics_commit_total", **thread_labels) == 2
+    assert value("kafka_streams_stream_thread_metrics_commit_latency_max", **thread_labels) == 40
+    assert value("kafka_streams_stream_thread_metrics_commit_latency_avg", **thread_labels) == 30
+    assert value("kafka_streams_stream_thread_metrics_process_rate", **thread_labels) > 0
+    task = {"thread_id": "orders-driver", "task_id": "0_0"}
+    assert value("kafka_streams_stream_task_metrics_process_total", **task) == 15
+    assert value("kafka_streams_stream_task_metrics_dropped_records_total", **task) == 2
+    assert value("kafka_streams_stream_task_metrics_record_lateness_max", **task) == 30
+    assert value("kafka_streams_stream_task_metrics_record_lateness_avg", **task) == 5
+    node = {"thread_id": "orders-driver", "task_id": "0_1", "processor_node_id": "sources"}
+    assert (
+        value("kafka_streams_stream_processor_node_metrics_record_e2e_latency_avg", **node) == 100
+    )
+    assert (
+        value("kafka_streams_stream_processor_node_metrics_record_e2e_latency_max", **node) == 200
+    )
+    lag = "kafka_consumer_consumer_fetch_manager_metrics_records_lag"
+    assert value(lag, topic="in", partition="0") == 0  # the last batch's
+    assert value("streamplatform_records_in_total") == 20
+    assert value("streamplatform_dlq_records_total") == 2
+    assert value("streamplatform_replayed_batches_total") == 1
+    assert value("streamplatform_batches_total", path="direct-spark") == 2
+    assert value("streamplatform_batch_phase_duration_ms", phase="commit") == 20
+    assert value("streamplatform_committed_batch_id") == 1
+    assert value("streamplatform_claim_epoch") == 7
+    assert (
+        "kafka_streams_stream_task_metrics_process_total",
+        tuple(sorted([app, ("task_id", "0_1"), ("thread_id", "orders-driver")])),
+    ) in got
+
+
+def test_the_grafana_dashboard_reads_only_metrics_the_job_exposes():
+    """docs/grafana/streamplatform-dashboard.json: every expression names metrics JobMetrics
+    serves (a renamed metric would leave a panel empty)."""
+    import json
+    import re
+    from pathlib import Path
+
+    dashboard = json.loads(
+        (Path(__file__).parents[1] / "docs/grafana/streamplatform-dashboard.json").read_text()
+    )
+    metrics = JobMetrics("orders")
+    metrics.record(Result(0, 1, metrics={"commit_ms": 1}, partition_lag={("in", 0): 0},
+                          task_metrics={"0_0": {"records_in": 1, "records_timestamped": 1,
+                                                "record_lateness_sum_ms": 0,
+                                                "record_lateness_max": 0,
+                                                "record_e2e_latency_sum_ms": 5,
+                                                "record_e2e_latency_max_ms": 5}}),
+                   claim_epoch=1)  # fmt: skip
+    served = {name for name, _ in samples(metrics)}
+    expressions = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    expressions.append(dashboard["templating"]["list"][1]["query"])
+    named = {n for e in expressions for n in re.findall(r"\b(?:kafka|streamplatform)_\w+", e)}
+    assert len(dashboard["panels"]) >= 10 and named
+    assert named <= served, named - served
