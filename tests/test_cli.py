@@ -152,6 +152,19 @@ def test_a_failed_batch_is_exit_1(monkeypatch, capsys):
     assert job.closed == 1
 
 
+def test_an_upgrade_that_would_start_a_store_empty_is_exit_4_a_person_must_decide(
+    monkeypatch, capsys
+):
+    from streamplatform import UpgradeRefused
+
+    refused = UpgradeRefused("orders: store KSTREAM-COUNT-STATE-STORE-0000000001 is gone")
+    code, _, err = _run(monkeypatch, capsys, FakeJob(batches=0, fail=refused))
+    assert code == cli.EXIT_REPLAY_REFUSED == 4
+    line = _one_line(err)
+    assert line.startswith("streamplatform run: a person must decide (exit 4")
+    assert "KSTREAM-COUNT-STATE-STORE-0000000001 is gone" in line
+
+
 def test_an_error_a_signal_caused_is_an_interrupt_not_a_failed_batch(monkeypatch, capsys):
     """py4j makes a call into the JVM that a second SIGTERM cut short its own network error."""
     try:

@@ -3,14 +3,15 @@
 The public API is re-exported here; everything not listed in ``__all__`` is internal.
 The errors an operator of a running job catches (``JobClaimedError``, ``JobFencedError``,
 ``ReplayRefused``, ``MissingTaskOutputs``, ``KafkaInputError``, ``KafkaOutputError``,
-``MaintenanceError``, ``RegistryUnavailableError``) are here too, with their root,
+``MaintenanceError``, ``RegistryUnavailableError``, ``UpgradeRefused``, ``TopologyNamingError``,
+``ResetUnfinishedError``) are here too, with their root,
 ``StreamPlatformError``, which every error of the platform derives from. Serdes live in
 ``streamplatform.serdes``, stores in ``streamplatform.state``, error handling
 in ``streamplatform.errors``, dead letter queues in ``streamplatform.dlq`` and the Dagster
 integration in ``streamplatform.dagster``. The Spark-side names (``StreamingJob``,
 ``BatchResult``, ``DlqReplayer``, ``read_versioned_snapshot``, ``batch_as_of_join``,
-``read_kafka_ranges``, ``spark_session``) load on first use, so that ``import streamplatform``
-stays light for a topology and its tests. ``data_dir()`` is the local data folder (``.data/``,
+``read_kafka_ranges``, ``spark_session``, ``JobMetrics``) load on first use, so that
+``import streamplatform`` stays light for a topology and its tests. ``data_dir()`` is the local data folder (``.data/``,
 ``STREAMPLATFORM_DATA`` when set) where everything local lives by default.
 
 The README's first example, executed as a test: deduplicate transactions by id within 10 minutes,
@@ -132,6 +133,10 @@ _LAZY = {
     "KafkaOutputError": "streamplatform.runtime.kafka_output",
     "MaintenanceError": "streamplatform.runtime.maintenance",
     "RegistryUnavailableError": "streamplatform.registry.serdes",
+    "TopologyNamingError": "streamplatform.dsl.naming",
+    "UpgradeRefused": "streamplatform.runtime.upgrade",
+    "ResetUnfinishedError": "streamplatform.runtime.reset",
+    "JobMetrics": "streamplatform.metrics",
 }
 __all__ += sorted(_LAZY)
 

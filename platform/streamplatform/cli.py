@@ -417,7 +417,8 @@ EXIT_BATCH_FAILED = 1  # a batch failed, nothing of it committed: restart, it is
 EXIT_BAD_SETTINGS = 2  # a wrong setting or topology: fix the command, restarting will not help
 EXIT_CLAIMED = 3  # another driver holds the job (or took it over): do not start a second one
 EXIT_REPLAY_REFUSED = 4  # a person must decide: the uncommitted batch was planned under other
-#                          code or settings (ReplayRefused); restarting will not help
+#                          code or settings (ReplayRefused), the topology's stores changed
+#                          (UpgradeRefused), or a reset is unfinished; restarting will not help
 EXIT_INTERRUPTED = 130  # a signal interrupted the batch in flight (a second SIGTERM/SIGINT):
 #                         nothing of it is committed; safe to restart, the batch is replayed
 
@@ -426,8 +427,9 @@ EXIT_CODES_HELP = (
     "committed (restart: it is replayed); 2 a wrong setting or topology (fix the command); "
     "3 another driver holds the job (do not start a second one); 4 a person must decide: the "
     "uncommitted batch was planned under other code or settings (ReplayRefused; run the old "
-    "code, or discard-batch); 130 interrupted by a signal in the middle of a batch (a second "
-    "SIGTERM/SIGINT): nothing of it is committed, safe to restart, the batch is replayed"
+    "code, or discard-batch), or an upgrade would start a store empty (UpgradeRefused; name "
+    "the operator: docs/upgrades.md), or a reset is unfinished (run it again); 130 "
+    "interrupted by a signal in the middle of a batch (a second SIGTERM/SIGINT): nothing of it is committed, safe to restart, the batch is replayed"
 )
 
 
@@ -465,6 +467,8 @@ def _run(args: argparse.Namespace) -> int:
 def _run_job(args: argparse.Namespace, state: _RunState, stop: threading.Event) -> int:
     from streamplatform import JobClaimedError, JobFencedError, ReplayRefused
     from streamplatform.config import ConfigError
+    from streamplatform.runtime.reset import ResetUnfinishedError
+    from streamplatform.runtime.upgrade import UpgradeRefused
 
     problem = _dagster_options_problem(args)
     if problem:
@@ -506,7 +510,7 @@ def _run_job(args: argparse.Namespace, state: _RunState, stop: threading.Event) 
     except (JobClaimedError, JobFencedError) as error:
         print(f"streamplatform run: {error}", file=sys.stderr)
         code = EXIT_CLAIMED
-    except ReplayRefused as error:
+    except (ReplayRefused, UpgradeRefused, ResetUnfinishedError) as error:
         print(f"streamplatform run: a person must decide (exit {EXIT_REPLAY_REFUSED}; "
               f"restarting will not help): {error}", file=sys.stderr)  # fmt: skip
         code = EXIT_REPLAY_REFUSED
