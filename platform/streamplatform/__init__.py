@@ -11,8 +11,9 @@ in ``streamplatform.errors``, dead letter queues in ``streamplatform.dlq`` and t
 integration in ``streamplatform.dagster``. The Spark-side names (``StreamingJob``,
 ``BatchResult``, ``DlqReplayer``, ``read_versioned_snapshot``, ``batch_as_of_join``,
 ``read_kafka_ranges``, ``spark_session``, ``JobMetrics``) load on first use, so that
-``import streamplatform`` stays light for a topology and its tests. ``data_dir()`` is the local data folder (``.data/``,
-``STREAMPLATFORM_DATA`` when set) where everything local lives by default.
+``import streamplatform`` stays light for a topology and its tests. ``data_dir()`` is the local
+data folder (``.data/``, ``STREAMPLATFORM_DATA`` when set) where everything local lives by
+default.
 
 The README's first example, executed as a test: deduplicate transactions by id within 10 minutes,
 then join each with the FX rate valid at its time.

@@ -429,7 +429,8 @@ EXIT_CODES_HELP = (
     "uncommitted batch was planned under other code or settings (ReplayRefused; run the old "
     "code, or discard-batch), or an upgrade would start a store empty (UpgradeRefused; name "
     "the operator: docs/upgrades.md), or a reset is unfinished (run it again); 130 "
-    "interrupted by a signal in the middle of a batch (a second SIGTERM/SIGINT): nothing of it is committed, safe to restart, the batch is replayed"
+    "interrupted by a signal in the middle of a batch (a second SIGTERM/SIGINT): nothing of "
+    "it is committed, safe to restart, the batch is replayed"
 )
 
 
