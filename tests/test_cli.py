@@ -344,6 +344,19 @@ def team_module(directory: Path, source: str = "in", sink: str = "out") -> str:
     return "myteam.topologies:x"
 
 
+def five_records(kafka_settings, topic_name: str) -> tuple[str, str]:
+    """A one-partition topic ``topic_name`` with k0/v0 .. k4/v4; returns it and the name of the
+    team module's sink (``team_module``)."""
+    from streamplatform.kafka import TopicSpec, create_topics, producer
+
+    create_topics(kafka_settings, [TopicSpec(topic_name, 1)])
+    writer = producer(kafka_settings)
+    for n in range(5):
+        writer.produce(topic_name, key=f"k{n}", value=f"v{n}")
+    assert writer.flush(30) == 0
+    return topic_name, f"{topic_name}-upper"
+
+
 def console_command(action: str, topology: str, settings: dict, *options: str) -> list[str]:
     """The installed ``streamplatform`` script (its sys.path[0] is its bin directory)."""
     sets = [arg for key, value in settings.items() for arg in ("--set", f"{key}={value}")]

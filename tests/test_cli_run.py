@@ -12,10 +12,9 @@ import uuid
 
 import pytest
 from runtime.support import wait_for
-from test_cli import console_command, env_without_pythonpath, team_module
+from test_cli import console_command, env_without_pythonpath, five_records, team_module
 
 from streamplatform import cli
-from streamplatform.kafka import TopicSpec, create_topics, producer
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.slow]
 
@@ -25,12 +24,7 @@ pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.slow]
 def test_a_second_sigterm_mid_batch_is_exit_130_in_one_line_and_the_batch_is_replayed(
     kafka_settings, topic_name, tmp_path
 ):
-    source, sink = topic_name, f"{topic_name}-upper"
-    create_topics(kafka_settings, [TopicSpec(source, 1)])
-    writer = producer(kafka_settings)
-    for n in range(5):
-        writer.produce(source, key=f"k{n}", value=f"v{n}")
-    assert writer.flush(30) == 0
+    source, sink = five_records(kafka_settings, topic_name)
     topology = team_module(tmp_path, source, sink)
     app = f"cli-run-{uuid.uuid4().hex[:6]}"
     settings = {
@@ -99,12 +93,7 @@ def test_one_sigterm_at_any_moment_of_the_start_or_a_batch_exits_0_and_loses_not
     then gives each record once."""
     from delta.tables import DeltaTable
 
-    source, sink = topic_name, f"{topic_name}-upper"
-    create_topics(kafka_settings, [TopicSpec(source, 1)])
-    writer = producer(kafka_settings)
-    for n in range(5):
-        writer.produce(source, key=f"k{n}", value=f"v{n}")
-    assert writer.flush(30) == 0
+    source, sink = five_records(kafka_settings, topic_name)
     topology = team_module(tmp_path, source, sink)
     app = f"cli-stop-{uuid.uuid4().hex[:6]}"
     settings = {"application.id": app, "bootstrap.servers": kafka_settings["bootstrap.servers"],

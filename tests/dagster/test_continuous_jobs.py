@@ -20,7 +20,7 @@ from typing import Any
 import dagster as dg
 import pytest
 from runtime.support import dedup_topology, job_config, make_input
-from test_cli import console_command, env_without_pythonpath, team_module
+from test_cli import console_command, env_without_pythonpath, five_records, team_module
 
 from streamplatform import JobClaimedError, JobFencedError, cli
 from streamplatform.dagster import (
@@ -31,7 +31,7 @@ from streamplatform.dagster import (
     delta_sink_key,
     streaming_definitions,
 )
-from streamplatform.kafka import TopicSpec, create_topics, producer
+from streamplatform.kafka import TopicSpec, create_topics
 from streamplatform.runtime.logs import CommitLog
 from streamplatform.runtime.microbatch import BatchResult, StreamingJob
 
@@ -309,12 +309,7 @@ def test_a_running_job_reports_without_a_run_and_its_check_and_sensor_fail_once_
 def test_streamplatform_run_reports_to_the_instance_of_dagster_home(
     kafka_settings, topic_name, tmp_path
 ):
-    source, sink = topic_name, f"{topic_name}-upper"
-    create_topics(kafka_settings, [TopicSpec(source, 1)])
-    writer = producer(kafka_settings)
-    for n in range(5):
-        writer.produce(source, key=f"k{n}", value=f"v{n}")
-    assert writer.flush(30) == 0
+    source, sink = five_records(kafka_settings, topic_name)
     app = f"cli-dagster-{uuid.uuid4().hex[:6]}"
     settings = {"application.id": app, "bootstrap.servers": kafka_settings["bootstrap.servers"],
                 "platform.delta.root": str(tmp_path / "delta"),

@@ -12,30 +12,20 @@ import pytest
 from confluent_kafka import KafkaError
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from delta.tables import DeltaTable
+from runtime.support import amounts_topology
 
-from streamplatform import JobClaimedError, StreamsBuilder
+from streamplatform import JobClaimedError
 from streamplatform.dlq import DlqReplayer
 from streamplatform.dlq.ledger import ReplayLedger
 from streamplatform.dlq.records import REPLAY_ATTEMPT_HEADER, REPLAY_BATCH_HEADER, REPLAY_OF_HEADER
 from streamplatform.dlq.replay import DlqReplayer as Replayer
 from streamplatform.kafka import TopicSpec, consumer, create_topics, producer
 from streamplatform.runtime.microbatch import StreamingJob
-from streamplatform.serdes import Serdes
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark]
 
 
-def topology(source: str, sink: str, strict: bool):
-    """v1 (strict) rejects negative amounts; v2 is the fix."""
-
-    def check(tx: dict) -> dict:
-        if strict and tx["amount"] < 0:
-            raise ValueError(f"negative amount {tx['amount']}")
-        return tx
-
-    b = StreamsBuilder()
-    b.stream(source, Serdes.string(), Serdes.json()).map_values(check).to(sink)
-    return b.build()
+topology = amounts_topology  # v1 (strict) rejects negative amounts; v2 is the fix
 
 
 def make_setup(kafka_settings, spark, directory) -> dict:

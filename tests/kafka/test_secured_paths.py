@@ -18,6 +18,7 @@ from pyspark import cloudpickle
 from runtime import event_time_jobs
 from runtime.event_time_jobs import clicks_after_impressions, pages_per_minute
 from runtime.support import (
+    amounts_topology,
     dedup_topology,
     delta_rows,
     expected_with_the_test_driver,
@@ -159,19 +160,6 @@ def test_the_temporal_join_on_a_secured_broker_equals_the_same_job_in_the_clear(
     assert tables["secured"] == tables["clear"]
 
 
-def _amounts(source: str, sink: str, strict: bool):
-    """v1 (strict) rejects negative amounts; v2 is the fix."""
-
-    def check(tx: dict) -> dict:
-        if strict and tx["amount"] < 0:
-            raise ValueError(f"negative amount {tx['amount']}")
-        return tx
-
-    b = StreamsBuilder()
-    b.stream(source, Serdes.string(), Serdes.json()).map_values(check).to(sink)
-    return b.build()
-
-
 def test_the_dlq_replay_republishes_through_a_secured_broker(spark, secured, tmp_path):
     """A record the strict topology rejects goes to the DLQ; the replay (its watermark probe,
     its transactional producer, its check) republishes it for the fixed topology."""
@@ -188,11 +176,11 @@ def test_the_dlq_replay_republishes_through_a_secured_broker(spark, secured, tmp
                        partition=n % 2, timestamp=1_000 + n)  # fmt: skip
     assert writer.flush(30) == 0
 
-    _run(_amounts(source, sink, strict=True), config, spark, delta_sinks=[sink])
+    _run(amounts_topology(source, sink, strict=True), config, spark, delta_sinks=[sink])
     assert len(read_topic(secured, dlq)) == 1
-    report = DlqReplayer(_amounts(source, sink, strict=False), config, spark).replay()
+    report = DlqReplayer(amounts_topology(source, sink, strict=False), config, spark).replay()
     assert (report.candidates, report.republished, report.parked) == (1, 1, 0)
-    _run(_amounts(source, sink, strict=False), config, spark, delta_sinks=[sink])
+    _run(amounts_topology(source, sink, strict=False), config, spark, delta_sinks=[sink])
     rows = spark.read.format("delta").load(f"{tmp_path}/delta/{name}/{sink}").collect()
     assert sorted(json.loads(r.value)["amount"] for r in rows) == [-2, 5, 7]
 

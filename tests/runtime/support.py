@@ -30,6 +30,19 @@ def dedup_topology(source: str, sink: str):
     return b.build()
 
 
+def amounts_topology(source: str, sink: str, strict: bool):
+    """v1 (strict) rejects negative amounts (a processing error: the DLQ); v2 is the fix."""
+
+    def check(tx: dict) -> dict:
+        if strict and tx["amount"] < 0:
+            raise ValueError(f"negative amount {tx['amount']}")
+        return tx
+
+    b = StreamsBuilder()
+    b.stream(source, Serdes.string(), Serdes.json()).map_values(check).to(sink)
+    return b.build()
+
+
 def fixed_topology(source: str, sink: str):
     """The fixed code: a value that is not JSON becomes a record instead of an error."""
 
