@@ -25,6 +25,7 @@ class Result:  # BatchResult's fields that JobMetrics reads
     metrics: dict = field(default_factory=dict)
     task_metrics: dict = field(default_factory=dict)
     partition_lag: dict = field(default_factory=dict)
+    store_metrics: dict = field(default_factory=dict)
 
 
 def samples(metrics: JobMetrics) -> dict[tuple[str, tuple], float]:
@@ -108,7 +109,9 @@ def test_the_grafana_dashboard_reads_only_metrics_the_job_exposes():
                                                 "record_lateness_sum_ms": 0,
                                                 "record_lateness_max": 0,
                                                 "record_e2e_latency_sum_ms": 5,
-                                                "record_e2e_latency_max_ms": 5}}),
+                                                "record_e2e_latency_max_ms": 5}},
+                          store_metrics={("0_0", "s"): {"cur_size_all_mem_tables": 1,
+                                                        "estimate_num_keys": 1}}),
                    claim_epoch=1)  # fmt: skip
     served = {name for name, _ in samples(metrics)}
     expressions = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
@@ -116,3 +119,30 @@ def test_the_grafana_dashboard_reads_only_metrics_the_job_exposes():
     named = {n for e in expressions for n in re.findall(r"\b(?:kafka|streamplatform)_\w+", e)}
     assert len(dashboard["panels"]) >= 10 and named
     assert named <= served, named - served
+
+
+def test_a_stores_rocksdb_properties_become_kafka_streams_state_metrics(tmp_path):
+    """KIP-607's RocksDB metrics from a real store: its memtables hold what was written, its
+    keys are counted; JobMetrics publishes them per task and store."""
+    from streamplatform.state import TransactionalKeyValueStore
+
+    with TransactionalKeyValueStore(tmp_path / "counts") as store:
+        empty = store.rocksdb_metrics()
+        txn = store.transaction
+        for n in range(1_000):
+            txn.put(b"key-%05d" % n, b"x" * 100)
+        store.commit({("clicks", 0): 1_000})
+        written = store.rocksdb_metrics()
+    assert set(written) == {"cur_size_all_mem_tables", "size_all_mem_tables",
+                            "estimate_num_keys", "estimate_table_readers_mem",
+                            "block_cache_usage"}  # fmt: skip
+    assert written["cur_size_all_mem_tables"] > empty["cur_size_all_mem_tables"] + 100_000
+    assert 900 <= written["estimate_num_keys"] <= 1_100  # RocksDB's estimate
+
+    metrics = JobMetrics("orders")
+    metrics.record(Result(0, 1, store_metrics={("0_0", "counts"): written}))
+    got = samples(metrics)
+    key = ("kafka_streams_stream_state_metrics_estimate_num_keys",
+           tuple(sorted([("application_id", "orders"), ("rocksdb_state_id", "counts"),
+                         ("task_id", "0_0"), ("thread_id", "orders-driver")])))  # fmt: skip
+    assert got[key] == written["estimate_num_keys"]

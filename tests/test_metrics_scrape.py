@@ -2,7 +2,7 @@
 Spark's Python workers: ``platform.driver.tasks.max.records=0``) while it runs, and finds Kafka
 Streams' metrics with the values the job's own progress lines give: records processed (by the
 thread and by its tasks, which report from the executors), the DLQ, duplicates dropped and the
-records lag; and the platform's own batches by path."""
+records lag; the tasks' RocksDB stores; and the platform's own batches by path."""
 
 from __future__ import annotations
 
@@ -114,6 +114,8 @@ def test_prometheus_scrapes_kafka_streams_metrics_that_match_the_batches(kafka_s
         lag = _value(prometheus_port, f"max(kafka_consumer_consumer_fetch_manager_metrics_"
                                       f"records_lag{selector})")  # fmt: skip
         paths = _query(prometheus_port, f"streamplatform_batches_total{selector}")
+        keys = _query(prometheus_port,
+                      f"kafka_streams_stream_state_metrics_estimate_num_keys{selector}")  # fmt: skip
         e2e = _value(prometheus_port, f"max(kafka_streams_stream_processor_node_metrics_"
                                       f"record_e2e_latency_max{selector})")  # fmt: skip
     finally:
@@ -137,3 +139,6 @@ def test_prometheus_scrapes_kafka_streams_metrics_that_match_the_batches(kafka_s
     assert lag == int(batches[-1][5]) == 0
     assert {r["metric"]["path"] for r in paths} == {"direct-spark"}
     assert e2e is not None and e2e > 0
+    # The dedup store of each task, as its RocksDB counts its keys (ids and their index).
+    assert {r["metric"]["task_id"] for r in keys} == set(by_task)
+    assert sum(float(r["value"][1]) for r in keys) > 0

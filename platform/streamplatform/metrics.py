@@ -13,6 +13,10 @@ streamplatform job too:
 - processor-node level (``stream-processor-node-metrics``; a task's source nodes as
   ``processor_node_id="sources"``): ``record-e2e-latency-avg``/``-min``/``-max``, the time from a
   record's timestamp to the end of the batch that processed it;
+- state-store level (``stream-state-metrics``; ``rocksdb_state_id``: the store), RocksDB's
+  properties as Kafka Streams' RocksDB metrics (KIP-607): ``cur-size-all-mem-tables``,
+  ``size-all-mem-tables``, ``estimate-num-keys``, ``estimate-table-readers-mem``,
+  ``block-cache-usage`` (the cache is shared by a process's stores);
 - the consumer's ``records-lag`` per partition (``consumer-fetch-manager-metrics``);
 - the platform's own, ``streamplatform_*``: batches by execution path, each phase's duration,
   records in and out, the DLQ, duplicates dropped, replays, restores, the committed batch, the
@@ -35,12 +39,17 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest, start_http_server
 
+from streamplatform.state.db import StateDB
+
 WINDOW_S = 30.0  # Kafka Streams' metrics.sample.window.ms, for rates and averages
 
 _THREAD = "kafka_streams_stream_thread_metrics_"
 _TASK = "kafka_streams_stream_task_metrics_"
 _NODE = "kafka_streams_stream_processor_node_metrics_"
 _FETCH = "kafka_consumer_consumer_fetch_manager_metrics_"
+_STATE = "kafka_streams_stream_state_metrics_"
+# Kafka Streams' RocksDB metrics (KIP-607) and the properties they read.
+_ROCKSDB_PROPERTIES = StateDB.ROCKSDB_PROPERTIES
 
 
 class JobMetrics:
@@ -101,6 +110,11 @@ class JobMetrics:
                          "its processing, ms.", node)
             for which in ("avg", "min", "max")
         }  # fmt: skip
+        store = [*task, "rocksdb_state_id"]
+        self.state = {
+            name: gauge(f"{_STATE}{name}", f"RocksDB's {prop} of the store, bytes or keys.", store)
+            for name, prop in _ROCKSDB_PROPERTIES.items()
+        }
         self.records_lag = gauge(f"{_FETCH}records_lag", "Records behind the last stable "
                                  "offset.", ["application_id", "topic", "partition"])  # fmt: skip
         self.records_lag_max = gauge(f"{_FETCH}records_lag_max", "Largest lag of a partition.",
@@ -148,6 +162,10 @@ class JobMetrics:
         self._set(self.thread, "commit_latency_avg", sum(commits) / len(commits), app, thread)
         self._set(self.thread, "commit_latency_max", max(commits), app, thread)
         self._record_tasks(result, span)
+        for (task, store), numbers in getattr(result, "store_metrics", {}).items():
+            for name, value in numbers.items():
+                if name in self.state:
+                    self.state[name].labels(app, thread, task, store).set(value)
         for (topic, partition), lag in result.partition_lag.items():
             self.records_lag.labels(app, topic, str(partition)).set(lag)
         self.records_lag_max.labels(app).set(max(result.partition_lag.values(), default=0))

@@ -75,6 +75,8 @@ class Progress:
     bounds: dict[str, int | None] = field(default_factory=dict)
     # Per task, its own numbers (the metrics' task level: process, dropped, lateness, e2e).
     per_task: dict[str, dict[str, int]] = field(default_factory=dict)
+    # Per (task, store), its RocksDB metrics at the end of the task's batch.
+    per_store: dict[tuple[str, str], dict[str, int]] = field(default_factory=dict)
 
     @property
     def kinds(self) -> set[str]:
@@ -90,6 +92,8 @@ class Progress:
             summed.bounds[task] = progress.get("bound")
             add_metrics(summed.metrics, progress["metrics"])
             add_metrics(summed.per_task.setdefault(task, {}), progress["metrics"])
+            for store, numbers in progress.get("stores", {}).items():
+                summed.per_store[(task, store)] = numbers
             if progress.get("restored_on"):
                 summed.restores.append(
                     (task, progress["restored_on"], progress["metrics"]["restored_records"])

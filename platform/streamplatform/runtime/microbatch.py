@@ -98,6 +98,7 @@ class BatchResult:
     # batch: what the metrics' task level and records-lag show (streamplatform/metrics.py).
     task_metrics: dict[str, dict[str, int]] = field(default_factory=dict)
     partition_lag: dict[tuple[str, int], int] = field(default_factory=dict)
+    store_metrics: dict[tuple[str, str], dict[str, int]] = field(default_factory=dict)
 
 
 class StreamingJob:
@@ -508,6 +509,7 @@ class StreamingJob:
             restores=tuple(sorted(progress.restores)),
             path=path.name,
             task_metrics=dict(getattr(progress, "per_task", {})),
+            store_metrics=dict(getattr(progress, "per_store", {})),
             partition_lag=partition_lag,
         )
         log.info(

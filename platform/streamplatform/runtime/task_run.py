@@ -60,6 +60,16 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
+def _store_metrics(task: Task) -> dict[str, dict[str, int]]:
+    """Each RocksDB store's metrics (StateDB.rocksdb_metrics), for the job's metrics."""
+    found = {}
+    for name, store in task.stores.items():
+        measure = getattr(store, "rocksdb_metrics", None)
+        if measure is not None:
+            found[name] = measure()
+    return found
+
+
 def batch_held(store: Any) -> int:
     """The last batch a store's committed data holds; -1 for none (batch 0 is a batch)."""
     held = store.committed_offset(BATCH_MARKER)
@@ -294,7 +304,7 @@ class TaskRun:
         rows = [[kind, topic, n] for (kind, topic), n in sorted(self.rows.items(), key=str)]
         metrics["repartition_buffered"] = self.held
         report = {"metrics": metrics, "consumed": consumed, "rows": rows, "cut": self.cut,
-                  "bound": self.bound}  # fmt: skip
+                  "bound": self.bound, "stores": _store_metrics(task)}  # fmt: skip
         if self.restored:  # where: the executor's host and the state dir it restored into
             report["restored_on"] = f"{socket.gethostname()}:{self.state_dir}"
         progress = json.dumps(report).encode()

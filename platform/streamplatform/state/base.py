@@ -105,6 +105,10 @@ class StoreBase:
     def path(self) -> Path:
         return self._db.path
 
+    def rocksdb_metrics(self) -> dict[str, int]:
+        """Kafka Streams' RocksDB metrics of the store (memtables, keys, block cache)."""
+        return self._db.rocksdb_metrics(self.COLUMN_FAMILIES)
+
     @property
     def isolation_level(self) -> IsolationLevel:
         return self._isolation_level

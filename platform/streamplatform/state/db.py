@@ -127,6 +127,28 @@ class StateDB:
     def closed(self) -> bool:
         return self._rdict is None
 
+    # RocksDB's properties behind Kafka Streams' RocksDB metrics (KIP-607), by their names.
+    ROCKSDB_PROPERTIES = {
+        "cur_size_all_mem_tables": "rocksdb.cur-size-all-mem-tables",
+        "size_all_mem_tables": "rocksdb.size-all-mem-tables",
+        "estimate_num_keys": "rocksdb.estimate-num-keys",
+        "estimate_table_readers_mem": "rocksdb.estimate-table-readers-mem",
+        "block_cache_usage": "rocksdb.block-cache-usage",
+    }
+
+    def rocksdb_metrics(self, data_column_families: tuple[str, ...]) -> dict[str, int]:
+        """Kafka Streams' RocksDB metrics of this store: each property summed over the data
+        column families (the block cache is shared: its usage counts once); {} when closed."""
+        if self._rdict is None:
+            return {}
+        found: dict[str, int] = {}
+        for name, prop in self.ROCKSDB_PROPERTIES.items():
+            families = (
+                data_column_families if name != "block_cache_usage" else data_column_families[:1]
+            )
+            found[name] = sum(int(self.columns[f].property_int_value(prop) or 0) for f in families)
+        return found
+
     def committed_offset(self, tp: TopicPartition | tuple[str, int]) -> int | None:
         return self._offsets.get(TopicPartition(*tp))
 
