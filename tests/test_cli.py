@@ -484,3 +484,24 @@ def _counts_topology():
     stream.to("copy")
     stream.group_by_key().count().to_stream().to("counts")
     return b.build()
+
+
+def test_rewind_prints_what_it_did_and_refuses_in_one_line(monkeypatch, capsys):
+    from streamplatform.runtime.rewind import RewindReport
+
+    class Rewindable(FakeJob):
+        def rewind(self, to_batch, accept_kafka_repeats=False):
+            if not accept_kafka_repeats:
+                raise ConfigError("orders: the batches after 4 wrote to the Kafka topics ['out']")
+            return RewindReport("orders", 9, to_batch, {"out": 10}, ["out"], {("in", 0): 10})
+
+    job = Rewindable()
+    monkeypatch.setattr(cli, "_job", lambda args: job)
+    command = ["rewind", "--topology", "unused:x", "--to-batch", "4"]
+    assert cli.main(command) == cli.EXIT_BAD_SETTINGS
+    assert "wrote to the Kafka topics" in _one_line(capsys.readouterr().err)
+    assert cli.main([*command, "--accept-kafka-repeats"]) == 0
+    out = capsys.readouterr().out
+    assert "orders rewound to just after batch 4 (was at batch 9)" in out
+    assert "Kafka topic out: what batches after 4 wrote stays" in out
+    assert job.closed == 2

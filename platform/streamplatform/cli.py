@@ -15,6 +15,8 @@ streamplatform topics produce TOPIC [--value V ...] [--header NAME=VALUE ...] [-
 streamplatform topics consume|tail TOPIC [--from-end] [--max-messages N] [--follow] [--json]
 streamplatform placement plan --instances FILE [--standbys N] [--awareness zone,cluster]
                               [--tasks N] [--strict]
+streamplatform rewind --topology pkg.module:name --set KEY=VALUE ... --to-batch N
+                       [--accept-kafka-repeats]
 streamplatform reset APPLICATION_ID --input-topics T[,T] --to-earliest|--to-latest
                      |--to-datetime ISO|--by-duration PT1H [--dry-run] [--set KEY=VALUE ...]
 streamplatform run --topology pkg.module:name [--command-config FILE] --set KEY=VALUE ...
@@ -670,6 +672,32 @@ def _discard_batch(args: argparse.Namespace) -> int:
     return 0
 
 
+def _rewind(args: argparse.Namespace) -> int:
+    """``rewind --to-batch N``: StreamingJob.rewind for a job given by import path and
+    settings (runtime/rewind.py)."""
+    from streamplatform import JobClaimedError
+    from streamplatform.config import ConfigError
+
+    try:
+        job = _job(args)
+    except (ConfigError, ImportError, AttributeError, ValueError) as error:
+        print(f"streamplatform rewind: {error}", file=sys.stderr)
+        return EXIT_BAD_SETTINGS
+    try:
+        report = job.rewind(args.to_batch, accept_kafka_repeats=args.accept_kafka_repeats)
+    except ConfigError as error:
+        print(f"streamplatform rewind: {error}", file=sys.stderr)
+        return EXIT_BAD_SETTINGS
+    except JobClaimedError as error:
+        print(f"streamplatform rewind: refused, the job runs: {error}", file=sys.stderr)
+        return EXIT_CLAIMED
+    finally:
+        job.close()
+    for line in report.lines():
+        print(line)
+    return 0
+
+
 def _reset(args: argparse.Namespace) -> int:
     """``reset APPLICATION_ID``: Kafka Streams' application reset tool (runtime/reset.py)."""
     from streamplatform import JobClaimedError
@@ -850,6 +878,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _job_arguments(discard)
     discard.set_defaults(run=_discard_batch)
+
+    rewind = commands.add_parser(
+        "rewind",
+        help="put a stopped job back to just after a committed batch: its Delta sinks, logs, "
+        "changelog, consumer group and stores (docs/operations.md)",
+    )
+    _job_arguments(rewind)
+    rewind.add_argument("--to-batch", type=int, required=True, metavar="N",
+                        help="the last batch to keep")  # fmt: skip
+    rewind.add_argument(
+        "--accept-kafka-repeats", action="store_true",
+        help="rewind a job with Kafka sink topics: what the later batches wrote there stays, "
+        "and the next run writes it again",
+    )  # fmt: skip
+    rewind.set_defaults(run=_rewind)
 
     reset = commands.add_parser(
         "reset",

@@ -199,6 +199,26 @@ class JobClaim:
             self._version += 1
             self._last_commit = time.monotonic()
 
+    def rewind_rows(self, app_id: str, version: int) -> None:
+        """Delete the rows of the batches after ``version`` from the claim's table (the commit
+        log) and set ``app_id``'s transaction back to ``version``, as the holder's next commit
+        (rewind.py); nothing happens when nothing after it was recorded."""
+        from deltalake import Transaction
+
+        with self._lock:
+            self._check_held()
+            table = delta_direct.open_table(self.path, version=self._version)
+            recorded = table.transaction_version(app_id)
+            if recorded is None or recorded <= version:
+                return
+            properties = self._properties("held")
+            properties.app_transactions = [Transaction(app_id, version)]
+            table.delete(f"batch_id > {int(version)}", commit_properties=properties)
+            if table.transaction_version(app_id) != version:
+                delta_direct.commit_empty(table, properties)
+            self._version = table.version()
+            self._last_commit = time.monotonic()
+
     def release(self) -> None:
         """End the claim (a last commit says so); a fenced or unheld claim just stops."""
         from deltalake.exceptions import CommitFailedError

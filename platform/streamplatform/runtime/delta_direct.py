@@ -148,6 +148,24 @@ def discard(path: str, app_id: str, version: int) -> int:
     return int(deleted.get("num_deleted_rows", 0))
 
 
+def rewind(path: str, app_id: str, version: int) -> int:
+    """Delete the rows appended under ``app_id`` after ``version`` (``batch_id > version``)
+    and set the transaction back to ``version``, in one commit, so that the appends of the
+    later versions are written again (rewind.py). Returns the rows deleted; nothing happens
+    when nothing after ``version`` was recorded (a repeated rewind)."""
+    from deltalake import CommitProperties, Transaction
+
+    table = table_or_none(path)
+    recorded = None if table is None else table.transaction_version(app_id)
+    if recorded is None or recorded <= version:
+        return 0
+    properties = CommitProperties(app_transactions=[Transaction(app_id, version)])
+    deleted = table.delete(f"batch_id > {int(version)}", commit_properties=properties)
+    if table.transaction_version(app_id) != version:  # no row matched: no commit was made
+        commit_empty(table, properties)
+    return int(deleted.get("num_deleted_rows", 0))
+
+
 def commit_empty(table: Any, properties: Any) -> None:
     """A commit that adds no rows, for what its ``properties`` record (transactions, commit
     info); made for the version after the one ``table`` was loaded at."""

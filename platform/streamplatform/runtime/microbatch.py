@@ -50,6 +50,7 @@ from streamplatform.runtime import (
     kafka_output,
     paths,
     reset,
+    rewind,
     state_tables,
     task_cache,
     upgrade,
@@ -338,9 +339,11 @@ class StreamingJob:
     def _claim(self) -> None:
         """Claim the job; the staging files of earlier runs, now surely dead, go."""
         self.claim.acquire()
-        try:  # a reset of the job that was interrupted is finished before it runs (reset.py)
+        try:  # an interrupted reset or rewind is finished before the job runs
             self.planner.reset_positions = reset.start_positions(self.root)
-            self.context.incarnation = self.standby_sync.incarnation = self.claim.table_id()
+            rewind.check_finished(self.root)
+            incarnation = f"{self.claim.table_id()}.{rewind.rewinds_of(self.root)}"
+            self.context.incarnation = self.standby_sync.incarnation = incarnation
         except BaseException:
             self.claim.release()
             raise
@@ -544,6 +547,21 @@ class StreamingJob:
         finally:
             if claimed_here:
                 self.claim.release()
+
+    def rewind(self, to_batch: int, accept_kafka_repeats: bool = False) -> Any:
+        """Put the stopped job back to just after committed batch ``to_batch`` — its Delta
+        sinks, logs, changelog, consumer group and stores — so that the next run computes the
+        batches after it anew (rewind.py); a job with Kafka sinks only with
+        ``accept_kafka_repeats``. Returns a RewindReport."""
+        return rewind.rewind(self, to_batch, accept_kafka_repeats)
+
+    def forget_committed_state(self) -> None:
+        """What this driver knew of the committed batches and the tasks' changelog writes is
+        read again (after a rewind)."""
+        self._last = _UNREAD
+        self._resolve_changelog = True
+        self._changelog_writes = None
+        self._committed_here = None
 
     def fail_instance(self, instance: str) -> dict[str, tuple[str, bool]]:
         """Declare ``instance`` lost: its tasks move to their standbys (warm) or, with none,
