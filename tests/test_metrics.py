@@ -146,3 +146,53 @@ def test_a_stores_rocksdb_properties_become_kafka_streams_state_metrics(tmp_path
            tuple(sorted([("application_id", "orders"), ("rocksdb_state_id", "counts"),
                          ("task_id", "0_0"), ("thread_id", "orders-driver")])))  # fmt: skip
     assert got[key] == written["estimate_num_keys"]
+
+
+def test_the_same_metrics_reach_an_opentelemetry_collector_over_otlp_http():
+    """A receiver of OTLP/HTTP (what an OpenTelemetry collector listens with) gets the job's
+    metrics under the same names and labels."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+        ExportMetricsServiceRequest,
+    )
+
+    received: list[ExportMetricsServiceRequest] = []
+
+    class Collector(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            request = ExportMetricsServiceRequest()
+            request.ParseFromString(body)
+            received.append(request)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Collector)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    metrics = JobMetrics("orders")
+    metrics.record(Result(0, 7, dlq_records=2, task_metrics={"0_0": {"records_in": 7}}))
+    provider = metrics.export_otlp(f"http://127.0.0.1:{server.server_address[1]}/v1/metrics",
+                                   interval_s=3600)  # fmt: skip
+    try:
+        assert provider.force_flush(10_000)
+    finally:
+        provider.shutdown()
+        server.shutdown()
+    points = {}
+    for request in received:
+        for resource in request.resource_metrics:
+            for scope in resource.scope_metrics:
+                for metric in scope.metrics:
+                    for point in metric.gauge.data_points:
+                        labels = {a.key: a.value.string_value for a in point.attributes}
+                        points[(metric.name, labels.get("task_id"))] = point.as_double
+    assert points[("kafka_streams_stream_task_metrics_process_total", "0_0")] == 7
+    assert points[("kafka_streams_stream_thread_metrics_process_total", None)] == 7
+    assert points[("streamplatform_dlq_records_total", None)] == 2

@@ -23,7 +23,7 @@ streamplatform run --topology pkg.module:name [--command-config FILE] --set KEY=
                    [--delta-sink TOPIC]
                     [--delta-state-table TOPIC]
                    [--trigger-interval-ms MS] [--until-caught-up]
-                   [--metrics-port PORT [--metrics-host HOST]]
+                   [--metrics-port PORT [--metrics-host HOST]] [--otlp-endpoint URL]
                    [--dagster-asset KEY [--dagster-report-every-batches N]
                     [--dagster-report-every-seconds S]]
                    exit 0 stopped, 1 batch failed, 2 bad settings, 3 claimed elsewhere,
@@ -549,14 +549,18 @@ _REPORTED_END = {
 def _metrics_endpoint(args: argparse.Namespace, job: Any) -> Any:
     """With --metrics-port, the job's metrics (streamplatform/metrics.py) served on
     ``--metrics-host:--metrics-port`` for Prometheus; None without."""
-    if args.metrics_port is None:
+    if args.metrics_port is None and not args.otlp_endpoint:
         return None
     from streamplatform.metrics import JobMetrics
 
     metrics = JobMetrics(job.config["application.id"])
-    metrics.serve(args.metrics_port, args.metrics_host)
-    print(f"streamplatform run: metrics on http://{args.metrics_host}:{args.metrics_port}"
-          "/metrics", flush=True)  # fmt: skip
+    if args.metrics_port is not None:
+        metrics.serve(args.metrics_port, args.metrics_host)
+        print(f"streamplatform run: metrics on http://{args.metrics_host}:{args.metrics_port}"
+              "/metrics", flush=True)  # fmt: skip
+    if args.otlp_endpoint:
+        metrics.export_otlp(args.otlp_endpoint)
+        print(f"streamplatform run: metrics to {args.otlp_endpoint} (OTLP)", flush=True)
     return metrics
 
 
@@ -849,6 +853,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve the job's metrics (Kafka Streams' names) for Prometheus on this port "
         "(docs/operations.md)",
     )  # fmt: skip
+    run.add_argument("--otlp-endpoint", metavar="URL",
+                     help="also push the metrics to an OpenTelemetry collector over OTLP/HTTP, "
+                     "e.g. http://collector:4318/v1/metrics (needs streamplatform[otel])")  # fmt: skip
     run.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
                      help="the address the metrics endpoint listens on (default 127.0.0.1; "
                      "0.0.0.0 for every interface)")  # fmt: skip

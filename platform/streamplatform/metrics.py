@@ -27,6 +27,7 @@ since the job started in this process. Every series carries ``application_id``.
 
     metrics = JobMetrics("orders")
     metrics.serve(9464)                     # http://127.0.0.1:9464/metrics
+    metrics.export_otlp("http://collector:4318/v1/metrics")   # optional: OpenTelemetry
     job.run_forever(on_batch=metrics.record)
 """
 
@@ -240,9 +241,54 @@ class JobMetrics:
         server, _thread = start_http_server(port, addr=host, registry=self.registry)
         return server
 
+    def export_otlp(self, endpoint: str, interval_s: float = 15.0) -> Any:
+        """Also push the metrics to an OpenTelemetry collector over OTLP/HTTP (``endpoint``:
+        its metrics URL, ``http://collector:4318/v1/metrics``) every ``interval_s``: the same
+        names and labels, as gauges. Needs the ``otel`` extra (opentelemetry-sdk and its
+        OTLP/HTTP exporter). Returns the MeterProvider (``.shutdown()`` stops it, after a last
+        export)."""
+        try:
+            from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
+                OTLPMetricExporter,
+            )
+            from opentelemetry.metrics import CallbackOptions, Observation
+            from opentelemetry.sdk.metrics import MeterProvider
+            from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+            from opentelemetry.sdk.resources import Resource
+        except ImportError as error:
+            raise ImportError(
+                "the OpenTelemetry exporter needs `pip install streamplatform[otel]` "
+                "(opentelemetry-sdk, opentelemetry-exporter-otlp-proto-http)"
+            ) from error
+        reader = PeriodicExportingMetricReader(
+            OTLPMetricExporter(endpoint=endpoint), export_interval_millis=interval_s * 1000
+        )
+        resource = Resource.create({"service.name": "streamplatform",
+                                    "application_id": self.application_id})  # fmt: skip
+        provider = MeterProvider(resource=resource, metric_readers=[reader])
+        meter = provider.get_meter("streamplatform")
+        for family in self.registry.collect():
+            for suffix in _sample_suffixes(family.type):
+
+                def observe(_: CallbackOptions, name: str = family.name + suffix) -> list:
+                    return [Observation(value, labels) for value, labels in self._samples(name)]
+
+                meter.create_observable_gauge(family.name + suffix, callbacks=[observe],
+                                              description=family.documentation)  # fmt: skip
+        return provider
+
+    def _samples(self, name: str) -> list[tuple[float, dict[str, str]]]:
+        return [(sample.value, dict(sample.labels)) for family in self.registry.collect()
+                for sample in family.samples if sample.name == name]  # fmt: skip
+
     def exposition(self) -> bytes:
         """The metrics in Prometheus's text format, as a scrape gets them."""
         return bytes(generate_latest(self.registry))
+
+
+def _sample_suffixes(kind: str) -> tuple[str, ...]:
+    """The sample names a family of ``kind`` has beside its own: a counter's ``_total``."""
+    return ("_total",) if kind == "counter" else ("",)
 
 
 def _processed(numbers: Mapping[str, int]) -> int:
