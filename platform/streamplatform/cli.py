@@ -853,9 +853,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve the job's metrics (Kafka Streams' names) for Prometheus on this port "
         "(docs/operations.md)",
     )  # fmt: skip
-    run.add_argument("--otlp-endpoint", metavar="URL",
-                     help="also push the metrics to an OpenTelemetry collector over OTLP/HTTP, "
-                     "e.g. http://collector:4318/v1/metrics (needs streamplatform[otel])")  # fmt: skip
+    run.add_argument(
+        "--otlp-endpoint", metavar="URL",
+        help="also push the metrics to an OpenTelemetry collector over OTLP/HTTP, e.g. "
+        "http://collector:4318/v1/metrics (needs streamplatform[otel])",
+    )  # fmt: skip
     run.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
                      help="the address the metrics endpoint listens on (default 127.0.0.1; "
                      "0.0.0.0 for every interface)")  # fmt: skip
