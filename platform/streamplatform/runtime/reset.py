@@ -23,15 +23,13 @@ a job refuses to start while a reset is unfinished, and running the reset again 
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from streamplatform import storage
 from streamplatform.config import ConfigError, StreamsConfig, iso_duration_ms
@@ -178,7 +176,7 @@ def apply_reset(plan: ResetPlan, config: StreamsConfig) -> None:
     claim.acquire()
     positions = [[t, p, o] for (t, p), o in sorted(plan.positions.items())]
     try:
-        _write_json(storage.join(plan.app_root, UNFINISHED), {"positions": positions})
+        storage.write_json(storage.join(plan.app_root, UNFINISHED), {"positions": positions})
         if plan.group_offsets:
             _delete_group_offsets(config, plan.application_id)
         if plan.local_state:
@@ -189,7 +187,7 @@ def apply_reset(plan: ResetPlan, config: StreamsConfig) -> None:
     finally:
         claim.release()
     storage.remove_tree(storage.join(plan.app_root, "_commits"))
-    _write_json(storage.join(plan.app_root, START_POSITIONS), {"positions": positions})
+    storage.write_json(storage.join(plan.app_root, START_POSITIONS), {"positions": positions})
     storage.remove_file(storage.join(plan.app_root, UNFINISHED))
     log.info("%s: reset (%s)", plan.application_id, plan.target)
 
@@ -202,7 +200,7 @@ def start_positions(root: str) -> dict[tuple[str, int], int]:
             f"{root}: a reset of this job is unfinished (it was interrupted): run "
             "`streamplatform reset` again before starting the job"
         )
-    recorded = _read_json(storage.join(root, START_POSITIONS))
+    recorded = storage.read_json(storage.join(root, START_POSITIONS))
     if recorded is None:
         return {}
     return {(str(t), int(p)): int(o) for t, p, o in recorded["positions"]}
@@ -218,15 +216,3 @@ def _delete_group_offsets(config: StreamsConfig, group: str) -> None:
         except Exception as error:  # noqa: BLE001 - a group that has no offsets: nothing to do
             if "GROUP_ID_NOT_FOUND" not in str(error):
                 raise
-
-
-def _write_json(uri: str, content: Mapping[str, Any]) -> None:
-    data = json.dumps(content).encode()
-    storage.write_file(uri, lambda stream: stream.write(data))
-
-
-def _read_json(uri: str) -> Any:
-    if not storage.exists(uri):
-        return None
-    with storage.open_input(uri) as stream:
-        return json.loads(stream.read())

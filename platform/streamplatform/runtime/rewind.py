@@ -82,7 +82,7 @@ def check_finished(root: str) -> None:
 
 def rewinds_of(root: str) -> int:
     """How many rewinds the job at ``root`` has had: part of its incarnation."""
-    recorded = _read_json(storage.join(root, INCARNATION))
+    recorded = storage.read_json(storage.join(root, INCARNATION))
     return 0 if recorded is None else int(recorded["rewinds"])
 
 
@@ -94,7 +94,7 @@ def rewind(job: Any, to_batch: int, accept_kafka_repeats: bool = False) -> Rewin
     marker = storage.join(root, UNFINISHED)
     job.claim.acquire()
     try:
-        unfinished = _read_json(marker)
+        unfinished = storage.read_json(marker)
         if unfinished is not None and int(unfinished["to_batch"]) != to_batch:
             raise ConfigError(
                 f"{app}: an unfinished rewind to batch {unfinished['to_batch']} must be "
@@ -104,7 +104,7 @@ def rewind(job: Any, to_batch: int, accept_kafka_repeats: bool = False) -> Rewin
         if unfinished is None:
             _refuse_what_cannot_be_taken_back(job, to_batch, last, accept_kafka_repeats)
             unfinished = {"to_batch": to_batch, "rewinds": rewinds_of(root) + 1}
-            _write_json(marker, unfinished)
+            storage.write_json(marker, unfinished)
         report = RewindReport(app, None if last is None else last.batch_id, to_batch)
         report.kafka_topics_repeating = _kafka_outputs(job)
         crash_point("rewind_marked", to_batch)
@@ -118,7 +118,7 @@ def rewind(job: Any, to_batch: int, accept_kafka_repeats: bool = False) -> Rewin
         report.group_offsets = _set_group_offsets(job, consumed)
         job.claim.rewind_rows(job.commit_log.txn_app_id, to_batch)
         crash_point("rewind_commits", to_batch)
-        _write_json(storage.join(root, INCARNATION), {"rewinds": int(unfinished["rewinds"])})
+        storage.write_json(storage.join(root, INCARNATION), {"rewinds": int(unfinished["rewinds"])})
         storage.remove_file(marker)
     finally:
         job.claim.release()
@@ -187,15 +187,3 @@ def _set_group_offsets(job: Any, consumed: dict[tuple[str, int], int]) -> dict:
     for future in admin.alter_consumer_group_offsets([request]).values():
         future.result(timeout=30)
     return consumed
-
-
-def _write_json(uri: str, content: Any) -> None:
-    data = json.dumps(content).encode()
-    storage.write_file(uri, lambda stream: stream.write(data))
-
-
-def _read_json(uri: str) -> Any:
-    if not storage.exists(uri):
-        return None
-    with storage.open_input(uri) as stream:
-        return json.loads(stream.read())

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 import tempfile
 import threading
@@ -316,6 +317,20 @@ def remove_tree(directory: str) -> None:
     except OSError:
         if exists(directory):
             raise
+
+
+def write_json(uri: str, content: Any) -> None:
+    """``content`` as a JSON file at ``uri``, whole or not at all (write_file)."""
+    data = json.dumps(content).encode()
+    write_file(uri, lambda stream: stream.write(data))
+
+
+def read_json(uri: str) -> Any:
+    """The JSON file at ``uri``; None when there is none."""
+    if not exists(uri):
+        return None
+    with open_input(uri) as stream:
+        return json.loads(stream.read())
 
 
 def remove_file(uri: str) -> None:
