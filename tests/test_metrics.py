@@ -196,3 +196,34 @@ def test_the_same_metrics_reach_an_opentelemetry_collector_over_otlp_http():
     assert points[("kafka_streams_stream_task_metrics_process_total", "0_0")] == 7
     assert points[("kafka_streams_stream_thread_metrics_process_total", None)] == 7
     assert points[("streamplatform_dlq_records_total", None)] == 2
+
+
+def test_rates_fall_to_zero_without_batches_and_the_lag_moves_between_them(monkeypatch):
+    """A job that stops committing shows it: its rates fall to zero once its batches leave
+    the 30 s window, the time of its last commit stays, and the lag seen between batches is
+    published (before, every gauge kept its last batch's value)."""
+    import streamplatform.metrics as metrics_module
+
+    clock = [1_000.0]
+    monkeypatch.setattr(metrics_module.time, "monotonic", lambda: clock[0])
+    metrics = JobMetrics("orders")
+    clock[0] += 10
+    metrics.record(Result(0, 30, metrics={"commit_ms": 5}, partition_lag={("in", 0): 0},
+                          task_metrics={"0_0": {"records_in": 30}}))  # fmt: skip
+    rate = ("kafka_streams_stream_thread_metrics_process_rate",
+            (("application_id", "orders"), ("thread_id", "orders-driver")))  # fmt: skip
+    task_rate = ("kafka_streams_stream_task_metrics_process_rate",
+                 (("application_id", "orders"), ("task_id", "0_0"),
+                  ("thread_id", "orders-driver")))  # fmt: skip
+    assert samples(metrics)[rate] == 3.0  # 30 records over the 10 s the job has run
+    clock[0] += 31
+    metrics.refresh()
+    metrics.observe_lag({("in", 0): 500})
+    got = samples(metrics)
+    assert got[rate] == 0 and got[task_rate] == 0
+    lag = ("kafka_consumer_consumer_fetch_manager_metrics_records_lag",
+           (("application_id", "orders"), ("partition", "0"), ("topic", "in")))  # fmt: skip
+    assert got[lag] == 500
+    assert got[("streamplatform_lag", (("application_id", "orders"),))] == 500
+    assert got[("streamplatform_last_commit_timestamp_seconds",
+                (("application_id", "orders"),))] > 0  # fmt: skip

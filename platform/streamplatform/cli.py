@@ -471,6 +471,7 @@ def _run_job(args: argparse.Namespace, state: _RunState, stop: threading.Event) 
     from streamplatform import JobClaimedError, JobFencedError, ReplayRefused
     from streamplatform.config import ConfigError
     from streamplatform.runtime.reset import ResetUnfinishedError
+    from streamplatform.runtime.rewind import RewindUnfinishedError
     from streamplatform.runtime.upgrade import UpgradeRefused
 
     problem = _dagster_options_problem(args)
@@ -505,15 +506,18 @@ def _run_job(args: argparse.Namespace, state: _RunState, stop: threading.Event) 
         if stop.is_set():  # a signal while the job was being built: start nothing
             print("streamplatform run: stopped before the first batch", file=sys.stderr)
         else:
+            idle = {} if metrics is None else {
+                "on_idle": lambda: metrics.observe_lag(job.planner.last_partition_lag)
+            }  # the lag between batches, in the metrics
             job.run_forever(args.trigger_interval_ms, args.idle_interval_ms, on_batch=progress,
-                            stop=stop, until_caught_up=args.until_caught_up)  # fmt: skip
+                            stop=stop, until_caught_up=args.until_caught_up, **idle)  # fmt: skip
         code = EXIT_STOPPED
     except KeyboardInterrupt as interrupt:
         return _interrupted(interrupt, state)  # its line first, then the job is closed
     except (JobClaimedError, JobFencedError) as error:
         print(f"streamplatform run: {error}", file=sys.stderr)
         code = EXIT_CLAIMED
-    except (ReplayRefused, UpgradeRefused, ResetUnfinishedError) as error:
+    except (ReplayRefused, UpgradeRefused, ResetUnfinishedError, RewindUnfinishedError) as error:
         print(f"streamplatform run: a person must decide (exit {EXIT_REPLAY_REFUSED}; "
               f"restarting will not help): {error}", file=sys.stderr)  # fmt: skip
         code = EXIT_REPLAY_REFUSED

@@ -33,6 +33,7 @@ since the job started in this process. Every series carries ``application_id``.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -69,6 +70,7 @@ class JobMetrics:
         self._process_total = 0
         self._commit_total = 0
         self._task_totals: dict[str, dict[str, int]] = {}
+        self._lock = threading.Lock()  # record() (the job's thread) and refresh() (serve's)
         thread, task = ["application_id", "thread_id"], ["application_id", "thread_id", "task_id"]
         node = [*task, "processor_node_id"]
 
@@ -134,6 +136,10 @@ class JobMetrics:
         self.restored = counter("streamplatform_restored_records", "Changelog rows restored.")
         self.committed = gauge("streamplatform_committed_batch_id", "The last committed batch.",
                                app)  # fmt: skip
+        self.last_commit = gauge(
+            "streamplatform_last_commit_timestamp_seconds",
+            "When the last batch committed (a stalled job: it stops moving).", app,
+        )  # fmt: skip
         self.claim_epoch = gauge("streamplatform_claim_epoch", "The epoch of this driver's "
                                  "claim on the job.", app)  # fmt: skip
         self.lag = gauge("streamplatform_lag", "Records behind the sources' ends.", app)
@@ -142,35 +148,50 @@ class JobMetrics:
 
     def record(self, result: Any, claim_epoch: int | None = None) -> None:
         """Take one batch's result (``StreamingJob``'s ``BatchResult``)."""
-        now = time.monotonic()
+        with self._lock:
+            self._window.append((time.monotonic(), result))
+            self._record_totals(result, claim_epoch)
+            self.observe_lag(result.partition_lag)
+            self._refresh()
+
+    def observe_lag(self, partition_lag: Mapping[tuple[str, int], int]) -> None:
+        """Each source partition's lag, also between batches (``run_forever``'s ``on_idle``:
+        the planner's last look at the sources)."""
+        app = self.application_id
+        for (topic, partition), lag in partition_lag.items():
+            self.records_lag.labels(app, topic, str(partition)).set(lag)
+        self.records_lag_max.labels(app).set(max(partition_lag.values(), default=0))
+        self.lag.labels(app).set(sum(partition_lag.values()))
+
+    def refresh(self) -> None:
+        """Recompute the rates and averages over the last 30 s as of now: without batches
+        they fall to zero (``serve`` calls it every few seconds)."""
+        with self._lock:
+            self._refresh()
+
+    def _record_totals(self, result: Any, claim_epoch: int | None) -> None:
         app, thread = self.application_id, self.thread_id
-        self._window.append((now, result))
-        while self._window and now - self._window[0][0] > WINDOW_S:
-            self._window.popleft()
-        span = min(WINDOW_S, max(now - self._started, 1e-3))
         metrics: Mapping[str, int] = result.metrics
-        processed = result.records_in + int(metrics.get("repartition_records_in", 0))
-        self._process_total += processed
+        self._process_total += result.records_in + int(metrics.get("repartition_records_in", 0))
         self._commit_total += 1
-        commits = [int(r.metrics.get("commit_ms", 0)) for _, r in self._window]
-        in_window = sum(
-            r.records_in + int(r.metrics.get("repartition_records_in", 0)) for _, r in self._window
-        )
         self._set(self.thread, "process_total", self._process_total, app, thread)
-        self._set(self.thread, "process_rate", in_window / span, app, thread)
         self._set(self.thread, "commit_total", self._commit_total, app, thread)
-        self._set(self.thread, "commit_rate", len(commits) / span, app, thread)
-        self._set(self.thread, "commit_latency_avg", sum(commits) / len(commits), app, thread)
-        self._set(self.thread, "commit_latency_max", max(commits), app, thread)
-        self._record_tasks(result, span)
+        for task, numbers in result.task_metrics.items():
+            totals = self._task_totals.setdefault(task, {"process": 0, "dropped": 0})
+            totals["process"] += _processed(numbers)
+            totals["dropped"] += _dropped(numbers)
+            self._set(self.task, "process_total", totals["process"], app, thread, task)
+            self._set(self.task, "dropped_records_total", totals["dropped"], app, thread, task)
+            count = int(numbers.get("records_timestamped", 0))
+            if count:  # this batch's records: from their timestamps to the batch's end
+                node = (app, thread, task, "sources")
+                self._set(self.node, "avg", numbers["record_e2e_latency_sum_ms"] / count, *node)
+                self._set(self.node, "max", numbers["record_e2e_latency_max_ms"], *node)
+                self._set(self.node, "min", numbers.get("record_e2e_latency_min_ms", 0), *node)
         for (task, store), numbers in getattr(result, "store_metrics", {}).items():
             for name, value in numbers.items():
                 if name in self.state:
                     self.state[name].labels(app, thread, task, store).set(value)
-        for (topic, partition), lag in result.partition_lag.items():
-            self.records_lag.labels(app, topic, str(partition)).set(lag)
-        self.records_lag_max.labels(app).set(max(result.partition_lag.values(), default=0))
-
         self.batches.labels(app, result.path or "unknown").inc()
         phases = {"plan": "plan_ms", "run_and_write": "run_and_write_ms", "commit": "commit_ms"}
         for phase, key in phases.items():
@@ -183,51 +204,44 @@ class JobMetrics:
         self.replays.labels(app).inc(int(result.replayed))
         self.restored.labels(app).inc(result.restored_records)
         self.committed.labels(app).set(result.batch_id)
+        self.last_commit.labels(app).set(time.time())
         if claim_epoch is not None:
             self.claim_epoch.labels(app).set(claim_epoch)
-        self.lag.labels(app).set(result.lag)
 
-    def _record_tasks(self, result: Any, span: float) -> None:
+    def _refresh(self) -> None:
         app, thread = self.application_id, self.thread_id
-        ended_ms = int(time.time() * 1000)
-        windowed: dict[str, dict[str, int]] = {}
-        for _, earlier in self._window:
-            for task, numbers in earlier.task_metrics.items():
+        now = time.monotonic()
+        while self._window and now - self._window[0][0] > WINDOW_S:
+            self._window.popleft()
+        span = min(WINDOW_S, max(now - self._started, 1e-3))
+        results = [result for _, result in self._window]
+        commits = [int(r.metrics.get("commit_ms", 0)) for r in results]
+        in_window = sum(r.records_in + int(r.metrics.get("repartition_records_in", 0))
+                        for r in results)  # fmt: skip
+        self._set(self.thread, "process_rate", in_window / span, app, thread)
+        self._set(self.thread, "commit_rate", len(commits) / span, app, thread)
+        if commits:  # Kafka Streams' averages without a sample: kept as they were
+            self._set(self.thread, "commit_latency_avg", sum(commits) / len(commits), app, thread)
+            self._set(self.thread, "commit_latency_max", max(commits), app, thread)
+        windowed: dict[str, dict[str, int]] = {task: {} for task in self._task_totals}
+        for result in results:
+            for task, numbers in result.task_metrics.items():
                 sums = windowed.setdefault(task, {})
-                for key in (
-                    "records_in",
-                    "repartition_records_in",
-                    "dropped_records",
-                    "skipped",
-                    "record_lateness_sum_ms",
-                    "records_timestamped",
-                ):
+                for key in ("records_in", "repartition_records_in", "dropped_records", "skipped",
+                            "record_lateness_sum_ms", "records_timestamped"):  # fmt: skip
                     sums[key] = sums.get(key, 0) + int(numbers.get(key, 0))
                 sums["record_lateness_max"] = max(
                     sums.get("record_lateness_max", 0), int(numbers.get("record_lateness_max", 0))
                 )
-        for task, numbers in result.task_metrics.items():
-            totals = self._task_totals.setdefault(task, {"process": 0, "dropped": 0})
-            totals["process"] += _processed(numbers)
-            totals["dropped"] += _dropped(numbers)
-            sums = windowed.get(task, {})
+        for task, sums in windowed.items():
             labels = (app, thread, task)
-            self._set(self.task, "process_total", totals["process"], *labels)
             self._set(self.task, "process_rate", _processed(sums) / span, *labels)
-            self._set(self.task, "dropped_records_total", totals["dropped"], *labels)
             self._set(self.task, "dropped_records_rate", _dropped(sums) / span, *labels)
             timestamped = sums.get("records_timestamped", 0)
             if timestamped:
                 self._set(self.task, "record_lateness_avg",
                           sums["record_lateness_sum_ms"] / timestamped, *labels)  # fmt: skip
                 self._set(self.task, "record_lateness_max", sums["record_lateness_max"], *labels)
-            count = int(numbers.get("records_timestamped", 0))
-            if count:  # this batch's records: from their timestamps to the batch's end
-                node = (*labels, "sources")
-                self._set(self.node, "avg", numbers["record_e2e_latency_sum_ms"] / count, *node)
-                self._set(self.node, "max", numbers["record_e2e_latency_max_ms"], *node)
-                newest = int(numbers.get("stream_time_max", ended_ms))
-                self._set(self.node, "min", max(0, ended_ms - newest), *node)
 
     @staticmethod
     def _set(family: Mapping[str, Gauge], name: str, value: float, *labels: str) -> None:
@@ -239,7 +253,14 @@ class JobMetrics:
         """Serve ``/metrics`` on ``host:port`` from a daemon thread (prometheus_client's
         server); returns the server (``.shutdown()`` stops it)."""
         server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        threading.Thread(target=self._refresh_every, args=(5.0,), daemon=True,
+                         name=f"{self.application_id}-metrics").start()  # fmt: skip
         return server
+
+    def _refresh_every(self, seconds: float) -> None:
+        while True:
+            time.sleep(seconds)
+            self.refresh()
 
     def export_otlp(self, endpoint: str, interval_s: float = 15.0) -> Any:
         """Also push the metrics to an OpenTelemetry collector over OTLP/HTTP (``endpoint``:

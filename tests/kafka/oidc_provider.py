@@ -105,7 +105,13 @@ class OidcProvider:
                 length = int(self.headers.get("Content-Length") or 0)
                 form = urllib.parse.parse_qs(self.rfile.read(length).decode())
                 client, secret = provider._credentials(self.headers, form)
-                if self.path.rstrip("/") != "/token":
+                if self.path.rstrip("/") == "/moved":  # a redirect, to see it is not followed
+                    provider.refused["redirected"] += 1
+                    self.send_response(302)
+                    self.send_header("Location", f"{provider.url}/token")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                elif self.path.rstrip("/") != "/token":
                     self._reply(404, {"error": "not_found"})
                 elif form.get("grant_type", [""])[0] != "client_credentials":
                     self._reply(400, {"error": "unsupported_grant_type"})

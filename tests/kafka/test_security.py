@@ -158,6 +158,10 @@ def test_why_unreachable_asks_the_token_endpoint_and_never_names_the_secret():
         assert why_unreachable(settings(provider.token_url, "right-secret")) == ""
         assert provider.issued["job"] == 1 and provider.refused["job"] == 1
         assert "HTTP 404" in why_unreachable(settings(f"{provider.url}/nowhere", "right-secret"))
+        # A redirect is reported, not followed: urllib would send the credentials on with it.
+        moved = why_unreachable(settings(f"{provider.url}/moved", "right-secret"))
+        assert f"redirects to {provider.url}/token" in moved
+        assert provider.issued["job"] == 1  # the target was not asked
     closed = why_unreachable(settings(provider.token_url, "right-secret"))  # server shut down
     assert closed.startswith(f" (the token endpoint {provider.token_url} cannot be reached")
     assert why_unreachable({"bootstrap.servers": "x", "sasl.mechanism": "SCRAM-SHA-512"}) == ""

@@ -149,3 +149,33 @@ def test_an_interrupted_reset_keeps_the_job_from_starting_until_it_is_run_again(
                       StreamsConfig(config))  # fmt: skip
     results = _run(source, sink, config, spark)
     assert sum(r.records_in for r in results) == 2
+
+
+def test_a_reset_job_writes_its_results_into_the_delta_sink_kept_beside_the_old_ones(
+    spark, kafka_settings, tmp_path
+):
+    """The sink is kept, and it skips a batch id it holds already: the reset job's batches go
+    on from the old job's last + 1, so its rows land (before, batch 0 again was dropped)."""
+    source, _, config = _setup(kafka_settings, tmp_path, [("u1", T0), ("u2", T0 + 1)])
+
+    def run():
+        job = StreamingJob(_counts(source, "totals"), config, spark=spark, delta_sinks=["totals"])
+        try:
+            return job.run_until_caught_up()
+        finally:
+            job.close()
+
+    first = run()
+    plan = reset.plan_reset(StreamsConfig(config), [source], "earliest")
+    assert plan.first_batch == first[-1].batch_id + 1
+    reset.apply_reset(plan, StreamsConfig(config))
+    again = run()
+    assert again[0].batch_id == plan.first_batch
+    path = f"{config['platform.delta.root']}/{config['application.id']}/totals"
+    rows = spark.read.format("delta").load(path).collect()
+    assert sorted((r.key, r.batch_id >= plan.first_batch) for r in rows) == [
+        (b"u1", False),
+        (b"u1", True),
+        (b"u2", False),
+        (b"u2", True),
+    ]

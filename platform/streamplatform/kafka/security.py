@@ -275,10 +275,18 @@ def why_unreachable(settings: Mapping[str, Any], timeout_s: float = 5.0) -> str:
         headers={"Authorization": "Basic " + base64.b64encode(basic.encode()).decode(),
                  "Content-Type": "application/x-www-form-urlencoded"},
     )  # fmt: skip
+    class _NoRedirects(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+            return None  # urllib would send the credentials on to wherever it points
+
+    opener = urllib.request.build_opener(_NoRedirects)
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s):
+        with opener.open(request, timeout=timeout_s):
             return ""  # a token was issued: the reason lies elsewhere
     except urllib.error.HTTPError as error:
+        if 300 <= error.code < 400:
+            where = error.headers.get("Location", "elsewhere")
+            return f" (the token endpoint {endpoint} redirects to {where}: give that URL)"
         return (f" (the token endpoint {endpoint} refused clientId={client}: HTTP "
                 f"{error.code}; check the client id and secret in sasl.jaas.config)")  # fmt: skip
     except (OSError, ValueError) as error:

@@ -214,9 +214,11 @@ class JobClaim:
             properties = self._properties("held")
             properties.app_transactions = [Transaction(app_id, version)]
             table.delete(f"batch_id > {int(version)}", commit_properties=properties)
-            if table.transaction_version(app_id) != version:
+            if table.transaction_version(app_id) == version:  # the delete's commit
+                self._version = table.version()
+            else:  # no row matched: no commit was made (commit_empty leaves `table` as it was)
                 delta_direct.commit_empty(table, properties)
-            self._version = table.version()
+                self._version += 1
             self._last_commit = time.monotonic()
 
     def release(self) -> None:

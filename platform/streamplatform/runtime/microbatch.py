@@ -199,6 +199,7 @@ class StreamingJob:
         # without them.
         self._changelog_writes: ChangelogWrites | None = None
         self._committed_here: int | None = None  # the last batch this driver committed
+        self._first_batch = 0  # the first batch id: after a reset, the old job's last + 1
         self._fresh = True  # the logs were just read: a logged plan may be waiting
 
     # Set-up --------------------------------------------------------------------------------
@@ -270,6 +271,7 @@ class StreamingJob:
         on_batch: Callable[[BatchResult], None] | None = None,
         stop: threading.Event | None = None,
         until_caught_up: bool = False,
+        on_idle: Callable[[], None] | None = None,
     ) -> int:
         """Continuous mode: batch after batch until stopped; returns how many batches ran.
 
@@ -285,7 +287,8 @@ class StreamingJob:
         again, and it is replayed. A caller that handles the signals from before the job
         starts (``streamplatform run``) passes its ``stop``: a first signal during the start
         (the claim, Spark's start) then means "start no batch". ``until_caught_up``: stop once
-        a batch finds nothing to read.
+        a batch finds nothing to read. ``on_idle`` is called when a look found nothing to
+        read (``self.planner.last_partition_lag`` is then the sources' lag).
         """
         stop = stop or threading.Event()
         signals = StopOnSignals(stop, self.app)
@@ -306,6 +309,8 @@ class StreamingJob:
                             on_batch(result)
                     elif until_caught_up:
                         break
+                    elif on_idle is not None:  # nothing to read: the metrics' lag, say
+                        on_idle()
                     wait_ms = trigger_interval_ms if result is not None else max(
                         trigger_interval_ms, idle_interval_ms)  # fmt: skip
                     remaining = wait_ms / 1000 - (time.monotonic() - started)
@@ -341,6 +346,7 @@ class StreamingJob:
         self.claim.acquire()
         try:  # an interrupted reset or rewind is finished before the job runs
             self.planner.reset_positions = reset.start_positions(self.root)
+            self._first_batch = self.replay.first_batch = reset.first_batch(self.root)
             rewind.check_finished(self.root)
             incarnation = f"{self.claim.table_id()}.{rewind.rewinds_of(self.root)}"
             self.context.incarnation = self.standby_sync.incarnation = incarnation
@@ -439,7 +445,7 @@ class StreamingJob:
         (met only after reading the logs: at the start and after a failure; any other plan
         logged meanwhile makes the append say so), else a new one; None when there is
         nothing to read."""
-        batch_id = 0 if last is None else last.batch_id + 1
+        batch_id = self._first_batch if last is None else last.batch_id + 1
         logged = self.offset_log.planned(batch_id) if self._fresh else None
         if logged is not None and not self.replay.replayable(batch_id, logged):
             self._last = _UNREAD  # its plan is gone: planned anew under this job

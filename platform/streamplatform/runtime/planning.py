@@ -31,19 +31,24 @@ class Planner:
         self._first_positions: dict[tuple[str, int], int] = {}
         # Where `streamplatform reset` said the inputs start (reset.py), read at the claim.
         self.reset_positions: dict[tuple[str, int], int] = {}
+        # Each source partition's lag as the last plan saw it (the metrics, between batches).
+        self.last_partition_lag: dict[tuple[str, int], int] = {}
 
     def plan(self, consumed: Mapping[tuple[str, int], int]) -> Ranges:
         cap = self.context.config["platform.max.records.per.batch"]
         ranges: Ranges = {}
         self._check_partition_counts()
+        lag: dict[tuple[str, int], int] = {}
         for tp, (low, high) in self.end_offsets().items():
             position = consumed.get(tp)
             if position is None:
                 position = self._first_position(tp, low, high)
             start = max(position, low)
             ranges[tp] = (start, min(high, start + cap))
+            lag[tp] = max(0, high - start)
         if self.context.config.exactly_once:
             ranges = self._short_of_committed_outputs(ranges)
+        self.last_partition_lag = lag
         return ranges
 
     def end_offsets(self) -> dict[tuple[str, int], tuple[int, int]]:

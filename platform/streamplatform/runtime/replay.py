@@ -28,6 +28,7 @@ class ReplayPolicy:
         self.context = context
         self.offset_log, self.commit_log = offset_log, commit_log
         self.group_offsets = group_offsets
+        self.first_batch = 0  # the job's first batch id (after a reset: reset.first_batch)
 
     def replayable(self, batch_id: int, logged: PlannedBatch) -> bool:
         """A batch planned but not committed is replayed only by the job that planned it:
@@ -87,7 +88,7 @@ class ReplayPolicy:
         """Delete what the uncommitted batch's attempts wrote to the Delta tables and its plan;
         returns its id, None when every planned batch is committed."""
         last = self.commit_log.last()
-        batch_id = 0 if last is None else last.batch_id + 1
+        batch_id = self.first_batch if last is None else last.batch_id + 1
         if self.offset_log.planned(batch_id) is None:
             return None
         deleted = {}

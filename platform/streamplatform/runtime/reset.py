@@ -34,12 +34,13 @@ from pathlib import Path
 from streamplatform import storage
 from streamplatform.config import ConfigError, StreamsConfig, iso_duration_ms
 from streamplatform.exceptions import StreamPlatformError
+from streamplatform.runtime import markers
 
 log = logging.getLogger(__name__)
 
 INTERNAL_TABLES = ("_offsets", "_changelog", "_versions", "_staging", "_commits")
 START_POSITIONS = "_start_positions.json"
-UNFINISHED = "_reset_unfinished.json"
+UNFINISHED = markers.RESET_UNFINISHED
 TARGETS = ("earliest", "latest", "datetime", "duration")
 
 
@@ -55,6 +56,10 @@ class ResetPlan:
     app_root: str
     target: str  # how the positions were chosen, as the command said it
     positions: dict[tuple[str, int], int]
+    # The reset job's first batch id: after the old job's, so that the tables kept (Delta
+    # sinks, the DLQ mirror, state tables), which skip a batch id they hold already, take its
+    # batches, and a DLQ replay's position stays behind them.
+    first_batch: int = 0
     internal_tables: list[str] = field(default_factory=list)  # those that exist
     local_state: str | None = None  # state.dir/<application.id>, when it exists
     group_offsets: dict[tuple[str, int], int] = field(default_factory=dict)  # committed now
@@ -67,6 +72,8 @@ class ResetPlan:
             before = self.group_offsets.get((topic, partition))
             was = "" if before is None else f" (the consumer group is at {before})"
             out.append(f"  input {topic}-{partition}: starts at offset {offset}{was}")
+        out.append(f"  its batches go on from batch {self.first_batch} (batch ids keep rising: "
+                   "the kept tables tell the old job's rows from the new)")  # fmt: skip
         for table in self.internal_tables:
             out.append(f"  remove internal table {table}")
         if self.local_state:
@@ -131,13 +138,25 @@ def plan_reset(
         group = {(tp.topic, tp.partition): int(tp.offset) for tp in committed if tp.offset >= 0}
     finally:
         probe.close()
+    from streamplatform.home import default_state_dir
+    from streamplatform.runtime import delta_direct
+
+    if storage.exists(storage.join(root, markers.REWIND_UNFINISHED)):
+        raise ConfigError(f"reset: a rewind of {app} is unfinished: run it again to finish it "
+                          "first (streamplatform rewind)")  # fmt: skip
     existing = set(storage.list_directories(root)) if storage.exists(root) else set()
-    local = Path(config["state.dir"]) / app if config["state.dir"] else None
+    local = Path(config["state.dir"] or default_state_dir()) / app
+    before = [
+        delta_direct.transaction_version(storage.join(root, "_offsets"), f"{app}-offsets"),
+        delta_direct.transaction_version(storage.join(root, "_commits"), f"{app}-commits"),
+        first_batch(root) - 1,  # an earlier reset's, when no batch ran since
+    ]
     said = target if value is None else f"{target} {value}"
     return ResetPlan(
         application_id=app, app_root=root, target=f"--to-{said}", positions=positions,
+        first_batch=max(v for v in before if v is not None) + 1,
         internal_tables=[storage.join(root, t) for t in INTERNAL_TABLES if t in existing],
-        local_state=str(local) if local is not None and local.exists() else None,
+        local_state=str(local) if local.exists() else None,
         group_offsets=group,
         kept=[storage.join(root, t) for t in sorted(existing - set(INTERNAL_TABLES))],
     )  # fmt: skip
@@ -175,8 +194,9 @@ def apply_reset(plan: ResetPlan, config: StreamsConfig) -> None:
     )  # fmt: skip
     claim.acquire()
     positions = [[t, p, o] for (t, p), o in sorted(plan.positions.items())]
+    recorded = {"positions": positions, "first_batch": plan.first_batch}
     try:
-        storage.write_json(storage.join(plan.app_root, UNFINISHED), {"positions": positions})
+        storage.write_json(storage.join(plan.app_root, UNFINISHED), recorded)
         if plan.group_offsets:
             _delete_group_offsets(config, plan.application_id)
         if plan.local_state:
@@ -187,7 +207,7 @@ def apply_reset(plan: ResetPlan, config: StreamsConfig) -> None:
     finally:
         claim.release()
     storage.remove_tree(storage.join(plan.app_root, "_commits"))
-    storage.write_json(storage.join(plan.app_root, START_POSITIONS), {"positions": positions})
+    storage.write_json(storage.join(plan.app_root, START_POSITIONS), recorded)
     storage.remove_file(storage.join(plan.app_root, UNFINISHED))
     log.info("%s: reset (%s)", plan.application_id, plan.target)
 
@@ -204,6 +224,12 @@ def start_positions(root: str) -> dict[tuple[str, int], int]:
     if recorded is None:
         return {}
     return {(str(t), int(p)): int(o) for t, p, o in recorded["positions"]}
+
+
+def first_batch(root: str) -> int:
+    """The first batch id of a job a reset started over (0 when none did)."""
+    recorded = storage.read_json(storage.join(root, START_POSITIONS))
+    return 0 if recorded is None else int(recorded.get("first_batch", 0))
 
 
 def _delete_group_offsets(config: StreamsConfig, group: str) -> None:

@@ -31,12 +31,12 @@ from typing import Any
 from streamplatform import storage
 from streamplatform.config import ConfigError
 from streamplatform.exceptions import StreamPlatformError
-from streamplatform.runtime import delta_direct
+from streamplatform.runtime import delta_direct, markers
 from streamplatform.runtime.faults import crash_point
 
 log = logging.getLogger(__name__)
 
-UNFINISHED = "_rewind_unfinished.json"
+UNFINISHED = markers.REWIND_UNFINISHED
 INCARNATION = "_incarnation.json"  # how many rewinds the job has had (incarnation.py)
 
 
@@ -116,6 +116,7 @@ def rewind(job: Any, to_batch: int, accept_kafka_repeats: bool = False) -> Rewin
         crash_point("rewind_tables", to_batch)
         consumed = _consumed_at(job, to_batch)
         report.group_offsets = _set_group_offsets(job, consumed)
+        _set_marker_groups(job, to_batch)
         job.claim.rewind_rows(job.commit_log.txn_app_id, to_batch)
         crash_point("rewind_commits", to_batch)
         storage.write_json(storage.join(root, INCARNATION), {"rewinds": int(unfinished["rewinds"])})
@@ -131,6 +132,9 @@ def _refuse_what_cannot_be_taken_back(
     job: Any, to_batch: int, last: Any, accept_kafka_repeats: bool
 ) -> None:
     app = job.app
+    if storage.exists(storage.join(job.root, markers.RESET_UNFINISHED)):
+        raise ConfigError(f"{app}: a reset of the job is unfinished: finish it first "
+                          "(streamplatform reset again)")  # fmt: skip
     if last is None or to_batch > last.batch_id or to_batch < 0:
         now = "no batch is committed" if last is None else f"batch {last.batch_id} is the last"
         raise ConfigError(f"{app}: cannot rewind to batch {to_batch}: {now}")
@@ -146,6 +150,24 @@ def _refuse_what_cannot_be_taken_back(
     if job.state_tables:
         raise ConfigError(f"{app}: Delta state tables ({[t.topic for t in job.state_tables]}) "
                           "are merged in place and cannot be rewound yet")  # fmt: skip
+    named = {path for path, _ in job.replay.batch_tables()}
+    for table in storage.list_directories(job.root) if storage.exists(job.root) else []:
+        path = storage.join(job.root, table)
+        if table.startswith("_") or path in named:
+            continue
+        written = delta_direct.transaction_version(path, f"{app}-sink-{table}")
+        if written is not None and written > to_batch:
+            raise ConfigError(
+                f"{app}: the Delta sink {path} holds batches after {to_batch}, and the job was "
+                f"given without it: name it (--delta-sink {table}) so that it goes back too"
+            )
+    replay_log = delta_direct.read(storage.join(job.root, "_dlq_replay_log"),
+                                   columns=["position"])  # fmt: skip
+    if replay_log.num_rows and max(replay_log.column("position").to_pylist()) > to_batch:
+        raise ConfigError(
+            f"{app}: the DLQ replay has looked at the dead letters of batches after {to_batch}; "
+            "rewound, it would not see those the re-run writes again (not supported yet)"
+        )
     snapshot = delta_direct.read(
         job.context.changelog_table(),
         [("batch_id", ">", to_batch), ("seq", "<", 0)], columns=["batch_id"],
@@ -161,6 +183,30 @@ def _refuse_what_cannot_be_taken_back(
 def _kafka_outputs(job: Any) -> list[str]:
     dlq = job.context.dlq_topic
     return sorted({*job.context.kafka_sink_topics(), *([dlq] if dlq else [])})
+
+
+def _set_marker_groups(job: Any, to_batch: int) -> None:
+    """Tasks that read no Kafka topic (after a repartition) mark their Kafka transaction of
+    batch B by offset B + 1 in a group of their own, ``<app>-task-<task>`` (kafka_output.py):
+    set back to ``to_batch + 1``, so the re-run's tasks produce their records again."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+    from streamplatform.kafka.clients import admin_client
+
+    admin = admin_client(job.kafka)
+    listed = admin.list_consumer_groups(request_timeout=30).result()
+    prefix = f"{job.app}-task-"
+    groups = [g.group_id for g in listed.valid if g.group_id.startswith(prefix)]
+    for group in groups:
+        asked = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
+        offsets = asked[group].result(timeout=30).topic_partitions or []
+        ahead = [KafkaTopicPartition(tp.topic, tp.partition, to_batch + 1)
+                 for tp in offsets if tp.offset > to_batch + 1]  # fmt: skip
+        if ahead:
+            request = ConsumerGroupTopicPartitions(group, ahead)
+            for future in admin.alter_consumer_group_offsets([request]).values():
+                future.result(timeout=30)
 
 
 def _consumed_at(job: Any, batch_id: int) -> dict[tuple[str, int], int]:

@@ -82,10 +82,12 @@ def _fresh_timing() -> dict[str, int]:
 def add_metrics(totals: dict[str, int], numbers: Mapping[str, int]) -> None:
     """Add ``numbers`` into ``totals``: counts are summed; a ``*_max`` (or ``*_max_ms``) value
     (a time, such as ``stream_time_max``: the largest record timestamp read) keeps the
-    largest."""
+    largest, a ``*_min_ms`` the smallest."""
     for name, value in numbers.items():
         if name.endswith(("_max", "_max_ms")):
             totals[name] = max(totals.get(name, value), int(value))
+        elif name.endswith("_min_ms"):
+            totals[name] = min(totals.get(name, value), int(value))
         else:
             totals[name] = totals.get(name, 0) + int(value)
 
@@ -600,6 +602,8 @@ class Task:
                 0, now_ms * timing["timestamped"] - timing["timestamp_sum_ms"]
             ),
             "record_e2e_latency_max_ms": max(0, now_ms - timing["timestamp_min"]),
+            # The freshest record's: the stream time bounds the batch's newest timestamp.
+            "record_e2e_latency_min_ms": max(0, now_ms - self.stream_time),
         }
 
     def _processor_metrics(self) -> dict[str, int]:
