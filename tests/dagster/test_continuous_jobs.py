@@ -147,6 +147,37 @@ def test_reports_the_instance_refuses_never_stop_the_job_and_warn_once(caplog):
         reporter.finish()
 
 
+def test_a_slow_dagster_never_holds_up_the_batches():
+    """Started, the reporter sends its reports from a thread of its own: while the instance
+    is stuck in a report (its database slow), the job's next batches go on, and every batch
+    reaches Dagster once it answers, in order, one report each (before, on_batch waited)."""
+
+    class Stuck:
+        def __init__(self, instance: dg.DagsterInstance) -> None:
+            self.instance, self.entered = instance, threading.Event()
+            self.release = threading.Event()
+
+        def report_runless_asset_event(self, event: Any) -> None:
+            self.entered.set()
+            assert self.release.wait(60), "never released"
+            self.instance.report_runless_asset_event(event)
+
+    with dg.DagsterInstance.ephemeral() as instance:
+        stuck = Stuck(instance)
+        reporter = ContinuousJobReporter(FakeJob(), "orders", every_batches=1,
+                                         every_seconds=None, instance=stuck).start()  # type: ignore[arg-type]  # fmt: skip
+        reporter.on_batch(batch(0))
+        assert stuck.entered.wait(30)  # the report of batch 0 is stuck in Dagster
+        for batch_id in (1, 2):
+            reporter.on_batch(batch(batch_id))  # returns: the batches are not held up
+        assert not stuck.release.is_set()  # proven while the instance was still stuck
+        stuck.release.set()
+        reporter.finish()
+        records = instance.fetch_materializations(KEY, limit=10).records
+        committed = sorted(values(r.asset_materialization)["committed_batch_id"] for r in records)
+        assert committed == [0, 1, 2]
+
+
 def test_an_idle_job_reports_observations_to_show_it_is_alive():
     with dg.DagsterInstance.ephemeral() as instance:
         reporter = ContinuousJobReporter(FakeJob(), "orders", every_seconds=0.05,

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import socket
 import threading
 import time
@@ -101,16 +102,27 @@ class ContinuousJobReporter:
         self._last_batch_id: int | None = None
         self._since = time.monotonic()  # the previous report (or the start): its numbers
         self._attempted = self._since  # the previous attempt: the next is due from it
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # the state below; never held while Dagster is asked
+        self._sending = threading.Lock()  # one report at a time, in order
         self._stop = threading.Event()
         self._timer: threading.Thread | None = None
+        # Reports due after a batch are sent from a thread of their own, so that a slow Dagster
+        # database never holds up the job's batches: (state, the batches it covers) per report.
+        self._due: queue.Queue[tuple[str, list[Any]] | None] = queue.Queue()
+        self._sender: threading.Thread | None = None
         self._failing = False
         self._finished = False
 
     # Life cycle ------------------------------------------------------------------------------
 
     def start(self) -> ContinuousJobReporter:
-        """Start reporting every ``every_seconds`` (a daemon thread), if set."""
+        """Start the thread that sends the reports, and reporting every ``every_seconds`` (a
+        daemon thread), if set."""
+        if self._sender is None:
+            self._sender = threading.Thread(
+                target=self._send_due, name=f"{self.app}-dagster-sender", daemon=True
+            )
+            self._sender.start()
         if self.every_seconds is not None and self._timer is None:
             self._timer = threading.Thread(
                 target=self._tick, name=f"{self.app}-dagster-reports", daemon=True
@@ -125,14 +137,32 @@ class ContinuousJobReporter:
             self._last_lag, self._last_batch_id = int(result.lag), int(result.batch_id)
             due_batches = self.every_batches is not None and len(self._pending) >= (
                 self.every_batches)  # fmt: skip
-            if due_batches or self._seconds_due():
+            if not (due_batches or self._seconds_due()):
+                return
+            if self._sender is None:  # not started: reported here
                 self.report("running")
+                return
+            results, self._pending = self._pending, []
+            self._attempted = time.monotonic()
+        self._due.put(("running", results))
+
+    def _send_due(self) -> None:
+        """The sender thread: the reports ``on_batch`` found due, in order."""
+        while (request := self._due.get()) is not None:
+            state, results = request
+            with self._sending:
+                if not self._send(state, results, time.monotonic() - self._since):
+                    with self._lock:  # kept for the next report that gets through
+                        self._pending = [*results, *self._pending][-MAX_PENDING:]
 
     def finish(self, state: str = "stopped", error: BaseException | str | None = None) -> None:
         """Stop the timer and report what is pending, then the job's end (``state``)."""
         self._stop.set()
         if self._timer is not None and self._timer is not threading.current_thread():
             self._timer.join(timeout=60)
+        if self._sender is not None and self._sender is not threading.current_thread():
+            self._due.put(None)  # after the reports queued before it
+            self._sender.join(timeout=60)
         with self._lock:
             if self._finished:
                 return
@@ -157,29 +187,41 @@ class ContinuousJobReporter:
         """Record the pending batches (a materialization of the asset and of each Delta sink),
         or else an observation; a ``final`` report adds the observation of ``state`` after any
         materialization. False when the instance refused them (logged, never raised)."""
-        with self._lock:
-            results = self._pending
-            seconds = time.monotonic() - self._since
-            self._attempted = time.monotonic()  # a failed report is retried when next due
-            try:
-                events = self._events(results, seconds, state, error, final)
-                instance = self._get_instance()
-                for event in events:
-                    instance.report_runless_asset_event(event)
-            except Exception as failure:  # noqa: BLE001 - reporting must never stop the job
-                if not self._failing:
-                    log.warning(
-                        "%s: reporting to Dagster failed, the job goes on and reports again "
-                        "when it can: %s", self.app, failure,
-                    )  # fmt: skip
-                self._failing = True
+        with self._sending:
+            with self._lock:
+                results = self._pending
+                seconds = time.monotonic() - self._since
+                self._attempted = time.monotonic()  # a failed report is retried when next due
+            if not self._send(state, results, seconds, error, final):
                 return False
-            if self._failing:
-                log.info("%s: reporting to Dagster again", self.app)
-                self._failing = False
-            self._pending = self._pending[len(results) :]
-            self._since = time.monotonic()
+            with self._lock:
+                self._pending = self._pending[len(results) :]
             return True
+
+    def _send(
+        self, state: str, results: list[Any], seconds: float, error: str | None = None,
+        final: bool = False,
+    ) -> bool:  # fmt: skip
+        """Ask Dagster to record the report of ``results``; False when it could not (logged
+        once per outage, never raised). Called without ``_lock``: Dagster may be slow."""
+        try:
+            events = self._events(results, seconds, state, error, final)
+            instance = self._get_instance()
+            for event in events:
+                instance.report_runless_asset_event(event)
+        except Exception as failure:  # noqa: BLE001 - reporting must never stop the job
+            if not self._failing:
+                log.warning(
+                    "%s: reporting to Dagster failed, the job goes on and reports again "
+                    "when it can: %s", self.app, failure,
+                )  # fmt: skip
+            self._failing = True
+            return False
+        if self._failing:
+            log.info("%s: reporting to Dagster again", self.app)
+            self._failing = False
+        self._since = time.monotonic()
+        return True
 
     def _events(
         self, results: Sequence[Any], seconds: float, state: str, error: str | None, final: bool
@@ -272,5 +314,6 @@ class ContinuousJobReporter:
             if self._stop.wait(max(remaining, 0.01)):
                 return
             with self._lock:
-                if not self._finished and self._seconds_due():
-                    self.report("running")
+                due = not self._finished and self._seconds_due()
+            if due:  # asked outside the lock: on_batch never waits for Dagster
+                self.report("running")
