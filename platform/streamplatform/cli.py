@@ -506,9 +506,11 @@ def _run_job(args: argparse.Namespace, state: _RunState, stop: threading.Event) 
         if stop.is_set():  # a signal while the job was being built: start nothing
             print("streamplatform run: stopped before the first batch", file=sys.stderr)
         else:
-            idle = {} if metrics is None else {
-                "on_idle": lambda: metrics.observe_lag(job.planner.last_partition_lag)
-            }  # the lag between batches, in the metrics
+            idle = (
+                {}
+                if metrics is None
+                else {"on_idle": lambda: metrics.observe_lag(job.planner.last_partition_lag)}
+            )  # the lag between batches, in the metrics
             job.run_forever(args.trigger_interval_ms, args.idle_interval_ms, on_batch=progress,
                             stop=stop, until_caught_up=args.until_caught_up, **idle)  # fmt: skip
         code = EXIT_STOPPED

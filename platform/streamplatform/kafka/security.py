@@ -275,6 +275,7 @@ def why_unreachable(settings: Mapping[str, Any], timeout_s: float = 5.0) -> str:
         headers={"Authorization": "Basic " + base64.b64encode(basic.encode()).decode(),
                  "Content-Type": "application/x-www-form-urlencoded"},
     )  # fmt: skip
+
     class _NoRedirects(urllib.request.HTTPRedirectHandler):
         def redirect_request(self, *args: Any, **kwargs: Any) -> None:
             return None  # urllib would send the credentials on to wherever it points
