@@ -413,6 +413,18 @@ def _job(args: argparse.Namespace) -> Any:
                         delta_state_tables=args.delta_state_table)  # fmt: skip
 
 
+def _built_job(args: argparse.Namespace, command: str) -> Any:
+    """``_job(args)``; None after one line saying why it cannot be built (a setting, the
+    topology's import): the command then exits EXIT_BAD_SETTINGS."""
+    from streamplatform.config import ConfigError
+
+    try:
+        return _job(args)
+    except (ConfigError, ImportError, AttributeError, ValueError) as error:
+        print(f"streamplatform {command}: {error}", file=sys.stderr)
+        return None
+
+
 # Exit codes of `streamplatform run`, for a supervisor (systemd, Kubernetes) to act on.
 EXIT_STOPPED = 0  # stopped on request (SIGTERM/SIGINT), or caught up with --until-caught-up
 EXIT_BATCH_FAILED = 1  # a batch failed, nothing of it committed: restart, it is replayed
@@ -478,10 +490,8 @@ def _run_job(args: argparse.Namespace, state: _RunState, stop: threading.Event) 
     if problem:
         print(f"streamplatform run: {problem}", file=sys.stderr)
         return EXIT_BAD_SETTINGS
-    try:
-        job = state.job = _job(args)
-    except (ConfigError, ImportError, AttributeError, ValueError) as error:
-        print(f"streamplatform run: {error}", file=sys.stderr)
+    job = state.job = _built_job(args, "run")
+    if job is None:
         return EXIT_BAD_SETTINGS
     configured = job.config["processing.guarantee"]
     print(f"streamplatform run: {job.config['application.id']}, "
@@ -666,12 +676,8 @@ def _ignoring_signals() -> Iterator[None]:
 
 def _discard_batch(args: argparse.Namespace) -> int:
     """StreamingJob.discard_uncommitted_batch() for a job given by import path and settings."""
-    from streamplatform.config import ConfigError
-
-    try:
-        job = _job(args)
-    except (ConfigError, ImportError, AttributeError, ValueError) as error:
-        print(f"streamplatform discard-batch: {error}", file=sys.stderr)
+    job = _built_job(args, "discard-batch")
+    if job is None:
         return EXIT_BAD_SETTINGS
     try:
         batch = job.discard_uncommitted_batch()
@@ -688,10 +694,8 @@ def _rewind(args: argparse.Namespace) -> int:
     from streamplatform import JobClaimedError
     from streamplatform.config import ConfigError
 
-    try:
-        job = _job(args)
-    except (ConfigError, ImportError, AttributeError, ValueError) as error:
-        print(f"streamplatform rewind: {error}", file=sys.stderr)
+    job = _built_job(args, "rewind")
+    if job is None:
         return EXIT_BAD_SETTINGS
     try:
         report = job.rewind(args.to_batch, accept_kafka_repeats=args.accept_kafka_repeats)
