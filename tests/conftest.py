@@ -26,6 +26,16 @@ pytest_plugins = [
 ]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def spark_scratch_in_the_run(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Every Spark JVM and Python worker of the run (this process's and its children's) keeps
+    its scratch (``spark-*``, ``blockmgr-*``) under the run's temporary directory, which pytest
+    prunes, instead of /tmp: a JVM killed by a test never removes its own."""
+    if "SPARK_LOCAL_DIRS" not in os.environ:
+        scratch = tmp_path_factory.mktemp("spark-scratch", numbered=False)
+        os.environ["SPARK_LOCAL_DIRS"] = str(scratch)
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m deselects: every collected test is checked
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test that starts a heavy process of its own (a child driver, a Spark cluster or

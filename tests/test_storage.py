@@ -4,6 +4,8 @@ stops start-up naming the setting; secrets never show."""
 
 from __future__ import annotations
 
+import os
+
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
@@ -89,12 +91,30 @@ def test_credentials_never_show():
     assert "AKIA-TEST" not in repr(storage.s3_settings(config))
 
 
-def test_the_s3_jars_are_referenced_in_place_not_copied():
-    jars = spark_conf("local[1]")["spark.jars"].split(",")
-    s3 = [jar for jar in jars if "hadoop-aws" in jar or "bundle-" in jar]
-    if not s3:
+def test_the_s3_jars_are_on_the_class_path_never_in_spark_jars():
+    conf = spark_conf("local[1]", extra={"spark.executor.extraClassPath": "/opt/team.jar"})
+    driver = conf.get("spark.driver.extraClassPath", "")
+    if "hadoop-aws" not in driver:
         pytest.skip("the S3A jars are not fetched (.jvm/s3: make setup)")
-    assert all(jar.startswith("local:") for jar in s3), s3
+    assert "bundle-" in driver
+    assert "hadoop-aws" not in conf["spark.jars"] and "bundle-" not in conf["spark.jars"]
+    # A caller's class path keeps the S3 jars.
+    executor = conf["spark.executor.extraClassPath"].split(os.pathsep)
+    assert executor[0] == "/opt/team.jar" and any("bundle-" in jar for jar in executor)
+
+
+@pytest.mark.spark
+def test_a_session_loads_s3a_without_copying_the_sdk(spark):
+    # Spark copies each spark.jars entry into the session's userFiles directory; the SDK's
+    # ~690 MB there per session filled a CI machine's disk once sessions were killed.
+    from pyspark import SparkFiles
+
+    if not spark_conf("local[1]").get("spark.driver.extraClassPath"):
+        pytest.skip("the S3A jars are not fetched (.jvm/s3: make setup)")
+    loaded = spark._jvm.java.lang.Class.forName("org.apache.hadoop.fs.s3a.S3AFileSystem")
+    assert loaded.getName() == "org.apache.hadoop.fs.s3a.S3AFileSystem"
+    copied = sorted(os.listdir(SparkFiles.getRootDirectory()))
+    assert not [name for name in copied if name.startswith(("bundle-", "hadoop-aws"))], copied
 
 
 def test_local_files_are_written_whole_listed_and_removed(tmp_path):

@@ -47,12 +47,14 @@ def spark_jars() -> list[Path]:
     return [jar for jar in jars_in("spark") if _artifact(jar) not in bundled]
 
 
-def s3_jars() -> list[str]:
-    """Hadoop's S3A and the AWS SDK from ``.jvm/s3/``, as ``local:`` URIs: Spark adds them to
-    the driver's and each executor's classpath where they are, instead of serving a copy of
-    the SDK's ~690 MB to every executor (a cluster's hosts need them at the same path). []
-    when they were not fetched."""
-    return [f"local:{jar}" for jar in sorted(jvm_dir("s3").glob("*.jar"))]
+def s3_classpath() -> str:
+    """Hadoop's S3A and the AWS SDK from ``.jvm/s3/`` as one class path ("" when they were not
+    fetched). They go on the driver's and executors' class path where they lie, never into
+    ``spark.jars``: Spark copies every ``spark.jars`` entry, ``local:`` ones included, into each
+    session's and executor's ``userFiles`` directory, and the SDK alone is ~690 MB. A session
+    killed before it stops leaves that copy behind in the temporary directory. A cluster's
+    hosts need the jars at the same path."""
+    return os.pathsep.join(str(jar) for jar in sorted(jvm_dir("s3").glob("*.jar")))
 
 
 def spark_conf(
@@ -70,7 +72,7 @@ def spark_conf(
     conf = {
         "spark.master": master,
         "spark.app.name": app_name,
-        "spark.jars": ",".join([*(str(jar) for jar in spark_jars()), *s3_jars()]),
+        "spark.jars": ",".join(str(jar) for jar in spark_jars()),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.session.timeZone": "UTC",
@@ -99,7 +101,15 @@ def spark_conf(
             "spark.driver.memory": "2g",
             "spark.databricks.delta.snapshotPartitions": "2",
         }
-    conf |= dict(extra or {})
+    s3 = s3_classpath()
+    if s3:
+        conf |= {"spark.driver.extraClassPath": s3, "spark.executor.extraClassPath": s3}
+    extra = dict(extra or {})
+    for key in ("spark.driver.extraClassPath", "spark.executor.extraClassPath"):
+        # A class path the caller adds extends the S3 one rather than dropping it.
+        if s3 and key in extra:
+            extra[key] = os.pathsep.join([extra[key], s3])
+    conf |= extra
     return conf
 
 
