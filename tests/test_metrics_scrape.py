@@ -29,14 +29,28 @@ pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.slow]
 PROMETHEUS = Path(__file__).parents[1] / ".tools" / "prometheus" / "usr" / "bin" / "prometheus"
 
 DEDUP_MODULE = """
-from streamplatform import StreamsBuilder
+from streamplatform import Processor, StreamsBuilder
 from streamplatform.serdes import Serdes
+from streamplatform.state import Stores
+
+
+class Counter(Processor):
+    def init(self, context):
+        super().init(context)
+        self.store = context.get_state_store("counts")
+
+    def process(self, record):
+        count = (self.store.get(record.key) or 0) + 1
+        self.store.put(record.key, count)
 
 
 def x():
     b = StreamsBuilder()
+    b.add_state_store(Stores.key_value_store_builder(
+        Stores.persistent_key_value_store("counts"), Serdes.string(), Serdes.long()))
     stream = b.stream({source!r}, Serdes.string(), Serdes.json())
     stream.deduplicate_by_key_value(lambda k, v: v["id"], 60_000).to("deduplicated")
+    stream.process(Counter, "counts")
     return b.build()
 """
 
@@ -73,6 +87,7 @@ def test_prometheus_scrapes_kafka_streams_metrics_that_match_the_batches(kafka_s
         "platform.driver.tasks.max.records": 0,  # the tasks in Spark's Python workers
         "errors.dead.letter.queue.topic.name": f"{source}-dlq",
         "default.deserialization.exception.handler": "log_and_continue",
+        "metrics.recording.level": "DEBUG",  # the store operations too
     }  # fmt: skip
     metrics_port, prometheus_port = free_port(), free_port()
     command = console_command("run", "metricsjob.topologies:x", settings,
@@ -118,6 +133,12 @@ def test_prometheus_scrapes_kafka_streams_metrics_that_match_the_batches(kafka_s
                       f"kafka_streams_stream_state_metrics_estimate_num_keys{selector}")  # fmt: skip
         e2e = _value(prometheus_port, f"max(kafka_streams_stream_processor_node_metrics_"
                                       f"record_e2e_latency_max{selector})")  # fmt: skip
+        counts = f'{{application_id="{app}",rocksdb_state_id="counts"}}'
+        put_latency = _query(
+            prometheus_port, f"kafka_streams_stream_state_metrics_put_latency_avg{counts}"
+        )
+        get_latency_max = _value(prometheus_port, "max(kafka_streams_stream_state_metrics_"
+                                 f"get_latency_max{counts})")  # fmt: skip
     finally:
         driver.send_signal(signal.SIGTERM)
         code = driver.wait(120)
@@ -142,3 +163,7 @@ def test_prometheus_scrapes_kafka_streams_metrics_that_match_the_batches(kafka_s
     # The dedup store of each task, as its RocksDB counts its keys (ids and their index).
     assert {r["metric"]["task_id"] for r in keys} == set(by_task)
     assert sum(float(r["value"][1]) for r in keys) > 0
+    # DEBUG: the user processor's store operations, timed in the executors, per task.
+    assert {r["metric"]["task_id"] for r in put_latency} == set(by_task)
+    assert all(float(r["value"][1]) > 0 for r in put_latency)
+    assert get_latency_max is not None and get_latency_max > 0

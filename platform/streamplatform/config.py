@@ -288,6 +288,11 @@ SETTINGS: tuple[Setting, ...] = (
             "an extract method), as Kafka Streams' TimestampExtractor. Default: the Kafka "
             "record's timestamp. A negative or failing extraction goes to the deserialization "
             "exception handler.", "import path"),
+    Setting("metrics.recording.level", _choice("INFO", "DEBUG", "TRACE"), "INFO", "Which "
+            "metrics the tasks record, as in Kafka Streams: INFO, or DEBUG (and TRACE) to also "
+            "time each state-store operation of the processors (put, get, range... latency "
+            "and rate per store, in ns; docs/operations.md), at the cost of two clock reads "
+            "per operation.", "INFO, DEBUG or TRACE"),
     Setting("statestore.cache.max.bytes", _int(0), 10 * 1024 * 1024, "Each task's memory "
             "budget for what its processors keep in memory, shared equally between its "
             "aggregations' record caches and its deduplications' ids (docs/memory.md). The "

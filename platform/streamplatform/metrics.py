@@ -42,6 +42,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest, start_http_server
 
 from streamplatform.state.db import StateDB
+from streamplatform.state.store_metrics import OPERATIONS
 
 WINDOW_S = 30.0  # Kafka Streams' metrics.sample.window.ms, for rates and averages
 
@@ -70,6 +71,7 @@ class JobMetrics:
         self._process_total = 0
         self._commit_total = 0
         self._task_totals: dict[str, dict[str, int]] = {}
+        self._store_ops_seen: set[tuple[str, str, str]] = set()  # (task, store, operation)
         self._lock = threading.Lock()  # record() (the job's thread) and refresh() (serve's)
         thread, task = ["application_id", "thread_id"], ["application_id", "thread_id", "task_id"]
         node = [*task, "processor_node_id"]
@@ -118,6 +120,15 @@ class JobMetrics:
             name: gauge(f"{_STATE}{name}", f"RocksDB's {prop} of the store, bytes or keys.", store)
             for name, prop in _ROCKSDB_PROPERTIES.items()
         }
+        # Kafka Streams' store operation metrics (DEBUG recording level; store_metrics.py).
+        self.store_ops = {
+            (operation, which): gauge(
+                f"{_STATE}{operation.replace('-', '_')}_{which}",
+                f"{operation}: " + {"latency_avg": "average time of a call, ns.",
+                                    "latency_max": "longest call, ns.",
+                                    "rate": "calls per second."}[which], store)
+            for operation in OPERATIONS for which in ("latency_avg", "latency_max", "rate")
+        }  # fmt: skip
         self.records_lag = gauge(f"{_FETCH}records_lag", "Records behind the last stable "
                                  "offset.", ["application_id", "topic", "partition"])  # fmt: skip
         self.records_lag_max = gauge(f"{_FETCH}records_lag_max", "Largest lag of a partition.",
@@ -233,6 +244,7 @@ class JobMetrics:
                 sums["record_lateness_max"] = max(
                     sums.get("record_lateness_max", 0), int(numbers.get("record_lateness_max", 0))
                 )
+        self._refresh_store_operations(results, span)
         for task, sums in windowed.items():
             labels = (app, thread, task)
             self._set(self.task, "process_rate", _processed(sums) / span, *labels)
@@ -242,6 +254,32 @@ class JobMetrics:
                 self._set(self.task, "record_lateness_avg",
                           sums["record_lateness_sum_ms"] / timestamped, *labels)  # fmt: skip
                 self._set(self.task, "record_lateness_max", sums["record_lateness_max"], *labels)
+
+    def _refresh_store_operations(self, results: list[Any], span: float) -> None:
+        """Each store operation's rate, average and longest call over the sample window."""
+        app, thread = self.application_id, self.thread_id
+        sums: dict[tuple[str, str, str], list[int]] = {}  # (task, store, op) -> calls, ns, max
+        for result in results:
+            for (task, store), numbers in getattr(result, "store_metrics", {}).items():
+                for operation in OPERATIONS:
+                    name = operation.replace("-", "_")
+                    calls = int(numbers.get(f"{name}_calls", 0))
+                    if not calls:
+                        continue
+                    seen = sums.setdefault((task, store, operation), [0, 0, 0])
+                    seen[0] += calls
+                    seen[1] += int(numbers[f"{name}_latency_total_ns"])
+                    seen[2] = max(seen[2], int(numbers[f"{name}_latency_max_ns"]))
+        for (task, store, operation), (calls, total_ns, max_ns) in sums.items():
+            labels = (app, thread, task, store)
+            self.store_ops[(operation, "rate")].labels(*labels).set(calls / span)
+            self.store_ops[(operation, "latency_avg")].labels(*labels).set(total_ns / calls)
+            self.store_ops[(operation, "latency_max")].labels(*labels).set(max_ns)
+        # An operation seen before but not in the window: no calls now (its average and
+        # maximum are kept, as Kafka Streams keeps an average without samples).
+        for task, store, operation in self._store_ops_seen - sums.keys():
+            self.store_ops[(operation, "rate")].labels(app, thread, task, store).set(0)
+        self._store_ops_seen |= sums.keys()
 
     @staticmethod
     def _set(family: Mapping[str, Gauge], name: str, value: float, *labels: str) -> None:

@@ -57,6 +57,7 @@ from streamplatform.serdes import (
 from streamplatform.state import IsolationLevel
 from streamplatform.state.facades import facade_for
 from streamplatform.state.rocks import TaskStoreOptions
+from streamplatform.state.store_metrics import timed
 
 log = logging.getLogger(__name__)
 
@@ -355,12 +356,18 @@ class Task:
     def _decoded(self, records: Iterable[ConsumedRecord]) -> Iterator[tuple[Any, Any, Any]]:
         return decoded(self._sources, records)
 
+    def store_facades(self) -> dict[str, Any]:
+        """The processor-facing stores handed out so far, by store name."""
+        return dict(self._facades)
+
     def store_facade(self, name: str) -> Any:
         """The processor-facing interface of store ``name`` (one per store and task)."""
         facade = self._facades.get(name)
         if facade is None:
-            facade = self._facades[name] = facade_for(self.topology.stores[name],
-                                                      self.stores[name])  # fmt: skip
+            facade = facade_for(self.topology.stores[name], self.stores[name])
+            if self.config["metrics.recording.level"] != "INFO":
+                facade = timed(facade)  # Kafka Streams' store operation metrics (DEBUG)
+            self._facades[name] = facade
         return facade
 
     def dispatch(self, name: str, record: Record) -> None:

@@ -61,12 +61,24 @@ def collector_paused() -> Iterator[None]:
 
 
 def _store_metrics(task: Task) -> dict[str, dict[str, int]]:
-    """Each RocksDB store's metrics (StateDB.rocksdb_metrics), for the job's metrics."""
-    found = {}
+    """Each RocksDB store's metrics (StateDB.rocksdb_metrics) and, at the DEBUG recording
+    level, its operations this batch (``put_calls``, ``put_latency_total_ns``,
+    ``put_latency_max_ns`` and the others'; store_metrics.py), for the job's metrics."""
+    found: dict[str, dict[str, int]] = {}
     for name, store in task.stores.items():
         measure = getattr(store, "rocksdb_metrics", None)
         if measure is not None:
             found[name] = measure()
+    for name, facade in task.store_facades().items():
+        timings = getattr(facade, "timings", None)
+        if timings is None:
+            continue
+        numbers = found.setdefault(name, {})
+        for operation, (calls, total_ns, max_ns) in timings.take().items():
+            name = operation.replace("-", "_")
+            numbers[f"{name}_calls"] = calls
+            numbers[f"{name}_latency_total_ns"] = total_ns
+            numbers[f"{name}_latency_max_ns"] = max_ns
     return found
 
 

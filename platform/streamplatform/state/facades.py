@@ -92,6 +92,9 @@ class KeyValueStore(_Typed[K, V]):
 
     def put(self, key: K, value: V | None) -> None:
         """Set ``key`` to ``value``; a None value deletes the key, as in Kafka Streams."""
+        self._put(key, value)
+
+    def _put(self, key: K, value: V | None) -> None:
         raw = None if value is None else self._value_to_bytes(value)
         self._engine.transaction.put(self._key(key), raw)
 
@@ -107,7 +110,7 @@ class KeyValueStore(_Typed[K, V]):
     def put_all(self, entries: Iterable[tuple[K, V | None]]) -> None:
         """``put`` each ``(key, value)`` in order."""
         for key, value in entries:
-            self.put(key, value)
+            self._put(key, value)
 
     def delete(self, key: K) -> V | None:
         """Delete ``key``; returns the value it had, or None."""
@@ -122,6 +125,9 @@ class KeyValueStore(_Typed[K, V]):
         """``(key, value)`` pairs with from_key <= key <= to_key (both ends included; None
         leaves a side open), in the order of the serialized keys; empty when from_key is
         after to_key. The iterator reads the store as of this call."""
+        return self._range(from_key, to_key)
+
+    def _range(self, from_key: K | None, to_key: K | None) -> Iterator[tuple[K, V]]:
         start, end = self._bounds(from_key, to_key)
         if start is not None and end is not None and start >= end:
             return iter(())
@@ -132,15 +138,15 @@ class KeyValueStore(_Typed[K, V]):
     ) -> Iterator[tuple[K, V]]:
         """``range(from_key, to_key)`` from the last key to the first. Holds the range's
         entries in memory while it is iterated."""
-        return reversed(list(self.range(from_key, to_key)))
+        return reversed(list(self._range(from_key, to_key)))
 
     def all(self) -> Iterator[tuple[K, V]]:
         """Every ``(key, value)``, in the order of the serialized keys."""
-        return self.range(None, None)
+        return self._range(None, None)
 
     def reverse_all(self) -> Iterator[tuple[K, V]]:
         """Every ``(key, value)``, last key first (held in memory while iterated)."""
-        return self.reverse_range(None, None)
+        return reversed(list(self._range(None, None)))
 
     def prefix_scan(self, prefix: Any, prefix_serde: Serde | None = None) -> Iterator[tuple[K, V]]:
         """Entries whose serialized key starts with ``prefix`` serialized by ``prefix_serde``
