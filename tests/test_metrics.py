@@ -111,7 +111,12 @@ def test_the_grafana_dashboard_reads_only_metrics_the_job_exposes():
                                                 "record_e2e_latency_sum_ms": 5,
                                                 "record_e2e_latency_max_ms": 5}},
                           store_metrics={("0_0", "s"): {"cur_size_all_mem_tables": 1,
-                                                        "estimate_num_keys": 1}}),
+                                                        "estimate_num_keys": 1,
+                                                        "get_calls": 1, "put_calls": 1,
+                                                        "get_latency_total_ns": 9,
+                                                        "get_latency_max_ns": 9,
+                                                        "put_latency_total_ns": 9,
+                                                        "put_latency_max_ns": 9}}),
                    claim_epoch=1)  # fmt: skip
     served = {name for name, _ in samples(metrics)}
     expressions = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
