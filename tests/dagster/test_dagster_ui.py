@@ -1,6 +1,7 @@
 """The UI end to end: `dagster dev` serves the code location, a materialization launched through
 the GraphQL API succeeds, and headless Debian chromium renders the asset's page with the asset
-names and the run's metadata.
+names and the run's metadata; a continuous job's report, sent without a run, shows on its
+asset's page as the latest materialization.
 
 `dagster dev` runs in a process group of its own (it leaves children behind on SIGTERM
 otherwise) and the whole group is stopped at the end, also when the test fails; so is chromium.
@@ -14,7 +15,9 @@ import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
+import dagster as dg
 import pytest
 from dagster_support import LAUNCH
 
@@ -101,6 +104,7 @@ def test_ui_materializes_through_graphql_and_renders_the_asset(chromium, kafka_s
         on_run_page = [run_id[:8], ASSET, "Materialized value standby_placements"]
         wait_for(f"the run page to show {on_run_page}",
                  lambda: all(w in chromium.text() for w in on_run_page), 90, log)  # fmt: skip
+        shows_a_continuous_jobs_report(chromium, graphql, home, base, log)
         chromium.call("Page.navigate", url=f"{base}/assets")
         names = ("transactions_deduplicated", "transactions_enrichment",
                  "transactions_enrichment_fx_rates_versions", "transactions_enriched",
@@ -121,3 +125,35 @@ def test_ui_materializes_through_graphql_and_renders_the_asset(chromium, kafka_s
     assert dagster_dev.poll() is not None
     assert live_members(dagster_dev.pid) == [], "dagster dev's group outlived the test"
     shutil.rmtree(home, ignore_errors=True)
+
+
+def shows_a_continuous_jobs_report(chromium, graphql, home: Path, base: str, log: Path) -> None:
+    """A `streamplatform run` job's report (ContinuousJobReporter, as `--dagster-asset` sends
+    it) reaches the instance `dagster dev` serves, without a run, and the asset's page shows it
+    as its latest materialization, next to the materialized assets. The job here is a stand-in
+    with what the reporter reads of a StreamingJob: the UI is the subject."""
+    from streamplatform import BatchResult
+    from streamplatform.dagster import ContinuousJobReporter
+
+    asset = "transactions_deduplicated"  # an asset of the code location, never materialized here
+    job = SimpleNamespace(
+        config={"application.id": "orders-continuous", "processing.guarantee": "exactly_once_v2"},
+        delta_sinks=[], root=str(home / "delta"),
+        commit_log=SimpleNamespace(last=lambda: None),
+        claim=SimpleNamespace(run="ui-test", epoch=3),
+    )  # fmt: skip
+    batch = BatchResult(batch_id=41, records_in=120, records_out=96, dlq_records=0,
+                        duplicates_dropped=24, restored_records=0, lag=0, duration_ms=250,
+                        replayed=False, guarantee="exactly_once_v2", path="direct-spark")  # fmt: skip
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        reporter = ContinuousJobReporter(job, asset, every_batches=1, every_seconds=None,
+                                         instance=instance)  # fmt: skip
+        with reporter:
+            reporter.on_batch(batch)
+    [event] = graphql(METADATA, path=[asset])["assetOrError"]["assetMaterializations"]
+    assert event["runId"] == ""  # reported, not materialized by a run
+    chromium.call("Page.navigate", url=f"{base}/assets/{asset}")
+    wanted = [asset, "committed_batch_id", "application_id", "orders-continuous", "job_state"]
+    wait_for(f"the asset page to show the report {wanted}",
+             lambda: all(w in chromium.text() for w in wanted), 90, log)  # fmt: skip
+    chromium.screenshot(home.parent / "continuous-report.png")
