@@ -89,8 +89,10 @@ class DirectStagesPath(DirectPath):
                 beside = tasks_beside_spark(len(tasks), slots, most)
                 rows = self._run_tasks(run, len(tasks), beside)
                 here += beside
-            is_internal = pc.and_(pc.equal(rows["kind"], "sink"),
-                                  pc.is_in(rows["topic"], pa.array(sorted(internal))))  # fmt: skip
+            # Typed: an empty set of topics (sub-topologies joined by no repartition) is a
+            # null array to pyarrow, which is_in refuses against strings.
+            topics = pa.array(sorted(internal), pa.string())
+            is_internal = pc.and_(pc.equal(rows["kind"], "sink"), pc.is_in(rows["topic"], topics))
             written = rows.filter(is_internal)
             outputs.append(rows.filter(pc.invert(is_internal)))
             # A later stage may read what any stage before it wrote: kept for every stage.
