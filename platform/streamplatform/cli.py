@@ -29,6 +29,9 @@ streamplatform run --topology pkg.module:name [--command-config FILE] --set KEY=
                    exit 0 stopped, 1 batch failed, 2 bad settings, 3 claimed elsewhere,
                    4 replay refused (a person must decide), 130 interrupted (batch replayed)
 streamplatform discard-batch --topology pkg.module:name --set KEY=VALUE ... [--delta-sink TOPIC]
+streamplatform query --topology pkg.module:name --set KEY=VALUE ... --store NAME
+                     [--key K | --range A B | --prefix P | --all] [--batch N] [--as-of MS]
+                     [--versions] [--from-time MS] [--to-time MS] [--partition P] [--limit N]
 streamplatform maintain --application-id ID [--delta-root URI] [--min-changelog-files N]
                         [--retention-hours H]
 """
@@ -398,19 +401,39 @@ def topology_importable_from_cwd() -> None:
 def _job(args: argparse.Namespace) -> Any:
     """The StreamingJob of ``--topology``, ``--set``, ``--delta-sink`` and
     ``--delta-state-table``."""
-    from streamplatform.config import load_object
     from streamplatform.runtime.microbatch import StreamingJob
+
+    topology, settings = _topology_and_settings(args)
+    if not settings.get("bootstrap.servers"):  # the local broker, as the topic tools use it
+        settings = (_local_broker_settings() or {}) | settings
+    return StreamingJob(topology, settings, delta_sinks=args.delta_sink,
+                        delta_state_tables=args.delta_state_table)  # fmt: skip
+
+
+def _topology_and_settings(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+    """The Topology of ``--topology`` and the settings of ``--command-config`` and ``--set``."""
+    from streamplatform.config import load_object
 
     topology_importable_from_cwd()
     topology = load_object(args.topology)
     if callable(topology):
         topology = topology()
-    settings = read_properties(args.command_config) if args.command_config else {}
+    settings: dict[str, Any] = read_properties(args.command_config) if args.command_config else {}
     settings |= dict(setting.split("=", 1) for setting in args.set)
-    if not settings.get("bootstrap.servers"):  # the local broker, as the topic tools use it
-        settings = (_local_broker_settings() or {}) | settings
-    return StreamingJob(topology, settings, delta_sinks=args.delta_sink,
-                        delta_state_tables=args.delta_state_table)  # fmt: skip
+    return topology, settings
+
+
+def _query(args: argparse.Namespace) -> int:
+    """`streamplatform query`: a store as of a committed batch (state_query/command.py)."""
+    from streamplatform.config import ConfigError
+    from streamplatform.state_query import command
+
+    try:
+        topology, settings = _topology_and_settings(args)
+        return command.run(args, topology, settings)
+    except (ConfigError, ImportError, AttributeError) as error:
+        print(f"streamplatform query: {error}", file=sys.stderr)
+        return EXIT_BAD_SETTINGS
 
 
 def _built_job(args: argparse.Namespace, command: str) -> Any:
@@ -898,6 +921,17 @@ def build_parser() -> argparse.ArgumentParser:
     _job_arguments(discard)
     discard.set_defaults(run=_discard_batch)
 
+    query = commands.add_parser(
+        "query",
+        help="a store of a job as of a committed batch, from its Delta changelog, as JSON "
+        "lines; the job may be running (docs/queries.md)",
+    )
+    _topology_arguments(query)
+    from streamplatform.state_query import command as query_command
+
+    query_command.add_arguments(query)
+    query.set_defaults(run=_query)
+
     rewind = commands.add_parser(
         "rewind",
         help="put a stopped job back to just after a committed batch: its Delta sinks, logs, "
@@ -1093,6 +1127,18 @@ def _topic_commands(topics: argparse.ArgumentParser) -> None:
 
 
 def _job_arguments(command: argparse.ArgumentParser) -> None:
+    _topology_arguments(command)
+    command.add_argument(
+        "--delta-sink",
+        action="append",
+        default=[],
+        metavar="TOPIC",
+        help="a sink topic written to a Delta table instead of Kafka",
+    )
+    _delta_state_table_argument(command)
+
+
+def _topology_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--topology", required=True, metavar="IMPORT.PATH",
         help="package.module:name of the Topology, or of a function that builds it",
@@ -1106,13 +1152,9 @@ def _job_arguments(command: argparse.ArgumentParser) -> None:
         help="job settings from a properties file, before --set: keep secrets (sasl.jaas.config, "
         "store passwords) there rather than on the command line (docs/security.md)",
     )  # fmt: skip
-    command.add_argument(
-        "--delta-sink",
-        action="append",
-        default=[],
-        metavar="TOPIC",
-        help="a sink topic written to a Delta table instead of Kafka",
-    )
+
+
+def _delta_state_table_argument(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--delta-state-table",
         action="append",

@@ -23,6 +23,7 @@ from streamplatform import (
     TimeWindows,
     TopologyTestDriver,
 )
+from streamplatform.cli import main
 from streamplatform.kafka import TopicSpec, create_topics
 from streamplatform.runtime import delta_direct
 from streamplatform.serdes import Serdes
@@ -68,6 +69,14 @@ def topology(clicks: str, profiles: str):
         "sessions"
     )
     return b.build()
+
+
+CLI_TOPICS: dict[str, str] = {}  # the topics of the job `streamplatform query` reads
+
+
+def cli_topology():
+    """The topology for `streamplatform query --topology <this module>:cli_topology`."""
+    return topology(CLI_TOPICS["clicks"], CLI_TOPICS["profiles"])
 
 
 def produce(settings, clicks: str, profiles: str) -> dict[str, list[tuple]]:
@@ -135,7 +144,9 @@ def contents(view) -> list:
 
 
 @pytest.mark.slow  # ~30 s: a job of a dozen batches and a restore per batch queried
-def test_each_committed_batch_queried_equals_the_test_driver(spark, kafka_settings, tmp_path):
+def test_each_committed_batch_queried_equals_the_test_driver(
+    spark, kafka_settings, tmp_path, capsys
+):
     clicks, profiles = f"clicks-{uuid.uuid4().hex[:6]}", f"profiles-{uuid.uuid4().hex[:6]}"
     create_topics(kafka_settings, [TopicSpec(clicks, 2), TopicSpec(profiles, 2)])
     sent = produce(kafka_settings, clicks, profiles)
@@ -182,6 +193,24 @@ def test_each_committed_batch_queried_equals_the_test_driver(spark, kafka_settin
                 state.at(results[-1].batch_id + 1)
             with pytest.raises(QueryError, match="no store named 'nope'"):
                 state.store("nope")
+        # The same from the command line, as JSON lines.
+        CLI_TOPICS.update(clicks=clicks, profiles=profiles)
+        base = ["query", "--topology", f"{__name__}:cli_topology",
+                "--set", f"application.id={config['application.id']}",
+                "--set", f"platform.delta.root={config['platform.delta.root']}"]  # fmt: skip
+        capsys.readouterr()
+        assert main([*base, "--store", "clicks-STATE-STORE", "--key", user]) == 0
+        [line] = capsys.readouterr().out.splitlines()
+        assert json.loads(line)["value"] == expected_count(top, sent, positions, user)
+        assert main([*base, "--store", "per-minute-STATE-STORE", "--key", user,
+                     "--batch", str(min(positions))]) == 0  # fmt: skip
+        lines = [json.loads(row) for row in capsys.readouterr().out.splitlines()]
+        assert all(row["key"] == user and row["window"]["end"] - row["window"]["start"]
+                   == 60_000 for row in lines)  # fmt: skip
+        assert main([*base, "--store", "unique-store", "--key", json.dumps([user, click_id])]) == 0
+        assert json.loads(capsys.readouterr().out)["key"] == [user, click_id]
+        assert main([*base, "--store", "clicks-STATE-STORE", "--batch", "999"]) == 1
+        assert "is not committed: the last committed batch is" in capsys.readouterr().err
     finally:
         job.close()
 
