@@ -24,6 +24,7 @@ from streamplatform import (
     TopologyTestDriver,
 )
 from streamplatform.cli import main
+from streamplatform.dagster import StreamingJobSpec, StreamplatformResource
 from streamplatform.kafka import TopicSpec, create_topics
 from streamplatform.runtime import delta_direct
 from streamplatform.serdes import Serdes
@@ -193,6 +194,13 @@ def test_each_committed_batch_queried_equals_the_test_driver(
                 state.at(results[-1].batch_id + 1)
             with pytest.raises(QueryError, match="no store named 'nope'"):
                 state.store("nope")
+        # The same from a Dagster asset, through the platform's resource.
+        spec = StreamingJobSpec(name="clicks", topology=top,
+                                application_id=config["application.id"])  # fmt: skip
+        resource = StreamplatformResource(delta_root=config["platform.delta.root"])
+        with resource.query_state(spec) as state:
+            assert state.store("clicks-STATE-STORE").get(user) == expected_count(
+                top, sent, positions, user)  # fmt: skip
         # The same from the command line, as JSON lines.
         CLI_TOPICS.update(clicks=clicks, profiles=profiles)
         base = ["query", "--topology", f"{__name__}:cli_topology",

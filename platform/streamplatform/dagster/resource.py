@@ -183,6 +183,21 @@ class StreamplatformResource(dg.ConfigurableResource):
         under their topic names, ``_offsets``, ``_commits``, ``_dlq``, ``_versions``, ...)."""
         return f"{self.delta_root_path()}/{job.app_id}"
 
+    def query_state(self, job: StreamingJobSpec, batch: int | None = None) -> Any:
+        """A :class:`streamplatform.state_query.StateQuery` of ``job``'s committed stores on
+        this Delta root, as of ``batch`` (default: the last committed), for an asset or an op
+        that reads a running job's state (close it, or use it in a ``with``)::
+
+            with streamplatform.query_state(orders) as state:
+                counts = dict(state.store("counts").all())
+
+        No Kafka is asked: the stores are restored from the job's Delta changelog."""
+        from streamplatform.state_query import StateQuery
+
+        settings = job.streams_settings(self.registry_settings() | self.storage_settings(),
+                                        self.delta_root_path(), self.state_dir_path())  # fmt: skip
+        return StateQuery(job.load_topology(), settings, batch=batch)
+
     def end_offsets(self, topic: str) -> dict[int, tuple[int, int]]:
         """``{partition: (low, high)}`` of ``topic``."""
         return end_offsets(self.kafka_settings(), topic)

@@ -35,6 +35,7 @@ from typing import Any
 from streamplatform import storage
 from streamplatform.config import StreamsConfig
 from streamplatform.exceptions import StreamPlatformError
+from streamplatform.registry.serdes import configure_registry_serdes
 from streamplatform.state_query.views import (
     DedupView,
     KeyValueView,
@@ -79,6 +80,8 @@ class StateQuery:
         self.application_id: str = self.config["application.id"]
         self.root = app_root(self.config)
         storage.configure(self.config)  # the root may be on object storage
+        # A store's values may be in a registry format: its serdes need the registry.
+        configure_registry_serdes(topology.serdes(), self.config)
         self._owned = directory is None
         self.directory = Path(
             tempfile.mkdtemp(prefix=f"streamplatform-query-{self.application_id}-")
