@@ -7,8 +7,9 @@ The errors an operator of a running job catches (``JobClaimedError``, ``JobFence
 ``ResetUnfinishedError``) are here too, with their root,
 ``StreamPlatformError``, which every error of the platform derives from. Serdes live in
 ``streamplatform.serdes``, stores in ``streamplatform.state``, error handling
-in ``streamplatform.errors``, dead letter queues in ``streamplatform.dlq`` and the Dagster
-integration in ``streamplatform.dagster``. The Spark-side names (``StreamingJob``,
+in ``streamplatform.errors``, dead letter queues in ``streamplatform.dlq``, queries of a job's
+committed state in ``streamplatform.state_query`` and the Dagster integration in
+``streamplatform.dagster``. The Spark-side names (``StreamingJob``,
 ``BatchResult``, ``DlqReplayer``, ``read_versioned_snapshot``, ``batch_as_of_join``,
 ``read_kafka_ranges``, ``spark_session``, ``JobMetrics``) load on first use, so that
 ``import streamplatform`` stays light for a topology and its tests. ``data_dir()`` is the local
