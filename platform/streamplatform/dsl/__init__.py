@@ -4,6 +4,7 @@ from streamplatform.dsl.builder import StreamsBuilder
 from streamplatform.dsl.grouped import KGroupedStream, SessionWindowedKStream, TimeWindowedKStream
 from streamplatform.dsl.grouped_table import KGroupedTable
 from streamplatform.dsl.kstream import KStream, KTable
+from streamplatform.dsl.printing import Printed
 from streamplatform.dsl.processor import Processor, ProcessorContext, PunctuationType
 from streamplatform.dsl.stream_join import JoinWindows
 from streamplatform.dsl.suppress import Suppressed
@@ -35,6 +36,7 @@ __all__ = [
     "SlidingWindows",
     "StreamsBuilder",
     "SubTopology",
+    "Printed",
     "Suppressed",
     "TaskId",
     "TimeWindowedKStream",

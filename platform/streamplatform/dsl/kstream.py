@@ -8,6 +8,7 @@ Kafka Streams does.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -17,10 +18,11 @@ from streamplatform.dsl.dedup import DeduplicationProcessor
 from streamplatform.dsl.graph import REPARTITION_SUFFIX, ProcessorNode, SinkNode, SourceNode
 from streamplatform.dsl.join import StreamTableJoin
 from streamplatform.dsl.ktable import KTable
+from streamplatform.dsl.printing import Printed, PrintProcessor, takes_key
 from streamplatform.dsl.stream_join import JoinSpec, JoinStores, JoinWindows, StreamStreamJoinSide
 from streamplatform.serdes import Serde
 from streamplatform.state import Stores
-from streamplatform.state.stores import duration_ms
+from streamplatform.state.stores import StoreSpec, duration_ms
 
 if TYPE_CHECKING:
     from streamplatform.dsl.builder import StreamsBuilder
@@ -75,7 +77,11 @@ class KStream:
     def filter_not(self, predicate: Callable[[Any, Any], bool]) -> KStream:
         return self._then("FILTER", lambda: ops.Filter(predicate, negate=True))
 
-    def map_values(self, mapper: Callable[[Any], Any]) -> KStream:
+    def map_values(self, mapper: Callable[..., Any]) -> KStream:
+        """``mapper(value)``, or ``mapper(key, value)`` (Kafka Streams' ValueMapperWithKey)
+        when it takes two arguments; the key stays."""
+        if takes_key(mapper, 1):
+            return self._then("MAPVALUES", lambda: ops.MapValuesWithKey(mapper))
         return self._then("MAPVALUES", lambda: ops.MapValues(mapper))
 
     def map(self, mapper: Callable[[Any, Any], tuple[Any, Any]]) -> KStream:
@@ -84,11 +90,48 @@ class KStream:
     def select_key(self, selector: Callable[[Any, Any], Any]) -> KStream:
         return self._then("KEY-SELECT", lambda: ops.SelectKey(selector), key_changed=True)
 
-    def flat_map_values(self, mapper: Callable[[Any], Iterable[Any]]) -> KStream:
-        return self._then("FLATMAPVALUES", lambda: ops.FlatMapValues(mapper))
+    def flat_map(self, mapper: Callable[[Any, Any], Iterable[tuple[Any, Any]]]) -> KStream:
+        """``mapper(key, value)`` returns any number of ``(key, value)`` pairs, each a record
+        with the input's timestamp; key-based operators after it repartition first."""
+        return self._then("FLATMAP", lambda: ops.FlatMap(mapper), key_changed=True)
+
+    def flat_map_values(self, mapper: Callable[..., Iterable[Any]]) -> KStream:
+        """``mapper(value)``, or ``mapper(key, value)``, returns any number of values."""
+        with_key = takes_key(mapper, 1)
+        return self._then("FLATMAPVALUES", lambda: ops.FlatMapValues(mapper, with_key))
 
     def peek(self, action: Callable[[Any, Any], None]) -> KStream:
         return self._then("PEEK", lambda: ops.Peek(action))
+
+    def foreach(self, action: Callable[[Any, Any], None]) -> None:
+        """``action(key, value)`` for each record: a terminal operation (nothing follows).
+        On Spark it runs where the task runs, and again for a replayed batch."""
+        self._then("FOREACH", lambda: ops.Foreach(action))
+
+    def print(self, printed: Printed | None = None) -> None:
+        """Each record as a line ``[label]: key, value`` (``Printed``: standard output by
+        default, or a file; printing.py): a terminal operation."""
+        printed = printed or Printed.to_sys_out()
+        name = self._builder.new_name("PRINTER")
+        self._then("PRINTER", lambda: PrintProcessor(printed, name), name=name)
+
+    def to_table(self, name: str | None = None, store: StoreSpec | None = None) -> KTable:
+        """The stream as a table (Kafka Streams' ``toTable``): each record an update of its
+        key's value, a None value a tombstone, a record without a key dropped. Its store is
+        ``store`` (a key-value or versioned store) or ``<name>-STATE-STORE``; a stream whose
+        key changed is repartitioned first, as in Kafka Streams."""
+        from streamplatform.dsl.join import TableSource
+
+        base = name or self._builder.new_name("TOTABLE")
+        keyed = self._repartition(base) if self._key_changed else self
+        spec = store or Stores.persistent_key_value_store(f"{base}-STATE-STORE")
+        key_serde, value_serde = self.key_serde, self.value_serde
+        if spec.key_serde is None and spec.value_serde is None:  # typed for get_state_store
+            spec = dataclasses.replace(spec, key_serde=key_serde, value_serde=value_serde)
+        store_name = self._builder.add_store(spec, key_serde, value_serde)
+        node = keyed._then("TOTABLE", lambda: TableSource(store_name, key_serde, value_serde),
+                           stores=(store_name,), name=base)  # fmt: skip
+        return KTable(self._builder, node._node, store_name, key_serde, value_serde)
 
     def process(
         self, processor_supplier: Callable[[], ops.Processor], *store_names: str
@@ -98,6 +141,17 @@ class KStream:
         for store in store_names:
             self._builder.require_store(store)
         return self._then("PROCESSOR", processor_supplier, stores=store_names, key_changed=True)
+
+    def process_values(
+        self, processor_supplier: Callable[[], ops.Processor], *store_names: str
+    ) -> KStream:
+        """A user processor that keeps each record's key (Kafka Streams' fixed-key processor,
+        ``processValues``): key-based operators after it need no repartition. It must forward
+        records with the key it was given (Kafka Streams' API cannot do otherwise; this one
+        does not check)."""
+        for store in store_names:
+            self._builder.require_store(store)
+        return self._then("PROCESSVALUES", processor_supplier, stores=store_names)
 
     # Deduplication (KIP-655) ------------------------------------------------------------------
 

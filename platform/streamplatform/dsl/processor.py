@@ -202,14 +202,53 @@ class SelectKey(Processor):
                                                   headers)))  # fmt: skip
 
 
-class FlatMapValues(Processor):
-    def __init__(self, mapper: Callable[[Any], Iterable[Any]]) -> None:
+class MapValuesWithKey(Processor):
+    """``map_values`` with Kafka Streams' ``ValueMapperWithKey``: ``mapper(key, value)``."""
+
+    def __init__(self, mapper: Callable[[Any, Any], Any]) -> None:
         self.mapper = mapper
 
     def process(self, record: Record) -> None:
-        key, _, timestamp, headers = record
-        for value in self.mapper(record.value):
-            self.context.forward(_new_record(Record, (key, value, timestamp, headers)))
+        key, value, timestamp, headers = record
+        self.context.forward(_new_record(Record, (key, self.mapper(key, value), timestamp,
+                                                  headers)))  # fmt: skip
+
+
+class FlatMapValues(Processor):
+    """``mapper(value)``, or ``mapper(key, value)`` with ``with_key``: each value it returns."""
+
+    def __init__(self, mapper: Callable[..., Iterable[Any]], with_key: bool = False) -> None:
+        self.mapper = mapper
+        self.with_key = with_key
+
+    def process(self, record: Record) -> None:
+        key, value, timestamp, headers = record
+        values = self.mapper(key, value) if self.with_key else self.mapper(value)
+        for new_value in values:
+            self.context.forward(_new_record(Record, (key, new_value, timestamp, headers)))
+
+
+class FlatMap(Processor):
+    """``mapper(key, value) -> iterable of (key, value)``: each pair a record, with the input
+    record's timestamp and headers."""
+
+    def __init__(self, mapper: Callable[[Any, Any], Iterable[tuple[Any, Any]]]) -> None:
+        self.mapper = mapper
+
+    def process(self, record: Record) -> None:
+        _, _, timestamp, headers = record
+        for new_key, new_value in self.mapper(record[0], record[1]):
+            self.context.forward(_new_record(Record, (new_key, new_value, timestamp, headers)))
+
+
+class Foreach(Processor):
+    """``action(key, value)`` for each record; forwards nothing (a terminal operation)."""
+
+    def __init__(self, action: Callable[[Any, Any], None]) -> None:
+        self.action = action
+
+    def process(self, record: Record) -> None:
+        self.action(record[0], record[1])
 
 
 class Peek(Processor):
