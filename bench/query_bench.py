@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import tempfile
@@ -73,10 +72,20 @@ def write_snapshot(root: str, app: str, entries: int) -> None:
     CommitLog(f"{root}/{app}/_commits", app).append(0, {}, {}, "exactly_once_v2")
 
 
+def _status_mb(field: str) -> float:
+    """A /proc/self/status memory figure in MB: VmRSS (now) or VmHWM (this process's peak;
+    unlike getrusage's ru_maxrss, it does not inherit the parent's peak across fork and exec)."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(f"{field}:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
 def measure(root: str, app: str, entries: int) -> dict:
     from streamplatform.state_query import StateQuery
 
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    before = _status_mb("VmRSS")
     started = time.perf_counter()
     with StateQuery(topology(), {"application.id": app, "platform.delta.root": root}) as state:
         store = state.store("big")
@@ -89,8 +98,8 @@ def measure(root: str, app: str, entries: int) -> dict:
         "entries": entries,
         "restore_s": restored - started,
         "scan_s": scanned - restored,
-        "rss_before_mb": before / 1024,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "rss_before_mb": before,
+        "peak_rss_mb": _status_mb("VmHWM"),
     }
 
 
