@@ -221,3 +221,33 @@ def test_files_without_batch_statistics_replay_in_batch_order(tmp_path):
             empty.close()
     finally:
         older.close()
+
+
+def test_a_snapshot_in_several_files_is_streamed_file_after_file(tmp_path, monkeypatch):
+    """delta-rs splits a large snapshot into several files: they are read one after another,
+    a chunk at a time, never loaded together and sorted (a store larger than memory)."""
+    path = str(tmp_path / "_changelog")
+    keys = [_id(i) for i in range(1_000)]
+    for part, chunk in enumerate((keys[:600], keys[600:])):
+        n = len(chunk)
+        first_seq = -1_000 + (0 if part == 0 else 600)
+        rows = pa.table({
+            "task": [TASK] * n, "store": [STORE] * n,
+            "seq": list(range(first_seq, first_seq + n)), "column_family": ["data"] * n,
+            "key": chunk, "value": [b"v3"] * n, "batch_id": [3] * n,
+        }, schema=SCHEMA)  # fmt: skip
+        append(path, rows, "snapshot-in-parts", part, ["task"])
+    files = changelog.files_by_task(path)[TASK]
+    assert len(files) == 2 and all(f.snapshot and f.last_batch == 3 for f in files)
+
+    def loaded_whole(*args):
+        raise AssertionError("a snapshot's files were read whole and sorted")
+
+    monkeypatch.setattr(changelog, "_sorted_batches", loaded_whole)
+    store = _store(tmp_path / "store")
+    try:
+        assert changelog.replay(files, {STORE: store}, 3, BATCH_MARKER) == 1_000
+        assert _data(store) == dict.fromkeys(keys, b"v3")
+        assert store.committed_offset(BATCH_MARKER) == 3
+    finally:
+        store.close()

@@ -126,11 +126,12 @@ def read_batches(
     hold a batch or a few each: they are read whole, with the files their batches overlap, and
     sorted (in Arrow) as the order asks."""
     for group in _file_groups(files, after_batch, up_to_batch):
-        only = group[0]
-        if len(group) == 1 and only.snapshot and only.first_batch == only.last_batch:
-            # Its rows are of one batch and each key's once (the snapshot's order, by store and
-            # key, is its seq order): no filter or sort needed.
-            yield only.last_batch, _file_record_batches(only.path)
+        first = group[0]
+        if all(f.snapshot and f.first_batch == f.last_batch == first.last_batch for f in group):
+            # A snapshot, in one file or in several (delta-rs splits a large one): its rows are
+            # of one batch and each key's once, so neither their order nor the file they are in
+            # matters. Streamed file after file: a store larger than memory restores in chunks.
+            yield first.last_batch, _files_record_batches([f.path for f in group])
         else:
             yield from _sorted_batches(group, after_batch, up_to_batch)
 
@@ -155,8 +156,9 @@ def _file_groups(
     return groups
 
 
-def _file_record_batches(path: str) -> Iterator[pa.RecordBatch]:
-    yield from storage.parquet_batches(path, SNAPSHOT_CHUNK_ROWS, _COLUMNS)
+def _files_record_batches(paths: list[str]) -> Iterator[pa.RecordBatch]:
+    for path in paths:
+        yield from storage.parquet_batches(path, SNAPSHOT_CHUNK_ROWS, _COLUMNS)
 
 
 def _sorted_batches(
