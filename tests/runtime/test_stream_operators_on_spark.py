@@ -1,4 +1,4 @@
-"""flat_map, process_values, print and to_table on Spark (two partitions, batches of a few
+"""flat_map, process_values, print, to_table and cogroup on Spark (two partitions, batches of a few
 records, tasks in Spark's Python workers) equal the test driver: the stores, as queried from the
 changelog, the Delta sink's rows and the printed lines."""
 
@@ -37,9 +37,12 @@ def topology(lines: str, prices: str, printed: str):
     words.group_by_key().count("words")
     text.process_values(Upper).to("upper")
     text.print(Printed.to_file(printed).with_label("lines"))
-    b.stream(prices, Serdes.string(), Serdes.json()).map_values(
-        lambda key, value: {"product": key, **value}
-    ).to_table("latest")
+    priced = b.stream(prices, Serdes.string(), Serdes.json())
+    priced.map_values(lambda key, value: {"product": key, **value}).to_table("latest")
+    # One aggregate of two grouped streams, one of them re-keyed (repartitioned first).
+    words.group_by_key().cogroup(lambda key, word, total: total + 1).cogroup(
+        priced.group_by_key(), lambda key, price, total: total + price["price"]
+    ).aggregate(lambda: 0, value_serde=Serdes.long(), name="mixed")
     return b.build()
 
 
@@ -77,7 +80,8 @@ def test_new_stream_operators_on_spark_equal_the_test_driver(spark, kafka_settin
             name: sorted(view_for(reference, name, engine).all(), key=repr)
             for task in driver._tasks.values()
             for name, engine in task.stores.items() if name in ("words-STATE-STORE",
-                                                                "latest-STATE-STORE")
+                                                                "latest-STATE-STORE",
+                                                                "mixed-STATE-STORE")
         }  # fmt: skip
 
     printed = tmp_path / "printed.txt"
@@ -101,7 +105,7 @@ def test_new_stream_operators_on_spark_equal_the_test_driver(spark, kafka_settin
             got = sorted((row for view in query.partitions.values() for row in view.all()),
                          key=repr)  # fmt: skip
             assert got == expected, name
-    assert expected_stores["words-STATE-STORE"]  # not vacuous
+    assert expected_stores["words-STATE-STORE"] and expected_stores["mixed-STATE-STORE"]
     # Printed by the tasks where they ran: each line once (no batch was replayed).
     assert sorted(printed.read_text().splitlines()) == sorted(
         printed_reference.read_text().splitlines())  # fmt: skip

@@ -7,7 +7,7 @@ from streamplatform.dsl.kstream import KStream, KTable
 from streamplatform.dsl.printing import Printed
 from streamplatform.dsl.processor import Processor, ProcessorContext, PunctuationType
 from streamplatform.dsl.stream_join import JoinWindows
-from streamplatform.dsl.suppress import Suppressed
+from streamplatform.dsl.suppress import BufferConfig, Suppressed
 from streamplatform.dsl.topology import SubTopology, TaskId, Topology
 from streamplatform.dsl.windows import (
     EmitStrategy,
@@ -21,6 +21,7 @@ from streamplatform.dsl.windows import (
 )
 
 __all__ = [
+    "BufferConfig",
     "EmitStrategy",
     "JoinWindows",
     "KGroupedStream",

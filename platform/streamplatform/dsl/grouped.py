@@ -32,6 +32,7 @@ from streamplatform.serdes import Serde, Serdes
 from streamplatform.state import Stores
 
 if TYPE_CHECKING:
+    from streamplatform.dsl.cogroup import CogroupedKStream
     from streamplatform.dsl.kstream import KStream
 
 
@@ -119,6 +120,14 @@ class KGroupedStream(_Aggregations):
             raise TypeError("windowed_by takes TimeWindows, SlidingWindows or SessionWindows, "
                             f"got {type(windows).__name__}")  # fmt: skip
         return TimeWindowedKStream(self._stream, windows)
+
+    def cogroup(self, aggregator: Callable[[Any, Any, Any], Any]) -> CogroupedKStream:
+        """This grouped stream's records in an aggregate shared with other grouped streams
+        (KIP-150): ``.cogroup(other_grouped, its_aggregator)`` adds one, ``.aggregate(...)``
+        or ``.windowed_by(...).aggregate(...)`` ends it (cogroup.py)."""
+        from streamplatform.dsl.cogroup import CogroupedKStream
+
+        return CogroupedKStream([(self._stream, aggregator)])
 
     def _processor(self, args: tuple) -> Processor:
         return StreamAggregate(*args)

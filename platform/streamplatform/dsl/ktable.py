@@ -105,21 +105,36 @@ class KTable:
 
     def suppress(self, suppressed: Suppressed) -> KTable:
         """``Suppressed.until_window_closes()``: each window's final result only, forwarded
-        once the window closes (a windowed aggregation's table only). ``.with_name(name)``
-        names the suppression and its buffer store (``<name>-STATE-STORE``)."""
-        from streamplatform.dsl.suppress import WindowCloseSuppression
+        once the window closes (a windowed aggregation's table only).
+        ``Suppressed.until_time_limit(wait, buffer_config)``: each key's latest update,
+        forwarded ``wait`` ms of stream time after the key's first buffered update (any
+        table; suppress_time_limit.py). ``.with_name(name)`` names the suppression and its
+        buffer store (``<name>-STATE-STORE``)."""
+        from streamplatform.dsl.suppress import Suppressed, WindowCloseSuppression
+        from streamplatform.dsl.suppress_time_limit import TimeLimitSuppression
 
-        if self._windows is None:
+        if not isinstance(suppressed, Suppressed):
+            raise TypeError("suppress: takes a Suppressed (Suppressed.until_window_closes() or "
+                            f"until_time_limit(...)), got {type(suppressed).__name__}")  # fmt: skip
+        if suppressed.kind == "until_window_closes" and self._windows is None:
             raise ValueError("suppress(until_window_closes) needs the table of a windowed "
                              "aggregation (windowed_by(...).count() and the like)")  # fmt: skip
-        builder, grace = self._builder, self._windows.grace_ms
+        builder = self._builder
         name = suppressed.name or builder.new_name("KTABLE-SUPPRESS")
         key_serde, value_serde = self.key_serde, self.value_serde
         store = builder.add_store(Stores.persistent_key_value_store(f"{name}-STATE-STORE"),
                                   key_serde, value_serde)  # fmt: skip
-        node = ProcessorNode(name, lambda: WindowCloseSuppression(store, key_serde, value_serde,
-                                                                   grace), (store,))  # fmt: skip
-        builder.add_node(node, parents=[self._node])
+        supplier: Callable[[], Processor]
+        if suppressed.kind == "until_time_limit":
+            wait, config = suppressed.time_to_wait_ms, suppressed.buffer_config
+            supplier = lambda: TimeLimitSuppression(name, store, key_serde, value_serde,  # noqa: E731
+                                                    wait, config)  # fmt: skip
+        else:
+            grace = self._windows.grace_ms
+            supplier = lambda: WindowCloseSuppression(store, key_serde, value_serde, grace)  # noqa: E731
+        # Kafka Streams' suppression asks its table for old values (enableSendingOldValues).
+        self._send_old_values()
+        builder.add_node(ProcessorNode(name, supplier, (store,)), parents=[self._node])
         table = KTable(builder, name, self.store_name, key_serde, value_serde)
         table._materialized = False
         return table
