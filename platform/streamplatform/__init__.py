@@ -48,6 +48,7 @@ then join each with the FX rate valid at its time.
 
 from streamplatform.config import ConfigError, StreamsConfig
 from streamplatform.dsl import (
+    BufferConfig,
     EmitStrategy,
     JoinWindows,
     KGroupedStream,
@@ -84,6 +85,7 @@ from streamplatform.runtime.errors import (
 from streamplatform.testing import TopologyTestDriver
 
 __all__ = [
+    "BufferConfig",
     "ConfigError",
     "EmitStrategy",
     "Headers",
