@@ -190,3 +190,52 @@ def test_value_mappers_that_take_the_key_get_it_first(operator):
         else:
             assert with_key.read_values_to_list() == ["k", "v"]
             assert plain_out.read_values_to_list() == ["v", "v"]
+
+
+# Kafka Streams' KStreamImplValueJoinerWithKeyTest: a joiner that takes the key, inputs and
+# expected results unchanged (left A=3, right A=2 -> "A:5"). Its global-table cases are not
+# ported: global tables are not built.
+def _with_key(key, left, right):
+    return f"{key}:{left + (0 if right is None else right)}"
+
+
+@pytest.mark.parametrize("kind", ["join", "left_join", "outer_join", "table_join",
+                                  "table_left_join"])  # fmt: skip
+def test_joiners_that_take_the_key_as_kafka_streams_value_joiner_with_key_test(kind):
+    from streamplatform import JoinWindows
+
+    b = StreamsBuilder()
+    left = b.stream("left", Serdes.string(), Serdes.long())
+    windows = JoinWindows.of_time_difference_and_grace(100, 24 * 3_600_000)
+    if kind.startswith("table"):
+        table = b.table("ktableTopic", Serdes.string(), Serdes.long())
+        joined = getattr(left, kind.removeprefix("table_"))(table, _with_key)
+        right_topic = "ktableTopic"
+    else:
+        right = b.stream("right", Serdes.string(), Serdes.long())
+        joined = getattr(left, kind)(right, _with_key, windows)
+        right_topic = "right"
+    joined.to("joined-result", value_serde=Serdes.string())
+    with TopologyTestDriver(b.build(), CONFIG) as driver:
+        right_in = driver.create_input_topic(right_topic, Serdes.string(), Serdes.long())
+        left_in = driver.create_input_topic("left", Serdes.string(), Serdes.long())
+        if kind.startswith("table"):  # the table first: only the stream side triggers
+            right_in.pipe_input("A", 2)
+            left_in.pipe_input("A", 3)
+        else:
+            left_in.pipe_input("A", 3)
+            right_in.pipe_input("A", 2)
+        out = driver.create_output_topic("joined-result", Serdes.string(), Serdes.string())
+        assert out.read_key_values_to_list() == [("A", "A:5")]
+
+
+def test_a_table_table_joiner_may_take_the_key():
+    b = StreamsBuilder()
+    one = b.table("one", Serdes.string(), Serdes.long())
+    two = b.table("two", Serdes.string(), Serdes.long())
+    one.join(two, _with_key, value_serde=Serdes.string()).to_stream().to("out")
+    with TopologyTestDriver(b.build(), CONFIG) as driver:
+        driver.create_input_topic("one", Serdes.string(), Serdes.long()).pipe_input("A", 3)
+        driver.create_input_topic("two", Serdes.string(), Serdes.long()).pipe_input("A", 2)
+        out = driver.create_output_topic("out", Serdes.string(), Serdes.string())
+        assert out.read_key_values_to_list() == [("A", "A:5")]

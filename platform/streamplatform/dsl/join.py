@@ -48,7 +48,8 @@ class TableSource(Processor):
 
 
 class StreamTableJoin(Processor):
-    """``joiner(stream_value, table_value)``; ``left`` keeps stream records with no match."""
+    """``joiner(key, stream_value, table_value)`` (kstream.py adapts a joiner without the
+    key); ``left`` keeps stream records with no match."""
 
     joined: int = 0  # counted per task instance (metrics())
     misses: int = 0
@@ -58,7 +59,7 @@ class StreamTableJoin(Processor):
         store_name: str,
         key_serde: Serde,
         value_serde: Serde,
-        joiner: Callable[[Any, Any], Any],
+        joiner: Callable[[Any, Any, Any], Any],  # (key, stream value, table value)
         left: bool,
         aggregated: bool = False,
     ) -> None:
@@ -121,4 +122,5 @@ class StreamTableJoin(Processor):
                 return
         else:
             self.joined += 1
-        self.context.forward(record._replace(value=self.joiner(record.value, table_value)))
+        joined = self.joiner(record.key, record.value, table_value)
+        self.context.forward(record._replace(value=joined))

@@ -18,7 +18,7 @@ from streamplatform.dsl.dedup import DeduplicationProcessor
 from streamplatform.dsl.graph import REPARTITION_SUFFIX, ProcessorNode, SinkNode, SourceNode
 from streamplatform.dsl.join import StreamTableJoin
 from streamplatform.dsl.ktable import KTable
-from streamplatform.dsl.printing import Printed, PrintProcessor, takes_key
+from streamplatform.dsl.printing import Printed, PrintProcessor, key_joiner, takes_key
 from streamplatform.dsl.stream_join import JoinSpec, JoinStores, JoinWindows, StreamStreamJoinSide
 from streamplatform.serdes import Serde
 from streamplatform.state import Stores
@@ -254,7 +254,7 @@ class KStream:
     def join(
         self,
         other: KTable | KStream,
-        joiner: Callable[[Any, Any], Any],
+        joiner: Callable[..., Any],
         windows: JoinWindows | None = None,
         name: str | None = None,
     ) -> KStream:
@@ -273,7 +273,7 @@ class KStream:
     def left_join(
         self,
         other: KTable | KStream,
-        joiner: Callable[[Any, Any], Any],
+        joiner: Callable[..., Any],
         windows: JoinWindows | None = None,
         name: str | None = None,
     ) -> KStream:
@@ -288,7 +288,7 @@ class KStream:
     def outer_join(
         self,
         other: KStream,
-        joiner: Callable[[Any, Any], Any],
+        joiner: Callable[..., Any],
         windows: JoinWindows,
         name: str | None = None,
     ) -> KStream:
@@ -302,7 +302,7 @@ class KStream:
     def _join_stream(
         self,
         other: KStream,
-        joiner: Callable[[Any, Any], Any],
+        joiner: Callable[..., Any],
         windows: JoinWindows | None,
         left_outer: bool,
         right_outer: bool,
@@ -334,7 +334,7 @@ class KStream:
             builder.add_store(Stores.persistent_key_value_store(f"{shared}-store"), key_serde)
             if shared else None,
         )  # fmt: skip
-        spec = JoinSpec(stores, windows, joiner, self.key_serde, self.value_serde,
+        spec = JoinSpec(stores, windows, key_joiner(joiner), self.key_serde, self.value_serde,
                         other.value_serde, left_outer, right_outer)  # fmt: skip
         names = stores.names()
         this_side = left._then("JOIN", lambda: StreamStreamJoinSide(spec, left=True),
@@ -347,7 +347,7 @@ class KStream:
         return merged
 
     def _join(
-        self, table: KTable, joiner: Callable[[Any, Any], Any], left: bool, name: str | None
+        self, table: KTable, joiner: Callable[..., Any], left: bool, name: str | None
     ) -> KStream:
         if table._builder is not self._builder:
             raise ValueError("join: the table belongs to another StreamsBuilder")
@@ -364,10 +364,11 @@ class KStream:
         else:
             stream = self
         aggregated = table._aggregated
+        with_key = key_joiner(joiner)
         return stream._then(
             "LEFTJOIN" if left else "JOIN",
             lambda: StreamTableJoin(
-                table.store_name, table.key_serde, table.value_serde, joiner, left, aggregated
+                table.store_name, table.key_serde, table.value_serde, with_key, left, aggregated
             ),
             stores=(table.store_name,),
             name=name,

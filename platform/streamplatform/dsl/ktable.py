@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from streamplatform.dsl.graph import ProcessorNode
+from streamplatform.dsl.printing import key_joiner
 from streamplatform.dsl.processor import PassThrough, Processor
 from streamplatform.dsl.table_join import INNER, LEFT, LEFT_JOIN, OUTER, RIGHT, TableJoinSide
 from streamplatform.records import Record
@@ -56,7 +57,7 @@ def _join_side(
     side: bytes,
     key_serde: Serde,
     serdes: dict[bytes, Serde],
-    joiner: Callable[[Any, Any], Any],
+    joiner: Callable[[Any, Any, Any], Any],
     filters: tuple[dict[str, bool], ...],
 ) -> Callable[[], Processor]:
     """The supplier of one side of a table-table join. Whether its input's filters send old
@@ -142,7 +143,7 @@ class KTable:
     def join(
         self,
         other: KTable,
-        joiner: Callable[[Any, Any], Any],
+        joiner: Callable[..., Any],
         value_serde: Serde | None = None,
         name: str | None = None,
     ) -> KTable:
@@ -155,7 +156,7 @@ class KTable:
     def left_join(
         self,
         other: KTable,
-        joiner: Callable[[Any, Any], Any],
+        joiner: Callable[..., Any],
         value_serde: Serde | None = None,
         name: str | None = None,
     ) -> KTable:
@@ -166,7 +167,7 @@ class KTable:
     def outer_join(
         self,
         other: KTable,
-        joiner: Callable[[Any, Any], Any],
+        joiner: Callable[..., Any],
         value_serde: Serde | None = None,
         name: str | None = None,
     ) -> KTable:
@@ -176,7 +177,7 @@ class KTable:
     def _join(
         self,
         other: KTable,
-        joiner: Callable[[Any, Any], Any],
+        joiner: Callable[..., Any],
         kind: str,
         value_serde: Serde | None,
         name: str | None,
@@ -191,7 +192,10 @@ class KTable:
         if other is self or other._node == self._node:
             raise ValueError("join: a table cannot be joined with itself")
         if not callable(joiner):
-            raise TypeError("join: joiner must be callable (left_value, right_value) -> value")
+            raise TypeError(
+                "join: joiner must be callable: (left_value, right_value) or "
+                "(key, left_value, right_value) -> value"
+            )
         self._refuse_versioned("join")
         other._refuse_versioned("join")
         if kind in (LEFT_JOIN, OUTER):
@@ -207,7 +211,9 @@ class KTable:
         serdes = {LEFT: self.value_serde, RIGHT: other.value_serde}
         sides = []
         for side, parent, kind_name in ((LEFT, self, "JOINTHIS"), (RIGHT, other, "JOINOTHER")):
-            supplier = _join_side(store, kind, side, key_serde, serdes, joiner, parent._filters)
+            supplier = _join_side(
+                store, kind, side, key_serde, serdes, key_joiner(joiner), parent._filters
+            )
             node = ProcessorNode(builder.new_name(f"KTABLE-{kind_name}"), supplier, (store,))
             builder.add_node(node, parents=[parent._node])
             sides.append(node.name)

@@ -89,3 +89,15 @@ def takes_key(function: Callable[..., Any], plain: int) -> bool:
                                                       p.POSITIONAL_OR_KEYWORD)]  # fmt: skip
     required = [p for p in positional if p.default is p.empty]
     return len(required) == plain + 1
+
+
+def key_joiner(joiner: Callable[..., Any]) -> Callable[[Any, Any, Any], Any]:
+    """``joiner`` as the join processors call it, ``(key, left, right)``: itself when it takes
+    the key first (Kafka Streams' ``ValueJoinerWithKey``), else one that drops the key."""
+    if takes_key(joiner, 2):
+        return joiner
+
+    def without_key(key: Any, left: Any, right: Any) -> Any:
+        return joiner(left, right)
+
+    return without_key

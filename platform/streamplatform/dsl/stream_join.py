@@ -266,7 +266,7 @@ class JoinSpec:
 
     stores: JoinStores
     windows: JoinWindows
-    joiner: Callable[[Any, Any], Any]
+    joiner: Callable[[Any, Any, Any], Any]  # (key, left value, right value)
     key_serde: Serde
     left_serde: Serde
     right_serde: Serde
@@ -315,9 +315,9 @@ class StreamStreamJoinSide(Processor):
     def task_metrics(self) -> dict[str, int]:
         return {"dropped_records": self.dropped_records}
 
-    def _joined(self, this: Any, other: Any) -> Any:
+    def _joined(self, key: Any, this: Any, other: Any) -> Any:
         joiner = self.spec.joiner
-        return joiner(this, other) if self.is_left else joiner(other, this)
+        return joiner(key, this, other) if self.is_left else joiner(key, other, this)
 
     def process(self, record: Record) -> None:
         timestamp, outer = record[2], self.state.outer
@@ -325,7 +325,9 @@ class StreamStreamJoinSide(Processor):
             outer.stream_time.time = timestamp
         if record[0] is None or record[1] is None:
             if self.outer and record.key is None and record.value is not None:
-                self.context.forward(record._replace(value=self._joined(record.value, None)))
+                self.context.forward(
+                    record._replace(value=self._joined(record.key, record.value, None))
+                )
             else:
                 self.dropped_records += 1
             return
@@ -341,13 +343,15 @@ class StreamStreamJoinSide(Processor):
             for other_timestamp, other_raw in partners:
                 if outer is not None:
                     outer.remove(other_timestamp, self.other_side, key)
-                joined = self._joined(record[1], deserialize(other_raw))
+                joined = self._joined(record[0], record[1], deserialize(other_raw))
                 later = timestamp if timestamp >= other_timestamp else other_timestamp
                 forward(_new_record(Record, (record[0], joined, later, record[3])))
         value = self.serde.serialize(record[1]) or b""
         if self.outer and not partners:
             if outer is None or time_to < outer.stream_time.time:
-                self.context.forward(record._replace(value=self._joined(record.value, None)))
+                self.context.forward(
+                    record._replace(value=self._joined(record.key, record.value, None))
+                )
             else:
                 outer.add(timestamp, self.side, key, value)
         self.own.put(key, timestamp, value)
@@ -380,9 +384,9 @@ class StreamStreamJoinSide(Processor):
                 continue
             key_value = self.spec.key_serde.deserialize(key)
             if side == _LEFT:
-                joined = self.spec.joiner(self.spec.left_serde.deserialize(raw), None)
+                joined = self.spec.joiner(key_value, self.spec.left_serde.deserialize(raw), None)
             else:
-                joined = self.spec.joiner(None, self.spec.right_serde.deserialize(raw))
+                joined = self.spec.joiner(key_value, None, self.spec.right_serde.deserialize(raw))
             self.context.forward(record._replace(key=key_value, value=joined, timestamp=timestamp))
             if not emitted or emitted[-1] != store_key:
                 emitted.append(store_key)

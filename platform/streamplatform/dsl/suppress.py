@@ -81,7 +81,9 @@ class BufferConfig:
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, BufferConfig) and (
-            self.record_limit, self.byte_limit, self.shut_down
+            self.record_limit,
+            self.byte_limit,
+            self.shut_down,
         ) == (other.record_limit, other.byte_limit, other.shut_down)
 
     def __hash__(self) -> int:
@@ -116,7 +118,9 @@ class Suppressed:
 
     @classmethod
     def until_time_limit(
-        cls, time_to_wait_for_more_updates: timedelta | int, buffer_config: BufferConfig | None = None
+        cls,
+        time_to_wait_for_more_updates: timedelta | int,
+        buffer_config: BufferConfig | None = None,
     ) -> Suppressed:
         """Each key's latest update, forwarded once stream time is ``time_to_wait_for_more_updates``
         (a timedelta or ms) past the key's first update buffered; a later update of the key
@@ -126,8 +130,10 @@ class Suppressed:
         if wait < 0:
             raise ValueError(f"time_to_wait_for_more_updates must be >= 0, got {wait} ms")
         if buffer_config is not None and not isinstance(buffer_config, BufferConfig):
-            raise TypeError("buffer_config must be a BufferConfig (BufferConfig.max_records(n), "
-                            f"max_bytes(n), unbounded()), got {type(buffer_config).__name__}")  # fmt: skip
+            raise TypeError(
+                "buffer_config must be a BufferConfig (BufferConfig.max_records(n), max_bytes(n), "
+                f"unbounded()), got {type(buffer_config).__name__}"
+            )
         return cls("until_time_limit", None, wait, buffer_config)
 
     def with_name(self, name: str) -> Suppressed:

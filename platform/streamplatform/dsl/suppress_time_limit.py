@@ -57,7 +57,9 @@ def encode_headers(headers: Headers) -> bytes:
     for name, value in headers:
         raw = name.encode()
         parts += [_NAME.pack(len(raw)), raw]
-        parts += [_VALUE_LENGTH.pack(-1)] if value is None else [_VALUE_LENGTH.pack(len(value)), value]
+        parts += (
+            [_VALUE_LENGTH.pack(-1)] if value is None else [_VALUE_LENGTH.pack(len(value)), value]
+        )
     block = b"".join(parts)
     return _COUNT.pack(len(block)) + block
 

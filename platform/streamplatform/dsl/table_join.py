@@ -58,7 +58,7 @@ class TableJoinSide(Processor):
         side: bytes,
         key_serde: Serde,
         serdes: dict[bytes, Serde],
-        joiner: Callable[[Any, Any], Any],
+        joiner: Callable[[Any, Any, Any], Any],  # (key, left, right)
         drops_unchanged: bool = False,
     ) -> None:
         self.store_name = store_name
@@ -80,8 +80,10 @@ class TableJoinSide(Processor):
     def task_metrics(self) -> dict[str, int]:
         return {"dropped_records": self.dropped_records}
 
-    def _join(self, own: Any, other: Any) -> Any:
-        return self.joiner(own, other) if self.side == LEFT else self.joiner(other, own)
+    def _join(self, key: Any, own: Any, other: Any) -> Any:
+        if self.side == LEFT:
+            return self.joiner(key, own, other)
+        return self.joiner(key, other, own)
 
     def process(self, record: Record) -> None:
         raw_key = None if record.key is None else self.key_serde.serialize(record.key)
@@ -113,14 +115,16 @@ class TableJoinSide(Processor):
             if other is None:
                 return
             if kind == INNER:
-                value = None if new is None else self._join(new, other)
+                value = None if new is None else self._join(record.key, new, other)
             else:
-                value = self._join(new, other)  # the left value, with the right's new or None
+                value = self._join(
+                    record.key, new, other
+                )  # the left value, with the right's new or None
         else:  # the left side of a left join, either side of an outer join
             if other is None and new is None and not had_value:
                 return  # the key is in the result neither before nor after
             if new is None and (kind == LEFT_JOIN or other is None):
                 value = None
             else:
-                value = self._join(new, other)
+                value = self._join(record.key, new, other)
         self.context.forward(record._replace(value=value, timestamp=timestamp))
