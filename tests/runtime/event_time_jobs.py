@@ -43,3 +43,20 @@ def views_joined_with_buys(views: str, buys: str, sink: str):
     windows = JoinWindows.of_time_difference_with_no_grace(timedelta(seconds=10))
     viewed.join(bought, lambda v, p: {"view": v["n"], "buy": p["n"]}, windows).to(sink)
     return b.build()
+
+
+def cogrouped_balances(orders: str, refunds: str, sink: str):
+    """Per customer, orders minus refunds (KIP-150's cogroup): the orders re-keyed from order
+    id to customer (a repartition), the refunds keyed by customer already."""
+    b = StreamsBuilder()
+    by_customer = b.stream(orders, Serdes.string(), Serdes.json()).group_by(
+        lambda order_id, order: order["customer"], key_serde=Serdes.string()
+    )
+    refunded = b.stream(refunds, Serdes.string(), Serdes.json()).group_by_key()
+    balances = (
+        by_customer.cogroup(lambda customer, order, total: total + order["amount"])
+        .cogroup(refunded, lambda customer, refund, total: total - refund["amount"])
+        .aggregate(lambda: 0, value_serde=Serdes.long(), name="balances")
+    )
+    balances.to_stream().to(sink, value_serde=Serdes.long())
+    return b.build()

@@ -22,7 +22,12 @@ from streamplatform.runtime.microbatch import StreamingJob
 from streamplatform.serdes import Serdes
 
 from . import event_time_jobs
-from .event_time_jobs import clicks_after_impressions, pages_per_minute, views_joined_with_buys
+from .event_time_jobs import (
+    clicks_after_impressions,
+    cogrouped_balances,
+    pages_per_minute,
+    views_joined_with_buys,
+)
 from .support import job_config, read_topic
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark]
@@ -300,3 +305,54 @@ def test_a_join_of_a_dense_and_a_sparse_topic_killed_mid_batch_replays_exactly(
         for r in read_topic(kafka_settings, topics["out"])
     )
     assert got == pairs
+
+
+@pytest.mark.child_process
+@pytest.mark.parametrize("step", ["during_tasks", "after_outputs"])
+def test_a_cogrouped_aggregate_killed_mid_batch_replays_exactly(
+    spark, kafka_settings, tmp_path, step
+):
+    """Orders re-keyed to their customer and refunds by customer, cogrouped into balances on
+    two partitions, a cap of 3 records per task; SIGKILLed in batch 3 and run again, each
+    customer's last balance in Kafka is the test driver's: no order or refund counted twice
+    or lost."""
+    import random
+
+    topics = _topics(kafka_settings, orders=2, refunds=2, out=1)
+    rng = random.Random(13)
+    records, time = [], NOON
+    for n in range(60):
+        time += rng.choice([1_000, 5_000])
+        customer = f"c{rng.randrange(4)}"
+        if rng.random() < 0.7:
+            records.append(
+                (
+                    topics["orders"],
+                    rng.randrange(2),
+                    f"o{n}",
+                    {"customer": customer, "amount": rng.randrange(1, 50)},
+                    time,
+                )
+            )
+        else:
+            records.append((topics["refunds"], rng.randrange(2), customer,
+                            {"amount": rng.randrange(1, 10)}, time))  # fmt: skip
+    _produce(kafka_settings, records)
+    want = _through_the_test_driver(
+        cogrouped_balances(topics["orders"], topics["refunds"], topics["out"]), records,
+        topics["out"], Serdes.long(),
+    )  # fmt: skip
+    app = f"balances-kill-{uuid.uuid4().hex[:6]}"
+    config = job_config(kafka_settings, tmp_path, app, topics["orders"],
+                        **{"platform.max.records.per.batch": 3})  # fmt: skip
+    _killed_then_run_again(
+        spark,
+        "cogrouped_balances",
+        [topics["orders"], topics["refunds"], topics["out"]],
+        config,
+        step,
+    )
+    last = {r.key: r.value for r in want}
+    got = {r.key: int.from_bytes(r.value, "big", signed=True)
+           for r in read_topic(kafka_settings, topics["out"])}  # fmt: skip
+    assert got == last and len(last) == 4
