@@ -60,3 +60,24 @@ def cogrouped_balances(orders: str, refunds: str, sink: str):
     )
     balances.to_stream().to(sink, value_serde=Serdes.long())
     return b.build()
+
+
+def orders_at_their_rate(orders: str, rates: str, sink: str):
+    """Each order with the rate of its currency valid at its time (a versioned table), waiting
+    a 30-second grace for late rate updates (KIP-923)."""
+    from streamplatform.state import Stores
+
+    b = StreamsBuilder()
+    table = b.table(
+        rates,
+        Serdes.string(),
+        Serdes.json(),
+        store=Stores.persistent_versioned_key_value_store("rates", 3_600_000),
+    )
+    b.stream(orders, Serdes.string(), Serdes.json()).join(
+        table,
+        lambda order, rate: {"order": order["id"], "rate": rate["rate"]},
+        grace=30_000,
+        name="priced",
+    ).to(sink)
+    return b.build()

@@ -25,6 +25,7 @@ from . import event_time_jobs
 from .event_time_jobs import (
     clicks_after_impressions,
     cogrouped_balances,
+    orders_at_their_rate,
     pages_per_minute,
     views_joined_with_buys,
 )
@@ -356,3 +357,47 @@ def test_a_cogrouped_aggregate_killed_mid_batch_replays_exactly(
     got = {r.key: int.from_bytes(r.value, "big", signed=True)
            for r in read_topic(kafka_settings, topics["out"])}  # fmt: skip
     assert got == last and len(last) == 4
+
+
+@pytest.mark.parametrize(
+    "cap", [pytest.param(1, marks=pytest.mark.slow), pytest.param(3, marks=pytest.mark.slow),
+            100_000]
+)  # fmt: skip
+def test_a_stream_table_join_with_grace_sees_late_table_updates_as_the_test_driver(
+    spark, kafka_settings, tmp_path, cap
+):
+    """KIP-923 on Spark: orders wait 30 s for late rate updates of the versioned table; with
+    any batch cap the pairs in Kafka are the test driver's (one partition each: the grace runs
+    on the task's stream time, which the test driver has one of)."""
+    import random
+
+    topics = _topics(kafka_settings, orders=1, rates=1, out=1)
+    rng = random.Random(21)
+    records, time = [], NOON
+    for n in range(40):
+        time += rng.choice([2_000, 5_000, 10_000])
+        if rng.random() < 0.3:  # a rate update, sometimes late by up to 20 s (within grace)
+            late = rng.choice([0, 0, 15_000, 20_000])
+            records.append((topics["rates"], 0, "eur", {"rate": n}, time - late))
+        else:
+            records.append((topics["orders"], 0, "eur", {"id": f"o{n}"}, time))
+    records.append((topics["orders"], 0, "eur", {"id": "last"}, time + 120_000))  # flushes
+    _produce(kafka_settings, records)
+    want = _through_the_test_driver(
+        orders_at_their_rate(topics["orders"], topics["rates"], topics["out"]), records,
+        topics["out"], Serdes.json(),
+    )  # fmt: skip
+    pairs = [(r.value["order"], r.value["rate"]) for r in want]
+    assert len(pairs) > 10
+    app = f"grace-{uuid.uuid4().hex[:6]}"
+    config = job_config(kafka_settings, tmp_path, app, topics["orders"],
+                        **{"platform.max.records.per.batch": cap})  # fmt: skip
+    job = StreamingJob(orders_at_their_rate(topics["orders"], topics["rates"], topics["out"]),
+                       config, spark=spark)  # fmt: skip
+    try:
+        job.run_until_caught_up()
+    finally:
+        job.close()
+    got = [(json.loads(r.value)["order"], json.loads(r.value)["rate"])
+           for r in read_topic(kafka_settings, topics["out"])]  # fmt: skip
+    assert got == pairs

@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any
 from streamplatform.dsl import processor as ops
 from streamplatform.dsl.dedup import DeduplicationProcessor
 from streamplatform.dsl.graph import REPARTITION_SUFFIX, ProcessorNode, SinkNode, SourceNode
-from streamplatform.dsl.join import StreamTableJoin
+from streamplatform.dsl.join import GraceBuffer, StreamTableJoin
 from streamplatform.dsl.ktable import KTable
 from streamplatform.dsl.printing import Printed, PrintProcessor, key_joiner, takes_key
 from streamplatform.dsl.stream_join import JoinSpec, JoinStores, JoinWindows, StreamStreamJoinSide
 from streamplatform.serdes import Serde
 from streamplatform.state import Stores
-from streamplatform.state.stores import StoreSpec, duration_ms
+from streamplatform.state.stores import StoreSpec, VersionedStoreSpec, duration_ms
 
 if TYPE_CHECKING:
     from streamplatform.dsl.builder import StreamsBuilder
@@ -257,6 +257,8 @@ class KStream:
         joiner: Callable[..., Any],
         windows: JoinWindows | None = None,
         name: str | None = None,
+        *,
+        grace: timedelta | int | None = None,
     ) -> KStream:
         """Inner join on the key; ``joiner(this_value, other_value)``. With a table: each
         record joins the table's value (the version valid at its time for a versioned
@@ -264,11 +266,17 @@ class KStream:
         one key close enough in time. ``name`` names the join's nodes, stores and
         repartition topics (Kafka Streams' ``Joined.as`` / ``StreamJoined.withName``; with a
         stream: ``<name>-this-join-store``, ``<name>-other-join-store``); generated when not
-        given (docs/upgrades.md)."""
+        given (docs/upgrades.md). ``grace`` (a versioned table only; Kafka Streams'
+        ``Joined.withGracePeriod``, KIP-923): each record waits until stream time is
+        ``grace`` past it, then joins the version valid at its time; the records wait in the
+        store ``<name>-Buffer``."""
         if isinstance(other, KStream):
+            if grace is not None:
+                raise ValueError("join: grace= is for a stream-table join (a versioned table); a "
+                                 "stream-stream join takes its grace in JoinWindows")  # fmt: skip
             return self._join_stream(other, joiner, windows, left_outer=False, right_outer=False,
                                      name=name)  # fmt: skip
-        return self._join(other, joiner, left=False, name=name)
+        return self._join(other, joiner, left=False, name=name, grace=grace)
 
     def left_join(
         self,
@@ -276,14 +284,19 @@ class KStream:
         joiner: Callable[..., Any],
         windows: JoinWindows | None = None,
         name: str | None = None,
+        *,
+        grace: timedelta | int | None = None,
     ) -> KStream:
         """Like ``join``, but a record of this stream with no match joins None (with a stream:
         once its window has closed with no partner; its third store is
-        ``<name>-outer-shared-join-store``)."""
+        ``<name>-outer-shared-join-store``). ``grace``: as for ``join``."""
         if isinstance(other, KStream):
+            if grace is not None:
+                raise ValueError("join: grace= is for a stream-table join (a versioned table); a "
+                                 "stream-stream join takes its grace in JoinWindows")  # fmt: skip
             return self._join_stream(other, joiner, windows, left_outer=True, right_outer=False,
                                      name=name)  # fmt: skip
-        return self._join(other, joiner, left=True, name=name)
+        return self._join(other, joiner, left=True, name=name, grace=grace)
 
     def outer_join(
         self,
@@ -347,7 +360,12 @@ class KStream:
         return merged
 
     def _join(
-        self, table: KTable, joiner: Callable[..., Any], left: bool, name: str | None
+        self,
+        table: KTable,
+        joiner: Callable[..., Any],
+        left: bool,
+        name: str | None,
+        grace: timedelta | int | None = None,
     ) -> KStream:
         if table._builder is not self._builder:
             raise ValueError("join: the table belongs to another StreamsBuilder")
@@ -359,20 +377,54 @@ class KStream:
         if getattr(table.key_serde, "inner", None) is not None:
             raise ValueError("join: a windowed table's keys are (key, window); a stream joins "
                              "a table of plain keys")  # fmt: skip
+        grace_ms = None
+        if grace is not None:  # refused as Kafka Streams refuses it when building
+            grace_ms = duration_ms(grace, "grace")
+            if grace_ms < 0:
+                raise ValueError(f"join: grace must not be negative, got {grace!r}")
+            spec = self._builder._stores.get(table.store_name)
+            if not isinstance(spec, VersionedStoreSpec):
+                raise ValueError(
+                    f"join: a grace period needs a versioned table; the table's store "
+                    f"{table.store_name!r} is not versioned (Stores."
+                    "persistent_versioned_key_value_store). Kafka Streams: KTable must be "
+                    "versioned to use a grace period in a stream table join."
+                )
+            if grace_ms > spec.history_retention_ms:
+                raise ValueError(
+                    f"join: the grace period ({grace_ms} ms) is longer than the history "
+                    f"retention of the table's store {table.store_name!r} "
+                    f"({spec.history_retention_ms} ms). Kafka Streams: History retention must "
+                    "be at least grace period."
+                )
         if self._key_changed:
             stream = self._repartition(name or self._builder.new_name("JOIN"))
         else:
             stream = self
+        kind = "LEFTJOIN" if left else "JOIN"
+        stores: tuple[str, ...] = (table.store_name,)
+        buffer = None
+        if grace_ms is not None:
+            # Named after the join, as Kafka Streams' "<name>-Buffer" (KIP-1111: a generated
+            # name changes when an operator is added upstream).
+            name = name or self._builder.new_name(kind)
+            buffer_store = self._builder.add_store(
+                Stores.persistent_key_value_store(f"{name}-Buffer"), stream.key_serde,
+                stream.value_serde,
+            )  # fmt: skip
+            buffer = GraceBuffer(buffer_store, grace_ms, stream.key_serde, stream.value_serde)
+            stores += (buffer_store,)
         aggregated = table._aggregated
         with_key = key_joiner(joiner)
         return stream._then(
-            "LEFTJOIN" if left else "JOIN",
+            kind,
             lambda: StreamTableJoin(
-                table.store_name, table.key_serde, table.value_serde, with_key, left, aggregated
+                table.store_name, table.key_serde, table.value_serde, with_key, left, aggregated,
+                buffer,
             ),
-            stores=(table.store_name,),
+            stores=stores,
             name=name,
-        )
+        )  # fmt: skip
 
     # Sinks and repartitioning --------------------------------------------------------------------
 
