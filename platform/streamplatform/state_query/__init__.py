@@ -64,7 +64,7 @@ class StateQuery:
     """The committed state of ``topology``'s job (``config``: its settings, ``application.id``
     and ``platform.delta.root`` at least) as of ``batch`` (default: the last committed).
     ``directory``: where the restored stores go (default a temporary directory, removed by
-    ``close``)."""
+    ``close``); a directory given is the query's own: what it holds is replaced."""
 
     def __init__(
         self,
