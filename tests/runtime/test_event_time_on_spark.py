@@ -359,10 +359,8 @@ def test_a_cogrouped_aggregate_killed_mid_batch_replays_exactly(
     assert got == last and len(last) == 4
 
 
-@pytest.mark.parametrize(
-    "cap", [pytest.param(1, marks=pytest.mark.slow), pytest.param(3, marks=pytest.mark.slow),
-            100_000]
-)  # fmt: skip
+@pytest.mark.slow  # ~40 s for the three caps; make test keeps the suppressions' fast tests
+@pytest.mark.parametrize("cap", [1, 3, 100_000])
 def test_a_stream_table_join_with_grace_sees_late_table_updates_as_the_test_driver(
     spark, kafka_settings, tmp_path, cap
 ):
