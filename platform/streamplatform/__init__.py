@@ -1,11 +1,14 @@
 """streamplatform: Kafka Streams' newest stateful features for PySpark pipelines run from Dagster.
 
 The public API is re-exported here; everything not listed in ``__all__`` is internal.
-The errors an operator of a running job catches (``JobClaimedError``, ``JobFencedError``,
+Every error the platform raises is here too, with their root, ``StreamPlatformError``, which
+each derives from: those of a running job (``JobClaimedError``, ``JobFencedError``,
 ``ReplayRefused``, ``MissingTaskOutputs``, ``KafkaInputError``, ``KafkaOutputError``,
 ``MaintenanceError``, ``RegistryUnavailableError``, ``UpgradeRefused``, ``TopologyNamingError``,
-``ResetUnfinishedError``) are here too, with their root,
-``StreamPlatformError``, which every error of the platform derives from. Serdes live in
+``ResetUnfinishedError``, ``RewindUnfinishedError``), of processing (``StreamsError``,
+``TaskFailedError``, ``HandlerError``, ``SerializationError``, ``StateStoreError``,
+``StoreLockedError``), of the tools (``QueryError``, ``TopicAdminError``,
+``TopicNotAuthorizedError``, ``NoSuitableJava``) and ``ConfigError``. Serdes live in
 ``streamplatform.serdes``, stores in ``streamplatform.state``, error handling
 in ``streamplatform.errors``, dead letter queues in ``streamplatform.dlq``, queries of a job's
 committed state in ``streamplatform.state_query`` and the Dagster integration in
@@ -72,7 +75,7 @@ from streamplatform.dsl import (
     Window,
     Windowed,
 )
-from streamplatform.errors.exceptions import StreamsError
+from streamplatform.errors.exceptions import HandlerError, StreamsError, TaskFailedError
 from streamplatform.exceptions import StreamPlatformError
 from streamplatform.home import data_dir
 from streamplatform.records import Headers, ProducerRecord, Record, TopicPartition
@@ -82,12 +85,15 @@ from streamplatform.runtime.errors import (
     MissingTaskOutputs,
     ReplayRefused,
 )
+from streamplatform.serdes import SerializationError
+from streamplatform.state.errors import StateStoreError, StoreLockedError
 from streamplatform.testing import TopologyTestDriver
 
 __all__ = [
     "BufferConfig",
     "ConfigError",
     "EmitStrategy",
+    "HandlerError",
     "Headers",
     "JobClaimedError",
     "JobFencedError",
@@ -103,16 +109,20 @@ __all__ = [
     "PunctuationType",
     "Record",
     "ReplayRefused",
+    "SerializationError",
     "SessionWindowedKStream",
     "SessionWindowedSerde",
     "SessionWindows",
     "SlidingWindows",
+    "StateStoreError",
+    "StoreLockedError",
     "StreamPlatformError",
     "StreamsBuilder",
     "StreamsConfig",
     "StreamsError",
     "Printed",
     "Suppressed",
+    "TaskFailedError",
     "TimeWindowedKStream",
     "TimeWindowedSerde",
     "TimeWindows",
@@ -142,6 +152,11 @@ _LAZY = {
     "TopologyNamingError": "streamplatform.dsl.naming",
     "UpgradeRefused": "streamplatform.runtime.upgrade",
     "ResetUnfinishedError": "streamplatform.runtime.reset",
+    "RewindUnfinishedError": "streamplatform.runtime.rewind",
+    "QueryError": "streamplatform.state_query.views",
+    "TopicAdminError": "streamplatform.kafka.clients",
+    "TopicNotAuthorizedError": "streamplatform.kafka.clients",
+    "NoSuitableJava": "streamplatform.registry.local_registry",
     "JobMetrics": "streamplatform.metrics",
 }
 __all__ += sorted(_LAZY)

@@ -186,3 +186,34 @@ def test_kafka_secrets_come_from_envvars_and_reach_the_jobs_settings_only(monkey
     # The resource's config, as Dagster shows it, holds the variables' names, not the secrets.
     shown = repr(resource)
     assert "from-the-environment" not in shown and "KAFKA_SASL_JAAS_CONFIG" in shown
+
+
+def test_an_inline_private_key_comes_from_an_envvar_like_the_passwords(monkeypatch):
+    """Mutual TLS with the key inline (ssl.keystore.key, a PEM body: as secret as a password,
+    kafka/security.py's SECRET_KEYS): a field of its own, given as an EnvVar; it reaches the
+    job's settings under its Kafka name, and Dagster's view of the resource names the variable
+    only."""
+    import dagster as dg
+
+    from streamplatform.dagster import KafkaConnection, StreamingJobSpec
+    from streamplatform.kafka.security import SECRET_KEYS, redacted
+
+    key = "-----BEGIN PRIVATE KEY-----\nMIIEvQ-not-a-real-key-body\n-----END PRIVATE KEY-----\n"
+    chain = "-----BEGIN CERTIFICATE-----\nMIIC-public\n-----END CERTIFICATE-----\n"
+    monkeypatch.setenv("KAFKA_SSL_KEY_PEM", key)
+    resource = StreamplatformResource(kafka=KafkaConnection(
+        bootstrap_servers="broker-1:9093",
+        settings={"security.protocol": "SSL", "ssl.keystore.type": "PEM",
+                  "ssl.keystore.certificate.chain": chain},
+        ssl_keystore_key=dg.EnvVar("KAFKA_SSL_KEY_PEM"),
+    ))  # fmt: skip
+    with resource.process_config_and_initialize_cm() as initialized:
+        settings = initialized.job_settings(
+            StreamingJobSpec(name="j", topology="pipelines:deduplication_topology")
+        )
+    assert "ssl.keystore.key" in SECRET_KEYS  # the field's setting is one the platform hides
+    assert settings["ssl.keystore.key"] == key
+    assert settings["ssl.keystore.certificate.chain"] == chain
+    assert "not-a-real-key-body" not in repr(redacted(settings))
+    shown = repr(resource)
+    assert "not-a-real-key-body" not in shown and "KAFKA_SSL_KEY_PEM" in shown

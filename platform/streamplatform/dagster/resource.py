@@ -60,13 +60,19 @@ class KafkaConnection(dg.Config):
     ssl_truststore_password: str = Field(default="", description="ssl.truststore.password")
     ssl_keystore_password: str = Field(default="", description="ssl.keystore.password")
     ssl_key_password: str = Field(default="", description="ssl.key.password")
+    ssl_keystore_key: str = Field(
+        default="", description="ssl.keystore.key: the client's private key inline, as PEM "
+        "(with ssl.keystore.type=PEM and ssl.keystore.certificate.chain in settings); a secret "
+        'like a password: EnvVar("KAFKA_SSL_KEY_PEM"), say.',
+    )  # fmt: skip
 
     def secrets(self) -> dict[str, str]:
         """The secret settings given, in Kafka's names."""
         given = {"sasl.jaas.config": self.sasl_jaas_config,
                  "ssl.truststore.password": self.ssl_truststore_password,
                  "ssl.keystore.password": self.ssl_keystore_password,
-                 "ssl.key.password": self.ssl_key_password}  # fmt: skip
+                 "ssl.key.password": self.ssl_key_password,
+                 "ssl.keystore.key": self.ssl_keystore_key}  # fmt: skip
         return {key: value for key, value in given.items() if value}
 
 

@@ -1,6 +1,8 @@
 """Kafka helpers: confluent-kafka clients from one settings dict, and a local KRaft broker."""
 
 from streamplatform.kafka.clients import (
+    TopicAdminError,
+    TopicNotAuthorizedError,
     TopicSpec,
     admin_client,
     connection_settings,
@@ -17,6 +19,8 @@ from streamplatform.kafka.local_broker import LocalBroker
 
 __all__ = [
     "LocalBroker",
+    "TopicAdminError",
+    "TopicNotAuthorizedError",
     "TopicSpec",
     "admin_client",
     "connection_settings",

@@ -136,9 +136,10 @@ def delete_topics(
             raise _admin_failure("delete", name, exc.args[0]) from exc
 
 
-class TopicNotAuthorizedError(LookupError):
+class TopicNotAuthorizedError(StreamPlatformError, LookupError):
     """Topics the principal may not see: Kafka lists only the topics one may DESCRIBE, so
-    without the ACL a topic that exists looks missing; asked for by name, the broker says."""
+    without the ACL a topic that exists looks missing; asked for by name, the broker says.
+    Raised by ``describe_topics`` (public); a ``LookupError`` as a missing topic is."""
 
 
 def _not_authorized(settings: Mapping[str, Any], names: list[str], timeout_s: float) -> list[str]:

@@ -9,6 +9,23 @@ atomically by the run (so no two runs, nor two sessions in one process, ever sha
 ``broker/``. It is stopped and its directory removed when the run ends, also when tests fail,
 on Ctrl-C and on SIGTERM.
 
+``secured_kafka_broker`` is a factory of brokers whose clients' listener is secured, as a
+team's brokers are: ``secured_kafka_broker("sasl_ssl")`` (or ``"ssl"``: mutual TLS;
+``"sasl_plaintext"``) starts one on the first call for that mode and returns the same one on
+the run's later calls; each is stopped and its directory removed when the run ends, and each
+lives in a run directory of its own, under the same rules as ``kafka_broker``'s. Its
+``client_settings(mechanism)`` are what a job needs (the security settings in the Java client's
+names, the password and keys of its ``security/`` folder); ``admin_settings`` reach its own
+plaintext listener as a super user, for a test's set-up. Parametrize over the modes with a
+fixture of one's own::
+
+    @pytest.fixture(params=["sasl_ssl", "ssl"])
+    def secured_settings(request, secured_kafka_broker):
+        return secured_kafka_broker(request.param).client_settings()
+
+A broker with ACLs is not shared this way (its grants are one test's set-up):
+``LocalBroker(directory, security="sasl_ssl", acls=True)`` in a fixture of the module.
+
 A run that was SIGKILLed leaves its directory behind; the next run's start stops that broker
 and removes the directory, but only when its run is provably gone: the recorded pid runs no
 more, or runs a later process (its start time differs from the recorded one). A directory
@@ -42,11 +59,15 @@ def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-@pytest.fixture(scope="session")
-def kafka_broker() -> Iterator[LocalBroker]:
+def _finalizers_on_sigterm() -> None:
     if threading.current_thread() is threading.main_thread():
         # SIGTERM would end the run without finalizers; as an interrupt, they still run.
         signal.signal(signal.SIGTERM, _raise_interrupt)
+
+
+@pytest.fixture(scope="session")
+def kafka_broker() -> Iterator[LocalBroker]:
+    _finalizers_on_sigterm()
     runs = data_dir() / "test-brokers"
     remove_brokers_of_ended_runs(runs)
     directory = new_run_directory(runs)
@@ -59,6 +80,40 @@ def kafka_broker() -> Iterator[LocalBroker]:
             broker.stop()
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def secured_kafka_broker() -> Iterator[Callable[[str], LocalBroker]]:
+    """``secured_kafka_broker(mode)``: the run's broker whose clients' listener is secured in
+    ``mode`` (``sasl_ssl``, ``ssl``, ``sasl_plaintext``: local_security.MODES), started on the
+    first call for it. One broker per mode, not per call: a JVM each, for the whole run."""
+    started: dict[str, tuple[LocalBroker, Path]] = {}
+
+    def broker_for(mode: str) -> LocalBroker:
+        if mode in started:
+            return started[mode][0]
+        _finalizers_on_sigterm()
+        runs = data_dir() / "test-brokers"
+        remove_brokers_of_ended_runs(runs)
+        directory = new_run_directory(runs)
+        try:
+            broker = LocalBroker(directory / "broker", fresh=True, security=mode)
+            broker.start()
+        except BaseException:
+            _stop_brokers_in(directory)  # a start that failed half-way: no JVM left behind
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
+        started[mode] = (broker, directory)
+        return broker
+
+    try:
+        yield broker_for
+    finally:
+        for broker, directory in started.values():
+            try:
+                broker.stop()
+            finally:
+                shutil.rmtree(directory, ignore_errors=True)
 
 
 def new_run_directory(runs: Path) -> Path:

@@ -43,6 +43,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from streamplatform.exceptions import StreamPlatformError
 from streamplatform.home import data_dir, jvm_dir, project_home
 from streamplatform.kafka.local_broker import _free_port
 from streamplatform.processes import LocalServer, ServerRecord, log_tail, reap, start_mark
@@ -85,9 +86,10 @@ DEFAULT_PROPERTIES = {
 }
 
 
-class NoSuitableJava(FileNotFoundError):
+class NoSuitableJava(StreamPlatformError, FileNotFoundError):
     """No Java 21+ was found for the registry (the message says what was found and where to
-    put one)."""
+    put one). An operator's: ``LocalRegistry.start()`` and ``streamplatform registry start``
+    raise it on a machine without one."""
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ from streamplatform.dsl.session_aggregate import SessionWindowAggregate
 from streamplatform.dsl.sliding_aggregate import SlidingWindowAggregate
 from streamplatform.dsl.window_aggregate import WINDOW_PREFIX, WindowedAggregate
 from streamplatform.dsl.windows import Window, Windowed
+from streamplatform.exceptions import StreamPlatformError
 from streamplatform.serdes import Serde, Serdes
 from streamplatform.state.transaction import prefix_end
 from streamplatform.state.versioned import VersionedKeyValueStore, VersionedRecord
@@ -62,7 +63,7 @@ _META_KEYS = frozenset({_STREAM_TIME_KEY, _STORE_TIME_KEY, _EMITTED_KEY})
 _LATEST = 2**63 - 1
 
 
-class QueryError(ValueError):
+class QueryError(StreamPlatformError, ValueError):
     """A query the store cannot answer: an unknown or internal store, a wrong kind of query,
     a batch not committed or compacted away. The message names what to do instead."""
 
