@@ -197,6 +197,9 @@ class _Aggregation(Processor):
         self.initializer = initializer
         self.aggregator = aggregator
 
+    def reads_values(self) -> bool:
+        return not is_count(self.initializer, self.aggregator)  # counting: None or not
+
     def uses_record_cache(self) -> bool:
         return True
 

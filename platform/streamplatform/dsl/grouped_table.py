@@ -162,6 +162,9 @@ class TableAggregate(_Aggregation):
         self.adder = adder
         self.subtractor = subtractor
 
+    def reads_values(self) -> bool:
+        return True  # the Change records' old and new values, whatever the aggregator
+
     def process(self, record: Record) -> None:
         key, change = record.key, record.value
         if key is None or change is None:

@@ -135,6 +135,18 @@ class Processor:
     #: source of the same serdes writes the bytes it read instead of serializing again.
     forwards_unchanged = False
 
+    #: Declared True by a class (not inherited) whose processors forward records with the
+    #: value they were given (another key, say: a re-keying), or nothing. With
+    #: ``forwards_unchanged`` processors they let a repartition sink write the value's bytes
+    #: as read (runtime/sink_writers.py).
+    forwards_value_unchanged = False
+
+    def reads_values(self) -> bool:
+        """False when the processor never looks into a record's value, only at whether it
+        is None (count()): a repartition topic read only by such processors is not decoded.
+        Asked once, when the task is built."""
+        return True
+
     def flush(self) -> None:
         """Forward what the processor holds back until a commit (the aggregations' record
         cache: one update per key per commit). The engine calls it before each commit."""
@@ -193,6 +205,8 @@ class Map(Processor):
 
 
 class SelectKey(Processor):
+    forwards_value_unchanged = True
+
     def __init__(self, selector: Callable[[Any, Any], Any]) -> None:
         self.selector = selector
 

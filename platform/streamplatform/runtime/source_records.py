@@ -4,6 +4,7 @@ a task's input queues (partition_group.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import partial
 from itertools import chain, repeat
@@ -12,7 +13,7 @@ from typing import Any
 
 from streamplatform.dsl.graph import SourceNode
 from streamplatform.records import ConsumedRecord
-from streamplatform.serdes import deserialize_all, deserializer_for, uses_context
+from streamplatform.serdes import Serdes, deserialize_all, deserializer_for, uses_context
 
 UNDECODED = object()  # decoded: a record whose key and value process_all decodes
 # Records decoded at once by decoded. Small: a slice's decoded values are still in the
@@ -30,6 +31,26 @@ def decode_slice(source: Any, records: list, start: int) -> Iterator[tuple[Any, 
         if values is not None:
             return zip(part, keys, values, strict=True)
     return zip(part, repeat(UNDECODED), repeat(UNDECODED))
+
+
+def undecoded_values(
+    sources: Mapping[str, SourceNode],
+    processors: Mapping[str, Any],
+    default_extractor: Callable | None,
+) -> dict[str, SourceNode]:
+    """``sources``, where a repartition topic's values are read by no processor (only
+    count()s, which look at whether a value is None) taken as bytes instead of decoded:
+    the task writes them itself, so they decode without error, and a null value stays
+    None either way. Not when a timestamp extractor may read the value."""
+    result = dict(sources)
+    for topic, source in sources.items():
+        readers = [processors.get(child) for child in source.children]
+        if (
+            source.internal and source.timestamp_extractor is None and default_extractor is None
+            and readers and all(r is not None and not r.reads_values() for r in readers)
+        ):  # fmt: skip
+            result[topic] = dataclasses.replace(source, value_serde=Serdes.bytes())
+    return result
 
 
 def deserializers(source: SourceNode, topic: str) -> tuple[Callable, Callable, bool]:

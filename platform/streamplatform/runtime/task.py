@@ -50,6 +50,7 @@ from streamplatform.runtime.source_records import (
     deserializers,
     extracted,
     ordering_time,
+    undecoded_values,
 )
 from streamplatform.serdes import (
     configure_serde,
@@ -189,6 +190,8 @@ class Task:
             for name in subtopology.nodes:
                 if isinstance(topology.nodes[name], ProcessorNode):
                     self.processors[name] = topology.nodes[name].supplier()  # type: ignore[union-attr]
+            self._sources = undecoded_values(self._sources, self.processors,
+                                             self._default_extractor)  # fmt: skip
             # statestore.cache.max.bytes is the task's memory budget: each processor that
             # keeps state in memory (the aggregations' record caches, the deduplications' ids)
             # gets an equal share of it, so that together they stay within it.
