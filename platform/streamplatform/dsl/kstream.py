@@ -15,7 +15,15 @@ from typing import TYPE_CHECKING, Any
 
 from streamplatform.dsl import processor as ops
 from streamplatform.dsl.dedup import DeduplicationProcessor
-from streamplatform.dsl.graph import REPARTITION_SUFFIX, ProcessorNode, SinkNode, SourceNode
+from streamplatform.dsl.graph import (
+    REPARTITION_SUFFIX,
+    ProcessorNode,
+    RecordContext,
+    SinkNode,
+    SourceNode,
+    TopicNameExtractor,
+    as_topic_extractor,
+)
 from streamplatform.dsl.join import GraceBuffer, StreamTableJoin
 from streamplatform.dsl.ktable import KTable
 from streamplatform.dsl.printing import Printed, PrintProcessor, key_joiner, takes_key
@@ -429,16 +437,31 @@ class KStream:
     # Sinks and repartitioning --------------------------------------------------------------------
 
     def to(
-        self, topic: str, key_serde: Serde | None = None, value_serde: Serde | None = None
+        self,
+        topic: str | TopicNameExtractor | Callable[[Any, Any, RecordContext], str],
+        key_serde: Serde | None = None,
+        value_serde: Serde | None = None,
     ) -> None:
-        """Write the stream to ``topic``; serdes default to the stream's current ones."""
+        """Write the stream to ``topic``; serdes default to the stream's current ones.
+
+        ``topic`` may be a topic name extractor instead (Kafka Streams' ``to(TopicNameExtractor,
+        Produced)``): ``extractor(key, value, record_context) -> topic`` (or an object with
+        ``extract``) chooses each record's topic, written with these serdes. The topics it
+        returns must exist; an extractor that raises goes to the processing exception handler."""
+        builder = self._builder
+        extractor = None
+        if not isinstance(topic, str):
+            extractor = as_topic_extractor(topic)
+            label = getattr(extractor, "__qualname__", type(extractor).__name__)
+            topic = f"<topic extractor {label}>"  # shown by describe(); no topic of this name
         sink = SinkNode(
-            self._builder.new_name("SINK"),
+            builder.new_name("SINK"),
             topic,
             key_serde or self.key_serde,
             value_serde or self.value_serde,
+            topic_extractor=extractor,
         )
-        self._builder.add_node(sink, parents=[self._node])
+        builder.add_node(sink, parents=[self._node])
 
     def _repartition(
         self, base: str, partition_by: Callable[[Any, Any], Any] | None = None

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from streamplatform.dsl.graph import ProcessorNode
 from streamplatform.dsl.printing import key_joiner
-from streamplatform.dsl.processor import PassThrough, Processor
+from streamplatform.dsl.processor import PassThrough, Processor, ProcessorContext, engine_store
 from streamplatform.dsl.table_join import INNER, LEFT, LEFT_JOIN, OUTER, RIGHT, TableJoinSide
 from streamplatform.records import Record
 from streamplatform.serdes import Serde
@@ -24,19 +24,53 @@ if TYPE_CHECKING:
     from streamplatform.dsl.kstream import KStream
     from streamplatform.dsl.suppress import Suppressed
 
+_HAS_VALUE = b"\x01"  # a filter's store: the key has a value in the filtered table
+
 
 class TableFilter(Processor):
-    """Passes an update whose value ``predicate(key, value)`` accepts (``negate``: rejects);
-    any other update becomes a tombstone, as Kafka Streams' table filter forwards it."""
+    """Kafka Streams' ``KTableFilter``: passes an update whose value ``predicate(key, value)``
+    accepts (``negate``: rejects); any other update becomes a tombstone.
 
-    def __init__(self, predicate: Callable[[Any, Any], bool], negate: bool) -> None:
+    Once something downstream asks for old values (``settings["old_values"]``, set by
+    KTable._send_old_values), Kafka Streams' filter also computes the filtered old value and
+    forwards nothing when both are None (``if (sendOldValues && oldValue == null && newValue
+    == null) return;``). Our tables forward new values only, so the filter then keeps the keys
+    it has a value for in a store of its own (``settings["store"]``): a key without one there
+    had no (passing) old value."""
+
+    def __init__(
+        self,
+        predicate: Callable[[Any, Any], bool],
+        negate: bool,
+        settings: dict[str, Any] | None = None,
+        key_serde: Serde | None = None,
+    ) -> None:
         self.predicate = predicate
         self.negate = negate
+        # Read when the task is created: the store is added after the filter (_send_old_values).
+        self.store_name = None if settings is None else settings["store"]
+        self.key_serde = key_serde
+
+    def init(self, context: ProcessorContext) -> None:
+        super().init(context)
+        if self.store_name is not None:
+            self.store = engine_store(context, self.store_name)
 
     def process(self, record: Record) -> None:
         value = record.value
         if value is not None and bool(self.predicate(record.key, value)) == self.negate:
             value = None
+        if self.store_name is not None and self.key_serde is not None:
+            raw_key = self.key_serde.serialize(record.key)
+            if raw_key is not None:  # a table has no None key (its source drops them)
+                transaction = self.store.transaction
+                had_value = transaction.get(raw_key) is not None
+                if value is None:
+                    if not had_value:
+                        return  # no value before, none after: Kafka Streams forwards nothing
+                    transaction.delete(raw_key)
+                elif not had_value:
+                    transaction.put(raw_key, _HAS_VALUE)
         self.context.forward(record._replace(value=value))
 
 
@@ -58,7 +92,7 @@ def _join_side(
     key_serde: Serde,
     serdes: dict[bytes, Serde],
     joiner: Callable[[Any, Any, Any], Any],
-    filters: tuple[dict[str, bool], ...],
+    filters: tuple[dict[str, Any], ...],
 ) -> Callable[[], Processor]:
     """The supplier of one side of a table-table join. Whether its input's filters send old
     values is read when the task is created: operators added after the join may ask for them
@@ -85,17 +119,26 @@ class KTable:
         # settings of the filters between it and the last table that has values of its own
         # (a source, an aggregation, a join), which Kafka Streams' "send old values" changes.
         self._upstream: tuple[KTable, ...] = ()
-        self._filters: tuple[dict[str, bool], ...] = ()
+        self._filters: tuple[dict[str, Any], ...] = ()
         self.store_name = store
         self.key_serde = key_serde
         self.value_serde = value_serde
 
     def filter(self, predicate: Callable[[Any, Any], bool]) -> KTable:
         """Keys whose value passes ``predicate(key, value)``; the others become tombstones."""
-        return self._then("KTABLE-FILTER", lambda: TableFilter(predicate, negate=False), True)
+        return self._filter(predicate, negate=False)
 
     def filter_not(self, predicate: Callable[[Any, Any], bool]) -> KTable:
-        return self._then("KTABLE-FILTER", lambda: TableFilter(predicate, negate=True), True)
+        return self._filter(predicate, negate=True)
+
+    def _filter(self, predicate: Callable[[Any, Any], bool], negate: bool) -> KTable:
+        """The filter's settings: whether it sends old values, and then its store (named
+        after its node), both set by _send_old_values when something downstream asks."""
+        builder, key_serde = self._builder, self.key_serde
+        node = builder.new_name("KTABLE-FILTER")
+        settings: dict[str, Any] = {"old_values": False, "store": None, "node": node}
+        supplier = lambda: TableFilter(predicate, negate, settings, key_serde)  # noqa: E731
+        return self._then(node, supplier, settings)
 
     def map_values(self, mapper: Callable[[Any], Any], value_serde: Serde | None = None) -> KTable:
         """``mapper(value)`` for each update; ``value_serde`` writes the new values (the
@@ -272,17 +315,36 @@ class KTable:
         from such a filter (table_join.py)."""
         for settings in self._filters:
             settings["old_values"] = True
+            if settings["store"] is None:
+                # It tells which keys have a value (TableFilter); declared on the filter's
+                # node so that its tasks get it (read when a task is created).
+                store = self._builder.add_store(
+                    Stores.persistent_key_value_store(f"{settings['node']}-STATE-STORE"),
+                    self.key_serde,
+                )
+                node = self._builder._nodes[settings["node"]]
+                assert isinstance(node, ProcessorNode)
+                node.stores = (*node.stores, store)
+                settings["store"] = store
         for table in self._upstream:
             table._send_old_values()
 
-    def _then(self, kind: str, supplier: Callable[[], Processor], filters: bool = False) -> KTable:
+    def _then(
+        self,
+        kind: str,
+        supplier: Callable[[], Processor],
+        filter_settings: dict[str, Any] | None = None,
+    ) -> KTable:
+        """A derived table, by a processor of ``kind`` (a filter: its node's name, already
+        generated, and its settings)."""
         builder = self._builder
-        node = ProcessorNode(builder.new_name(kind), supplier)
+        name = kind if filter_settings is not None else builder.new_name(kind)
+        node = ProcessorNode(name, supplier)
         builder.add_node(node, parents=[self._node])
         # A derived table has no store of its own (Kafka Streams materializes one only on
         # demand): it cannot be joined (KStream.join refuses it).
         table = KTable(builder, node.name, self.store_name, self.key_serde, self.value_serde)
         table._materialized = False
         table._upstream = (self,)
-        table._filters = self._filters + (({"old_values": False},) if filters else ())
+        table._filters = self._filters + ((filter_settings,) if filter_settings else ())
         return table

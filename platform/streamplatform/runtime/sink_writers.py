@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from streamplatform.dsl.graph import ProcessorNode, SinkNode, SourceNode, topic_name
+from streamplatform.dsl.graph import ProcessorNode, RecordContext, SinkNode, SourceNode, topic_name
 from streamplatform.errors.exceptions import StreamsError
-from streamplatform.errors.handlers import PRODUCTION
+from streamplatform.errors.handlers import PROCESSING, PRODUCTION
 from streamplatform.identity import canonical_bytes
 from streamplatform.records import NO_SOURCE, ProducerRecord, Record
 from streamplatform.runtime.partitioner import partition_for
@@ -21,6 +21,8 @@ _new_tuple = tuple.__new__  # builds a NamedTuple without its Python-level __new
 
 def sink_writer(task: Any, sink: SinkNode) -> Callable[[Record], None]:
     """The delivery function of a sink: serialize, choose the partition, collect."""
+    if sink.topic_extractor is not None:
+        return dynamic_writer(task, sink)
     topic = topic_name(sink.topic, sink.internal, task.application_id)
     serialize_key, serialize_value = sink.key_serde.serialize, sink.value_serde.serialize
     append, add_source = task.output.append, task.output_sources.append
@@ -60,17 +62,70 @@ def sink_writer(task: Any, sink: SinkNode) -> Callable[[Record], None]:
     return write
 
 
+def dynamic_writer(task: Any, sink: SinkNode) -> Callable[[Record], None]:
+    """``sink_writer`` of a sink whose topic its extractor chooses per record (Kafka Streams'
+    ``to(TopicNameExtractor)``): the extractor sees the record and its RecordContext; its
+    failure is a processing error (the processing exception handler decides), as a
+    processor's. Each record is serialized with the sink's serdes for its topic (nothing
+    written as read: the checks of that are per topic); the runtime chooses the partition."""
+    extract = sink.topic_extractor
+    assert extract is not None
+    contextual = uses_context(sink.key_serde) or uses_context(sink.value_serde)
+    serializers: dict[str, tuple[Callable, Callable]] = {}  # topic -> (key, value) serializers
+
+    def write(record: Record) -> None:
+        current = task.current or NO_SOURCE
+        context = RecordContext(current[0], current[1], current[2], record[2], record[3] or [])
+        try:
+            topic = extract(record[0], record[1], context)
+            if not isinstance(topic, str) or not topic:
+                raise TypeError(f"the topic name extractor returned {topic!r}, not a topic name")
+        except StreamsError:
+            raise
+        except Exception as exception:
+            task._handle(PROCESSING, sink.name, record, exception)
+            return
+        headers = list(record[3] or ()) if contextual else record[3]  # serdes may add to them
+        try:
+            if contextual:
+                if topic not in serializers:
+                    serializers[topic] = (
+                        serializer_for(sink.key_serde, topic, True),
+                        serializer_for(sink.value_serde, topic, False),
+                    )
+                serialize_key, serialize_value = serializers[topic]
+                key, value = serialize_key(record[0], headers), serialize_value(record[1], headers)
+            else:
+                key = sink.key_serde.serialize(record[0])
+                value = sink.value_serde.serialize(record[1])
+        except StreamsError:
+            raise
+        except Exception as exception:
+            task._handle(PRODUCTION, sink.name, record, exception, topic=topic)
+            return
+        task.output.append(ProducerRecord(topic, key, value, record[2], headers))
+        task.output_sources.append(task.current or NO_SOURCE)
+
+    return write
+
+
 def repartition_writer(task: Any, sink: SinkNode, topic: str) -> Callable[[Record], None]:
     """``sink_writer`` of a repartition topic partitioned by key, nothing written as read: the
     per-record path of every re-keying, without the other sinks' checks."""
     serialize_key, serialize_value = sink.key_serde.serialize, sink.value_serde.serialize
     append, add_source = task.output.append, task.output_sources.append
     partitions_of, new_record = task.partitions_of, _new_tuple
+    # A re-keying's value is the source record's: its bytes are written as read.
+    values_as_read = written_as_read(task, sink, values_only=True)
 
     def write(record: Record) -> None:
         try:
             key = serialize_key(record[0])
-            value = serialize_value(record[1])
+            current = task.current
+            if current is not None and current[0] in values_as_read and record[1] is not None:
+                value = current[5]
+            else:
+                value = serialize_value(record[1])
         except Exception as exception:
             task._handle(PRODUCTION, sink.name, record, exception, topic=topic)
             return
@@ -91,7 +146,7 @@ def direct_sink(task: Any, node: str) -> tuple[SinkNode, str, list, list] | None
     children = processor.children if isinstance(processor, ProcessorNode) else []
     sink = task.topology.nodes[children[0]] if len(children) == 1 else None
     if (
-        not isinstance(sink, SinkNode) or sink.internal
+        not isinstance(sink, SinkNode) or sink.internal or sink.topic_extractor is not None
         or uses_context(sink.key_serde) or uses_context(sink.value_serde)
         or written_as_read(task, sink)
     ):  # fmt: skip
@@ -132,7 +187,7 @@ def append_output(
     task.output_sources.append(task.current or NO_SOURCE)
 
 
-def written_as_read(task: Any, sink: SinkNode) -> frozenset[str]:
+def written_as_read(task: Any, sink: SinkNode, values_only: bool = False) -> frozenset[str]:
     """The source topics whose records reach ``sink`` unchanged, so that the sink writes
     the bytes it read instead of serializing the key and value it decoded from them:
     every path into the sink comes from a source with the sink's kind of built-in serdes
@@ -140,8 +195,16 @@ def written_as_read(task: Any, sink: SinkNode) -> frozenset[str]:
     formatting) through processors that forward the record they are given or nothing
     (``Processor.forwards_unchanged``, declared by their class: deduplications). Any
     other processor on a path (a map, a filter, a user's processor) may change the
-    record, and its records are serialized as usual."""
+    record, and its records are serialized as usual.
+
+    ``values_only``: the topics whose records reach the sink with the value they were read
+    with, also through processors that change only the key
+    (``Processor.forwards_value_unchanged``: a re-keying); only the value serdes count."""
+    if sink.topic_extractor is not None:
+        return frozenset()  # a dynamic sink serializes each record for its own topic
     key_serde, value_serde = type(sink.key_serde), type(sink.value_serde)
+    if values_only:
+        key_serde = next(iter(AS_READ_SERDES))  # any: the keys are not compared
     if key_serde not in AS_READ_SERDES or value_serde not in AS_READ_SERDES:
         return frozenset()
     topics: set[str] = set()
@@ -153,14 +216,22 @@ def written_as_read(task: Any, sink: SinkNode) -> frozenset[str]:
         seen.add(name)
         node = task.topology.nodes[name]
         if isinstance(node, SourceNode):
-            if (type(node.key_serde), type(node.value_serde)) != (key_serde, value_serde):
+            source_key = key_serde if values_only else type(node.key_serde)
+            if (source_key, type(node.value_serde)) != (key_serde, value_serde):
                 return frozenset()
             topics.add(topic_name(node.topic, node.internal, task.application_id))
-        elif type(task.processors.get(name)).__dict__.get("forwards_unchanged", False):
+        elif _declares(task.processors.get(name), "forwards_unchanged") or (
+            values_only and _declares(task.processors.get(name), "forwards_value_unchanged")
+        ):
             pending.extend(node.parents)  # type: ignore[union-attr]
         else:
             return frozenset()
     return frozenset(topics)
+
+
+def _declares(processor: Any, attribute: str) -> bool:
+    """Whether ``processor``'s own class (not a base) declares ``attribute`` True."""
+    return bool(type(processor).__dict__.get(attribute, False))
 
 
 def partition_bytes(sink: SinkNode, record: Record) -> bytes | None:
