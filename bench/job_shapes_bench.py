@@ -191,10 +191,11 @@ def run_before(args: argparse.Namespace, revision: str) -> dict:
     subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(worktree),
                     revision], check=True, capture_output=True)  # fmt: skip
     try:
-        # The JVM jars and the C dedup core are not committed: this checkout's.
+        # The JVM jars and the C cores are not committed: this checkout's (every one of
+        # them: a core missing there would run its Python reference instead).
         (worktree / ".jvm").symlink_to(REPO / ".jvm")
-        for built in (REPO / "platform" / "streamplatform" / "dsl").glob("_dedup_core*.so"):
-            shutil.copy(built, worktree / "platform" / "streamplatform" / "dsl" / built.name)
+        for built in (REPO / "platform").rglob("_*.so"):
+            shutil.copy(built, worktree / built.relative_to(REPO))
         library = str(worktree / "platform")
         env = os.environ | {"PYTHONPATH": library, "PYSPARK_PYTHON": sys.executable}
         child = subprocess.run(

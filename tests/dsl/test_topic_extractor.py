@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from streamplatform import StreamsBuilder, TopologyTestDriver
-from streamplatform.dsl.graph import RecordContext
+from streamplatform import RecordContext, StreamsBuilder, TopologyTestDriver
 from streamplatform.errors import TaskFailedError
 from streamplatform.serdes import Serdes
 

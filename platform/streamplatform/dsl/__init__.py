@@ -1,6 +1,7 @@
 """The topology DSL: StreamsBuilder, KStream, KTable, Topology and the Processor API."""
 
 from streamplatform.dsl.builder import StreamsBuilder
+from streamplatform.dsl.graph import RecordContext, TopicNameExtractor
 from streamplatform.dsl.grouped import KGroupedStream, SessionWindowedKStream, TimeWindowedKStream
 from streamplatform.dsl.grouped_table import KGroupedTable
 from streamplatform.dsl.kstream import KStream, KTable
@@ -31,6 +32,7 @@ __all__ = [
     "Processor",
     "ProcessorContext",
     "PunctuationType",
+    "RecordContext",
     "SessionWindowedKStream",
     "SessionWindowedSerde",
     "SessionWindows",
@@ -43,6 +45,7 @@ __all__ = [
     "TimeWindowedKStream",
     "TimeWindowedSerde",
     "TimeWindows",
+    "TopicNameExtractor",
     "Topology",
     "Window",
     "Windowed",

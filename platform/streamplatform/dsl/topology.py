@@ -85,11 +85,17 @@ class Topology:
         ]
 
     def sink_topics(self, application_id: str) -> list[str]:
+        """The topics the sinks name (a sink whose extractor chooses its topics names none)."""
         return [
             topic_name(n.topic, n.internal, application_id)
             for n in self.nodes.values()
-            if isinstance(n, SinkNode)
+            if isinstance(n, SinkNode) and n.topic_extractor is None
         ]
+
+    def has_dynamic_sinks(self) -> bool:
+        """Whether a sink's topics are chosen per record (``KStream.to(extractor)``)."""
+        return any(isinstance(n, SinkNode) and n.topic_extractor is not None
+                   for n in self.nodes.values())  # fmt: skip
 
     def serdes(
         self, nodes: Iterable[str] | None = None, stores: Iterable[str] | None = None

@@ -124,6 +124,21 @@ class JobContext:
     def delta_sink_topics(self) -> list[str]:
         return sorted(self.delta_sinks & set(self.sink_topics()))
 
+    def in_task_outputs(self, batch_id: int, marker: tuple[str, int] | None = None) -> Any:
+        """What the tasks of the direct paths need to produce their Kafka sinks and DLQ
+        records themselves (kafka_output.InTaskOutputs), or None for a job without Kafka
+        sinks (its DLQ records are then sent from the driver)."""
+        from streamplatform.runtime.kafka_output import InTaskOutputs
+
+        kafka_sinks = self.kafka_sink_topics()
+        dynamic = self.topology.has_dynamic_sinks()
+        if not kafka_sinks and not dynamic:
+            return None
+        app = self.app if self.config.exactly_once else None
+        but = frozenset(self.internal_topics | self.delta_sinks) if dynamic else None
+        return InTaskOutputs(self.producer_settings, frozenset(kafka_sinks), app, batch_id,
+                             marker, any_topic_but=but)  # fmt: skip
+
     def kafka_sink_topics(self) -> list[str]:
         return sorted(
             t for t in self.sink_topics()

@@ -59,6 +59,9 @@ _TRANSACTION_CALL_TIMEOUT_S = 60.0  # init, send offsets, commit, abort
 _RUNTIME_OWNED = ("transactional.id",)
 
 
+_METADATA_TIMEOUT_S = 30  # how long a chosen topic's metadata may take
+
+
 class KafkaOutputError(StreamPlatformError, RuntimeError):
     """Some records of a batch were not committed (or acknowledged) by the broker; the batch is
     not committed."""
@@ -297,6 +300,18 @@ class TaskOutput:
         self._unpolled = unpolled
         self.produced += len(records)
 
+    def check_chosen_topic(self, topic: str) -> None:
+        """A topic a topic name extractor chose must exist (as in Kafka Streams), else the
+        task fails now, naming it: librdkafka would hold its records for the metadata
+        propagation timeout (30 s) and then fail them with a less telling error."""
+        metadata = self.out.list_topics(topic, timeout=_METADATA_TIMEOUT_S)
+        found = metadata.topics.get(topic)
+        if found is None or found.error is not None:
+            raise KafkaOutputError(
+                f"{self.what}: the topic name extractor chose topic {topic!r}, which does not "
+                f"exist{'' if found is None else f' ({found.error.str()})'}: create it first"
+            )
+
     def _stamped(self, headers: list[tuple[str, Any]] | None, source: tuple) -> list:
         """``headers`` with the SOURCE_HEADER of the ``source`` record's next output (a
         task's outputs of one source record come one after another)."""
@@ -528,6 +543,15 @@ class InTaskOutputs:
     batch_id: int
     # The partition a task that reads no Kafka range commits its marker offset on.
     marker: tuple[str, int] | None = None
+    # A topology whose extractors choose topics (KStream.to(extractor)): any topic but these
+    # (the repartition topics and the Delta sinks) is a Kafka sink too. None: only `topics`.
+    any_topic_but: frozenset[str] | None = None
+
+    def is_sink(self, topic: str) -> bool:
+        """Whether the task produces ``topic``'s records as a Kafka sink's."""
+        if topic in self.topics:
+            return True
+        return self.any_topic_but is not None and topic not in self.any_topic_but
 
     def open(self, task: str, partition: int, ranges: Iterable[tuple[str, int, int]]) -> TaskOutput:
         """The task's output for the batch (``ranges``: (topic, start, end) of each topic it

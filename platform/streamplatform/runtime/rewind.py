@@ -141,6 +141,8 @@ def _refuse_what_cannot_be_taken_back(
     if to_batch == last.batch_id:
         raise ConfigError(f"{app}: batch {to_batch} is the last committed: nothing to rewind")
     kafka = job.context.kafka_sink_topics()
+    if job.context.topology.has_dynamic_sinks():
+        kafka = [*kafka, "the topics its topic name extractors chose"]
     if kafka and not accept_kafka_repeats:
         raise ConfigError(
             f"{app}: the batches after {to_batch} wrote to the Kafka topics {kafka}, which "

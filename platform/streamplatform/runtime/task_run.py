@@ -175,6 +175,7 @@ class TaskRun:
         self.kafka = None if read is None else read.kafka
         self._kafka_out: kafka_output.TaskOutput | None = None
         self._kafka_topics = frozenset() if self.kafka is None else self.kafka.topics
+        self._topics_checked: set[str] = set(self._kafka_topics)  # known to exist
 
     def input_queues(self, by_queue: Mapping[tuple, list]) -> list[InputQueue]:
         """The task's input queues from its rows (``table_queues``), each repartition
@@ -433,6 +434,11 @@ class TaskRun:
             self._kafka_out = self.kafka.open(self.task_name, self.task.task_id.partition,
                                               self.read.ranges)  # fmt: skip
         present = Counter(map(itemgetter(0), records))
+        if self.kafka.any_topic_but is not None:  # extractors choose topics: told apart here
+            topics = frozenset(t for t in present if t != dlq and self.kafka.is_sink(t))
+            for topic in topics - self._topics_checked:
+                self._kafka_out.check_chosen_topic(topic)
+                self._topics_checked.add(topic)
         if present.keys() <= topics:  # every record to a Kafka sink: the common case
             self._kafka_out.produce_sink_records(records, sources)
             for topic, count in present.items():

@@ -56,7 +56,6 @@ from streamplatform.runtime.batch_outputs import (
 from streamplatform.runtime.errors import MissingTaskOutputs
 from streamplatform.runtime.faults import crash_point
 from streamplatform.runtime.job_context import BatchPlan, JobContext
-from streamplatform.runtime.kafka_output import InTaskOutputs
 from streamplatform.runtime.local_master import tasks_beside_spark
 from streamplatform.runtime.paths.base import ExecutionPath
 from streamplatform.runtime.planning import consumed_offsets
@@ -78,12 +77,8 @@ class DirectPath(ExecutionPath):
         started = time.monotonic()
         tasks = task_ranges(plan)
         runner = context.runner(plan, changelog_files)  # every row back in OUTPUT_ARROW
-        kafka_sinks = context.kafka_sink_topics()
-        kafka = None
-        if kafka_sinks:  # the tasks produce their Kafka sinks and DLQ records themselves
-            app = context.app if context.config.exactly_once else None
-            kafka = InTaskOutputs(context.producer_settings, frozenset(kafka_sinks), app,
-                                  plan.batch_id)  # fmt: skip
+        # With Kafka sinks, the tasks produce them and their DLQ records themselves.
+        kafka = context.in_task_outputs(plan.batch_id)
         run = runner.read_and_run(tasks, context.consumer_settings,
                                   spill_dir=self.side_dir if self.spill else None,
                                   kafka=kafka)  # fmt: skip

@@ -31,7 +31,6 @@ import pyarrow.compute as pc
 from streamplatform import storage
 from streamplatform.runtime.batch_outputs import Progress, progress_of, sink_rows
 from streamplatform.runtime.job_context import BatchPlan, JobContext
-from streamplatform.runtime.kafka_output import InTaskOutputs
 from streamplatform.runtime.local_master import tasks_beside_spark
 from streamplatform.runtime.paths.direct import (
     DirectPath,
@@ -61,12 +60,8 @@ class DirectStagesPath(DirectPath):
         storage.remove_tree(self.side_dir)
         started = time.monotonic()
         internal = context.internal_topics
-        kafka_sinks = context.kafka_sink_topics()
-        kafka = None
-        if kafka_sinks:  # the tasks produce their Kafka sinks and DLQ records themselves
-            app = context.app if context.config.exactly_once else None
-            kafka = InTaskOutputs(context.producer_settings, frozenset(kafka_sinks), app,
-                                  plan.batch_id, (context.sources[0], 0))  # fmt: skip
+        # With Kafka sinks, the tasks produce them and their DLQ records themselves.
+        kafka = context.in_task_outputs(plan.batch_id, (context.sources[0], 0))
         outputs: list[pa.Table] = []
         repartitioned: dict[str, dict[int, pa.Table]] = {}  # topic -> partition -> rows
         bounds: dict[str, dict[int, int]] = {}
