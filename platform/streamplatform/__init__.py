@@ -53,6 +53,7 @@ from streamplatform.config import ConfigError, StreamsConfig
 from streamplatform.dsl import (
     BufferConfig,
     EmitStrategy,
+    GlobalKTable,
     JoinWindows,
     KGroupedStream,
     KGroupedTable,
@@ -95,6 +96,7 @@ __all__ = [
     "BufferConfig",
     "ConfigError",
     "EmitStrategy",
+    "GlobalKTable",
     "HandlerError",
     "Headers",
     "JobClaimedError",

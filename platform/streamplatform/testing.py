@@ -11,6 +11,11 @@ Every topic has one partition unless a record is piped with ``partition=``; repa
 have ``repartition_partitions`` (default 1). Stores are real RocksDB stores in a temporary
 directory that ``close()`` removes (``state.dir`` in the config keeps them instead).
 
+A record piped into a global table's topic (``StreamsBuilder.global_table``) updates at once,
+before the next record, every open task's copy of the table's store, as Kafka Streams' driver
+processes global records synchronously; the driver keeps the global records, and a task
+created later catches its copies up with them before its processors start.
+
 When a task fails (a ``log_and_fail`` handler, an error with no handler) ``pipe_input`` raises
 it; output written before stays readable and the task restarts from its last commit: the state
 written since is gone (as on Spark, where the batch is then replayed; the driver does not pipe
@@ -40,10 +45,11 @@ from types import TracebackType
 from typing import Any, NamedTuple
 
 from streamplatform.config import StreamsConfig
+from streamplatform.dsl.global_table import apply_global_records
 from streamplatform.dsl.naming import check_explicit_naming
 from streamplatform.dsl.topology import Topology
 from streamplatform.errors.exceptions import StreamsError
-from streamplatform.records import ConsumedRecord, Headers, ProducerRecord
+from streamplatform.records import ConsumedRecord, Headers, ProducerRecord, TopicPartition
 from streamplatform.runtime.task import Task, add_metrics
 from streamplatform.serdes import Serde, configure_serde, deserializer_for, serializer_for
 from streamplatform.state.stores import duration_ms
@@ -172,6 +178,12 @@ class TopologyTestDriver:
         self._next_offset: dict[tuple[str, int], int] = defaultdict(int)
         self._outputs: dict[str, deque[ProducerRecord]] = defaultdict(deque)
         self._repartition = set(topology.repartition_topics(self.application_id))
+        self._global_tables = topology.global_tables()
+        # Every record piped into each global table's topic, for the copies of tasks created
+        # later (a task's copy is caught up from the offset it committed).
+        self._global_records: dict[str, list[ConsumedRecord]] = {
+            table.topic: [] for table in self._global_tables
+        }
 
     # Topics ------------------------------------------------------------------------------------
 
@@ -183,6 +195,8 @@ class TopologyTestDriver:
         return serdes
 
     def create_input_topic(self, name: str, key_serde: Serde, value_serde: Serde) -> TestInputTopic:
+        if name in self._global_records:
+            return TestInputTopic(self, name, key_serde, value_serde)
         if self.topology.subtopology_of_topic(name, self.application_id) is None:
             raise ValueError(f"The topology does not read topic {name!r}")
         return TestInputTopic(self, name, key_serde, value_serde)
@@ -210,8 +224,11 @@ class TopologyTestDriver:
         """A task's store as its processors see it (``KeyValueStore`` / ``VersionedStore``:
         typed by the serdes it was declared with, uncommitted writes included), for
         assertions. Kafka Streams' ``getKeyValueStore`` / ``getVersionedKeyValueStore``."""
+        is_global = any(table.store_name == name for table in self._global_tables)
         for (_, task_partition), task in self._tasks.items():
-            if task_partition == partition and name in task.stores:
+            if name in task.stores and task_partition == partition:
+                return task.store_facade(name)
+            if is_global and name in task.global_stores:  # every copy holds the whole table
                 return task.store_facade(name)
         raise KeyError(f"No open task on partition {partition} has a store named {name!r}")
 
@@ -233,16 +250,49 @@ class TopologyTestDriver:
             task = Task(
                 self.topology, subtopology, partition, self.config, self.state_dir,
                 self._partitions_of, lambda: self.wall_clock_ms,
+                stores_opened=self._catch_up_global,
             )  # fmt: skip
             self._tasks[(subtopology_id, partition)] = task
             # With a kept state.dir, numbering goes on from the offsets committed with the stores.
-            for store in task.stores.values():
+            for store in [*task.stores.values(), *task.global_stores.values()]:
                 for tp, offset in store.committed_offsets().items():
                     if tp.topic.startswith("__streamplatform."):
                         continue  # the task's stream time and schedule (Task.offsets)
                     current = self._next_offset[(tp.topic, tp.partition)]
                     self._next_offset[(tp.topic, tp.partition)] = max(current, offset)
         return task
+
+    def _catch_up_global(self, task: Task) -> None:
+        """Apply to ``task``'s copies of the global tables the records piped since the offsets
+        each copy committed (all of them for a new copy), before its processors start."""
+        for table in self._global_tables:
+            store = task.global_stores.get(table.store_name)
+            if store is None:
+                continue  # a global table this task's sub-topology does not join
+            by_partition: dict[int, list[ConsumedRecord]] = defaultdict(list)
+            for record in self._global_records[table.topic]:
+                by_partition[record.partition].append(record)
+            for partition, records in by_partition.items():
+                tp = TopicPartition(table.topic, partition)
+                position = store.committed_offset(tp) or 0
+                missing = [r for r in records if r.offset >= position]
+                if missing:
+                    apply_global_records(store, table, missing)
+                    store.commit({tp: missing[-1].offset + 1})
+
+    def _apply_global(self, record: ConsumedRecord) -> None:
+        """A global table's record into every open task's copy of the table, committed at once
+        with the offset it reached (a global store is not committed with its task)."""
+        self._global_records[record.topic].append(record)
+        tp = TopicPartition(record.topic, record.partition)
+        for table in self._global_tables:
+            if table.topic != record.topic:
+                continue
+            for task in self._tasks.values():
+                store = task.global_stores.get(table.store_name)
+                if store is not None:
+                    apply_global_records(store, table, (record,))
+                    store.commit({tp: record.offset + 1})
 
     def _pipe_raw(
         self,
@@ -256,15 +306,21 @@ class TopologyTestDriver:
         pending = deque([(topic, partition, key, value, timestamp, headers)])
         while pending:
             topic, partition, key, value, timestamp, headers = pending.popleft()
+            is_global = topic in self._global_records
             subtopology = self.topology.subtopology_of_topic(topic, self.application_id)
-            if subtopology is None:
+            if subtopology is None and not is_global:
                 continue
             offset = self._next_offset[(topic, partition)]
             self._next_offset[(topic, partition)] = offset + 1
             record = ConsumedRecord(topic, partition, offset, timestamp, key, value, headers)
+            if subtopology is None:
+                self._apply_global(record)
+                continue
             task = self._task(subtopology.id, partition)
             for out in self._run(task, lambda t, r=record: t.process(r)):
-                if self.topology.subtopology_of_topic(out.topic, self.application_id):
+                if out.topic in self._global_records or self.topology.subtopology_of_topic(
+                    out.topic, self.application_id
+                ):
                     target = out.partition if out.partition is not None else 0
                     pending.append(
                         (out.topic, target, out.key, out.value, out.timestamp, out.headers)

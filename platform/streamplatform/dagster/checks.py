@@ -17,6 +17,7 @@ from typing import Any
 def offset_log_problems(spark: Any, app_root: str) -> tuple[int, list[str]]:
     """``(committed batches, every break of contiguity found, described)`` for the job whose
     tables are under ``app_root`` (``<delta root>/<application.id>``)."""
+    from streamplatform.runtime.logs import GLOBAL_PREFIX
     from streamplatform.versioned_snapshot import versions_table_version
 
     offsets_path, commits_path = f"{app_root}/_offsets", f"{app_root}/_commits"
@@ -30,6 +31,8 @@ def offset_log_problems(spark: Any, app_root: str) -> tuple[int, list[str]]:
     }
     plans: dict[int, dict[tuple[str, int], tuple[int, int]]] = {}
     for row in planned:
+        if row.topic.startswith(GLOBAL_PREFIX):  # a global table's catch-up point, no range
+            continue
         plans.setdefault(int(row.batch_id), {})[(row.topic, int(row.partition))] = (
             int(row.start_offset), int(row.end_offset))  # fmt: skip
     problems = []

@@ -1,6 +1,7 @@
 """The topology DSL: StreamsBuilder, KStream, KTable, Topology and the Processor API."""
 
 from streamplatform.dsl.builder import StreamsBuilder
+from streamplatform.dsl.global_table import GlobalKTable
 from streamplatform.dsl.graph import RecordContext, TopicNameExtractor
 from streamplatform.dsl.grouped import KGroupedStream, SessionWindowedKStream, TimeWindowedKStream
 from streamplatform.dsl.grouped_table import KGroupedTable
@@ -24,6 +25,7 @@ from streamplatform.dsl.windows import (
 __all__ = [
     "BufferConfig",
     "EmitStrategy",
+    "GlobalKTable",
     "JoinWindows",
     "KGroupedStream",
     "KGroupedTable",

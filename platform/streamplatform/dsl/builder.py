@@ -19,8 +19,10 @@ Topologies:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
+from streamplatform.dsl.global_table import GlobalKTable, GlobalTableSpec
 from streamplatform.dsl.graph import Node, ProcessorNode, SinkNode, SourceNode, as_extractor
 from streamplatform.dsl.join import TableSource
 from streamplatform.dsl.kstream import KStream, KTable
@@ -43,6 +45,10 @@ class StreamsBuilder:
         self._generated: set[str] = set()
         # What each store holds, for the layout a job's commits record (runtime/upgrade.py).
         self._store_serdes: dict[str, tuple[Serde | None, Serde | None]] = {}
+        # The global tables (not nodes of the graph: no sub-topology reads their topics), and
+        # the names of their source and table-source nodes by store, for describe().
+        self._global_tables: list[GlobalTableSpec] = []
+        self._global_nodes: dict[str, tuple[str, str]] = {}
 
     def new_name(self, kind: str) -> str:
         """Kafka Streams' generated names: ``KSTREAM-<KIND>-<10-digit index>``."""
@@ -137,9 +143,43 @@ class StreamsBuilder:
         self.add_node(node, parents=[source.name])
         return KTable(self, node.name, store_name, key_serde, value_serde)
 
+    def global_table(
+        self,
+        topic: str,
+        key_serde: Serde | None = None,
+        value_serde: Serde | None = None,
+        name: str | None = None,
+    ) -> GlobalKTable:
+        """``topic``, every partition of it, as a table each task that joins it holds whole
+        (Kafka Streams' ``globalTable``): ``KStream.join(global_table, key_selector, joiner)``
+        joins on a key derived from each record, with no repartition. Its store is a plain
+        key-value store named ``name``, or ``<topic>-STATE-STORE`` (named after its topic, as
+        ``table``'s: it keeps its name whatever is added around it), with no changelog (the
+        topic is its changelog). Serdes default to bytes. See dsl/global_table.py."""
+        key_serde, value_serde = key_serde or Serdes.bytes(), value_serde or Serdes.bytes()
+        if topic in self._topics:
+            raise ValueError(
+                f"Topic {topic!r} is already read by {self._topics[topic]}; "
+                "a topic can be a source only once"
+            )
+        # Names as Kafka Streams' (a source, then the table source that writes the store),
+        # for describe(); neither is a node of the graph.
+        source_name, processor_name = self.new_name("SOURCE"), self.new_name("TABLE-SOURCE")
+        self._topics[topic] = source_name
+        spec = Stores.persistent_key_value_store(name or f"{topic}-STATE-STORE")
+        # Typed for get_state_store; marked global: no changelog, not committed with a task.
+        spec = dataclasses.replace(spec, key_serde=key_serde, value_serde=value_serde,
+                                   global_topic=topic)  # fmt: skip
+        store_name = self.add_store(spec, key_serde, value_serde)
+        table = GlobalTableSpec(topic, store_name, key_serde, value_serde)
+        self._global_tables.append(table)
+        self._global_nodes[store_name] = (source_name, processor_name)
+        return GlobalKTable(self, table)
+
     def build(self) -> Topology:
         """The topology, cut into sub-topologies (see Topology)."""
         if not self._nodes:
             raise ValueError("The topology is empty: add a stream or a table first")
         return Topology(self._nodes, self._stores, generated_names=self._generated,
-                        store_serdes=self._store_serdes)  # fmt: skip
+                        store_serdes=self._store_serdes, global_tables=self._global_tables,
+                        global_nodes=self._global_nodes)  # fmt: skip

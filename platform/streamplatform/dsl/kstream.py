@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from streamplatform.dsl import processor as ops
 from streamplatform.dsl.dedup import DeduplicationProcessor
+from streamplatform.dsl.global_table import GlobalKTable, StreamGlobalTableJoin, global_joiner
 from streamplatform.dsl.graph import (
     REPARTITION_SUFFIX,
     ProcessorNode,
@@ -261,9 +262,9 @@ class KStream:
 
     def join(
         self,
-        other: KTable | KStream,
+        other: KTable | KStream | GlobalKTable,
         joiner: Callable[..., Any],
-        windows: JoinWindows | None = None,
+        windows: JoinWindows | Callable[..., Any] | None = None,
         name: str | None = None,
         *,
         grace: timedelta | int | None = None,
@@ -277,7 +278,13 @@ class KStream:
         given (docs/upgrades.md). ``grace`` (a versioned table only; Kafka Streams'
         ``Joined.withGracePeriod``, KIP-923): each record waits until stream time is
         ``grace`` past it, then joins the version valid at its time; the records wait in the
-        store ``<name>-Buffer``."""
+        store ``<name>-Buffer``.
+
+        With a ``GlobalKTable`` (Kafka Streams' ``join(globalTable, keySelector, joiner)``):
+        ``join(global_table, key_selector, joiner)``; each record joins the table's value at
+        ``key_selector(key, value)``, keeping its key (dsl/global_table.py)."""
+        if isinstance(other, GlobalKTable):
+            return self._join_global(other, joiner, windows, left=False, name=name)
         if isinstance(other, KStream):
             if grace is not None:
                 raise ValueError("join: grace= is for a stream-table join (a versioned table); a "
@@ -288,16 +295,20 @@ class KStream:
 
     def left_join(
         self,
-        other: KTable | KStream,
+        other: KTable | KStream | GlobalKTable,
         joiner: Callable[..., Any],
-        windows: JoinWindows | None = None,
+        windows: JoinWindows | Callable[..., Any] | None = None,
         name: str | None = None,
         *,
         grace: timedelta | int | None = None,
     ) -> KStream:
         """Like ``join``, but a record of this stream with no match joins None (with a stream:
         once its window has closed with no partner; its third store is
-        ``<name>-outer-shared-join-store``). ``grace``: as for ``join``."""
+        ``<name>-outer-shared-join-store``). ``grace``: as for ``join``. With a
+        ``GlobalKTable``: ``left_join(global_table, key_selector, joiner)``, a record with no
+        match (or a None mapped key) joins None."""
+        if isinstance(other, GlobalKTable):
+            return self._join_global(other, joiner, windows, left=True, name=name)
         if isinstance(other, KStream):
             if grace is not None:
                 raise ValueError("join: grace= is for a stream-table join (a versioned table); a "
@@ -320,11 +331,34 @@ class KStream:
         return self._join_stream(other, joiner, windows, left_outer=True, right_outer=True,
                                  name=name)  # fmt: skip
 
+    def _join_global(
+        self,
+        table: GlobalKTable,
+        key_selector: Callable[[Any, Any], Any],
+        joiner: Any,
+        left: bool,
+        name: str | None,
+    ) -> KStream:
+        """The join processor reads the task's copy of the table's store: no repartition,
+        whatever happened to the key (the table is whole in every task)."""
+        if table._builder is not self._builder:
+            raise ValueError("join: the global table belongs to another StreamsBuilder")
+        if not callable(key_selector) or not callable(joiner):
+            raise TypeError("a stream-global table join takes (global_table, key_selector, "
+                            "joiner): key_selector(key, value) -> the table's key")  # fmt: skip
+        spec, with_keys = table.spec, global_joiner(joiner)
+        return self._then(
+            "LEFTJOIN" if left else "JOIN",
+            lambda: StreamGlobalTableJoin(spec, key_selector, with_keys, left),
+            stores=(spec.store_name,),
+            name=name,
+        )
+
     def _join_stream(
         self,
         other: KStream,
         joiner: Callable[..., Any],
-        windows: JoinWindows | None,
+        windows: JoinWindows | Callable[..., Any] | None,
         left_outer: bool,
         right_outer: bool,
         name: str | None = None,

@@ -121,7 +121,9 @@ def internal_resources(topology: Topology, application_id: str) -> list[Internal
         operator = base or users.get(store, store)
         changelog = changelog_topic(application_id, store)
         found.append(InternalResource(STATE_STORE, store, operator, base is not None))
-        found.append(InternalResource(CHANGELOG_TOPIC, changelog, operator, base is not None))
+        # A global table's store has no changelog: its topic is one, as in Kafka Streams.
+        if getattr(topology.stores[store], "global_topic", None) is None:
+            found.append(InternalResource(CHANGELOG_TOPIC, changelog, operator, base is not None))
     for node in topology.nodes.values():
         if isinstance(node, SourceNode) and node.internal:
             base = generated_base(node.topic, topology)

@@ -4,6 +4,10 @@ Nodes connected by an edge or sharing a state store belong to one sub-topology; 
 topic is the only link between two sub-topologies (its sink ends one, its source starts the
 next). Sub-topologies are numbered in the order their first node was added, and a task id is
 ``"<sub-topology>_<partition>"``, as in Kafka Streams.
+
+A global table (``StreamsBuilder.global_table``) is no node of the graph: its topic is read by
+no sub-topology and its store links none (each sub-topology that joins it keeps a copy of it).
+``global_tables()`` lists them for whoever feeds their copies (dsl/global_table.py).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from streamplatform.dsl.global_table import GlobalTableSpec
 from streamplatform.dsl.graph import Node, ProcessorNode, SinkNode, SourceNode, topic_name
 from streamplatform.state import StoreSpec
 
@@ -54,19 +59,37 @@ class Topology:
         *,
         generated_names: Iterable[str] | None = None,
         store_serdes: Mapping[str, tuple[Any, Any]] | None = None,
+        global_tables: Iterable[GlobalTableSpec] = (),
+        global_nodes: Mapping[str, tuple[str, str]] | None = None,
     ) -> None:
         """``generated_names``: the names the builder generated (``KSTREAM-<KIND>-<index>``),
         which the stores and internal topics named after them inherit (dsl/naming.py); None:
         any name of that form counts as generated. ``store_serdes``: each store's (key serde,
-        value serde), for the layout a job's commits record (runtime/upgrade.py)."""
+        value serde), for the layout a job's commits record (runtime/upgrade.py).
+        ``global_tables``: the global tables, in the order they were added; ``global_nodes``:
+        the names of each one's source and table-source nodes by store, for describe()."""
         self.nodes: dict[str, Node] = dict(nodes)
         self.stores: dict[str, StoreSpec] = dict(stores)
-        self.subtopologies: list[SubTopology] = _cut(self.nodes)
+        self._global_tables = list(global_tables)
+        self._global_nodes = dict(global_nodes or {})
+        global_stores = {table.store_name for table in self._global_tables}
+        self.subtopologies: list[SubTopology] = _cut(self.nodes, global_stores)
         # (Not walked by the job's fingerprint, which covers nodes and stores only.)
         self.generated_names: frozenset[str] | None = (
             None if generated_names is None else frozenset(generated_names)
         )
         self.store_serdes: dict[str, tuple[Any, Any]] = dict(store_serdes or {})
+
+    def global_tables(self) -> list[GlobalTableSpec]:
+        """Each global table: its topic (read whole, from every partition), its store's name
+        (in each task's ``global_stores``: a copy per task whose sub-topology joins it) and
+        its topic's key and value serdes. Feed a copy with
+        ``dsl.global_table.apply_global_records``."""
+        return list(self._global_tables)
+
+    def global_topics(self) -> list[str]:
+        """The topics of the global tables (no sub-topology reads them)."""
+        return [table.topic for table in self._global_tables]
 
     def subtopology_of_topic(self, topic: str, application_id: str) -> SubTopology | None:
         for subtopology in self.subtopologies:
@@ -140,6 +163,18 @@ class Topology:
                 if not isinstance(node, SourceNode):
                     lines.append(f"      <-- {', '.join(node.parents) or 'none'}")
             lines.append("")
+        # Kafka Streams' layout of a global store, numbered after the sub-topologies here.
+        for index, table in enumerate(self._global_tables, start=len(self.subtopologies)):
+            source, processor = self._global_nodes.get(table.store_name, ("?", "?"))
+            lines += [
+                f"   Sub-topology: {index} for global store (will not generate tasks)",
+                f"    Source: {source} (topics: [{table.topic}])",
+                f"      --> {processor}",
+                f"    Processor: {processor} (stores: [{table.store_name}])",
+                "      --> none",
+                f"      <-- {source}",
+                "",
+            ]
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -150,8 +185,9 @@ def _shown(node: SourceNode | SinkNode) -> str:
     return f"<application.id>-{node.topic}" if node.internal else node.topic
 
 
-def _cut(nodes: Mapping[str, Node]) -> list[SubTopology]:
-    """Connected components over edges and shared stores (union-find)."""
+def _cut(nodes: Mapping[str, Node], global_stores: set[str]) -> list[SubTopology]:
+    """Connected components over edges and shared stores (union-find). A global table's store
+    links nothing: each sub-topology that joins it has a copy of its own."""
     leader = {name: name for name in nodes}
 
     def find(name: str) -> str:
@@ -168,6 +204,8 @@ def _cut(nodes: Mapping[str, Node]) -> list[SubTopology]:
         for parent in getattr(node, "parents", ()):
             union(name, parent)
         for store in getattr(node, "stores", ()):
+            if store in global_stores:
+                continue
             if store in store_users:
                 union(name, store_users[store])
             store_users[store] = name

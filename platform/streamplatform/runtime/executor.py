@@ -127,8 +127,12 @@ class TaskBatchRunner:
         capped: frozenset[tuple[str, int]] = frozenset(),
         repartition_bounds: Mapping[str, Mapping[int, int]] | None = None,
         incarnation: str = "",
+        global_ends: Mapping[tuple[str, int], int] | None = None,
     ) -> None:
         self.topology = topology
+        # Where every task's copies of the global tables are caught up to before its records
+        # (global_tables.py): the batch's logged plan.
+        self.global_ends = dict(global_ends or {})
         # The job's incarnation (incarnation.py): a task directory of another one, left from
         # before a reset, is removed before the task opens it.
         self.incarnation = incarnation

@@ -37,6 +37,9 @@ class BatchPlan:
     # Repartitioned records the last committed batch left in its tasks' repartition buffers
     # (its metrics): the tasks holding them run in this batch even without new records.
     repartition_buffered: int = 0
+    # (global table topic, partition) -> the offset every task's copy of that global table
+    # catches up to before the batch's records, as logged (global_tables.py).
+    global_ends: dict[tuple[str, int], int] = field(default_factory=dict)
 
     def capped(self, cap: int) -> frozenset[tuple[str, int]]:
         """The partitions whose range the batch cap cut: each may hold more records than the
@@ -90,6 +93,11 @@ class JobContext:
     @property
     def app(self) -> str:
         return self.config["application.id"]
+
+    @property
+    def global_topics(self) -> list[str]:
+        """The topics of the topology's global tables (read whole by every task)."""
+        return sorted({table.topic for table in self.topology.global_tables()})
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -230,5 +238,6 @@ class JobContext:
             task_cap=cap,
             capped=plan.capped(cap),
             repartition_bounds=repartition_bounds,
+            global_ends=plan.global_ends,
             incarnation=self.incarnation,
         )

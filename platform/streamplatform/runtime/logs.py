@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -45,6 +45,9 @@ COMMITS_SCHEMA = pa.schema([
 ])  # fmt: skip
 
 Ranges = dict[tuple[str, int], tuple[int, int]]  # (topic, partition) -> [start, end)
+# A global table's topic in the offset log: the offset its tasks catch up to before the batch,
+# as a row ``(GLOBAL_PREFIX + topic, partition, end, end)`` (no Kafka topic holds a ":").
+GLOBAL_PREFIX = "global:"
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,8 @@ class PlannedBatch:
     # wall-clock punctuations and context.current_system_time_ms() use it, so that a replay
     # of the batch sees the time its first attempt saw. None: planned before it was logged.
     wall_clock_ms: int | None = None
+    # Each global table partition's offset the batch's tasks catch up to (global_tables.py).
+    global_ends: dict[tuple[str, int], int] = field(default_factory=dict)
 
 
 class OffsetLog:
@@ -71,13 +76,22 @@ class OffsetLog:
         self.path, self.txn_app_id = path, f"{application_id}-offsets"
 
     def append(
-        self, batch_id: int, ranges: Ranges, fingerprint: str, wall_clock_ms: int | None = None
+        self,
+        batch_id: int,
+        ranges: Ranges,
+        fingerprint: str,
+        wall_clock_ms: int | None = None,
+        global_ends: Mapping[tuple[str, int], int] | None = None,
     ) -> bool:
-        """Log the plan of ``batch_id`` with its wall-clock time; False when a plan of it was
-        logged before (then that plan holds, and this one was not written)."""
+        """Log the plan of ``batch_id`` with its wall-clock time and its global tables' ends;
+        False when a plan of it was logged before (then that plan holds, and this one was not
+        written)."""
         rows = [
             (batch_id, t, p, start, end, fingerprint, wall_clock_ms)
             for (t, p), (start, end) in sorted(ranges.items())
+        ] + [
+            (batch_id, GLOBAL_PREFIX + t, p, end, end, fingerprint, wall_clock_ms)
+            for (t, p), end in sorted((global_ends or {}).items())
         ]
         table = pa.Table.from_pylist(
             [dict(zip(OFFSETS_SCHEMA.names, row, strict=True)) for row in rows], OFFSETS_SCHEMA
@@ -91,8 +105,16 @@ class OffsetLog:
         rows = delta_direct.read(self.path, [("batch_id", "=", batch_id)]).to_pylist()
         if not rows:
             return None
-        ranges = {(r["topic"], r["partition"]): (r["start_offset"], r["end_offset"]) for r in rows}
-        return PlannedBatch(ranges, rows[0].get("fingerprint"), rows[0].get("wall_clock_ms"))
+        ranges = {
+            (r["topic"], r["partition"]): (r["start_offset"], r["end_offset"])
+            for r in rows if not r["topic"].startswith(GLOBAL_PREFIX)
+        }  # fmt: skip
+        global_ends = {
+            (r["topic"][len(GLOBAL_PREFIX) :], r["partition"]): r["end_offset"]
+            for r in rows if r["topic"].startswith(GLOBAL_PREFIX)
+        }  # fmt: skip
+        return PlannedBatch(ranges, rows[0].get("fingerprint"), rows[0].get("wall_clock_ms"),
+                            global_ends)  # fmt: skip
 
 
 class CommitLog:

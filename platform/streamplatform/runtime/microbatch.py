@@ -212,6 +212,7 @@ class StreamingJob:
             for t in self.topology.sink_topics(self.app)
             if t not in self.delta_sinks and t not in internal_topics
         ]
+        wanted += [table.topic for table in self.topology.global_tables()]
         dlq = self.config["errors.dead.letter.queue.topic.name"]
         if dlq:
             wanted.append(dlq)
@@ -455,7 +456,9 @@ class StreamingJob:
             ranges = self.planner.plan({} if last is None else last.consumed)
             if not any(end > start for start, end in ranges.values()) and not _buffered(last):
                 return None  # (records waiting in repartition buffers get a batch of their own)
-            if not self.offset_log.append(batch_id, ranges, self.fingerprint, wall_clock_ms):
+            global_ends = self.planner.global_ends()
+            if not self.offset_log.append(batch_id, ranges, self.fingerprint, wall_clock_ms,
+                                          global_ends):  # fmt: skip
                 logged = self.offset_log.planned(batch_id)  # planned meanwhile: that plan holds
                 log.warning("%s batch %d was planned by another driver meanwhile; running "
                             "its plan", self.app, batch_id)  # fmt: skip
@@ -463,7 +466,7 @@ class StreamingJob:
                     self._last = _UNREAD
                     return self._plan_or_replay(self._read_logs())
         if logged is not None:
-            ranges = logged.ranges
+            ranges, global_ends = logged.ranges, logged.global_ends
             if logged.wall_clock_ms is not None:  # else planned before the time was logged
                 wall_clock_ms = logged.wall_clock_ms
         return BatchPlan(
@@ -477,6 +480,7 @@ class StreamingJob:
             repartition_buffered=0
             if last is None
             else int(last.metrics.get("repartition_buffered", 0) or 0),
+            global_ends=global_ends,
         )
 
     def _commit(

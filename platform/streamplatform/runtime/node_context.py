@@ -93,7 +93,7 @@ class NodeContext:
         """The engine's store itself, for the built-in processors (dedup, joins, tables),
         which work on bytes and through the store's writing transaction."""
         self._check_declared(name)
-        return self._task.stores[name]
+        return self._task.engine_store(name)
 
     def _check_declared(self, name: str) -> None:
         if name not in self._node.stores:

@@ -51,25 +51,42 @@ class Planner:
         self.last_partition_lag = lag
         return ranges
 
+    def global_ends(self) -> dict[tuple[str, int], int]:
+        """Where each global table partition ends now (its last stable offset): a batch's
+        tasks catch their global tables up to it, and a replay of the batch to the same."""
+        watermarks = self._watermark_client()
+        from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+        context = self.context
+        return {
+            (topic, p): watermarks.get_watermark_offsets(KafkaTopicPartition(topic, p), 10)[1]
+            for topic in context.global_topics
+            for p in range(context.partitions[topic])
+        }
+
     def end_offsets(self) -> dict[tuple[str, int], tuple[int, int]]:
         """``(low, high)`` watermarks of every source partition."""
         from confluent_kafka import TopicPartition as KafkaTopicPartition
 
+        watermarks = self._watermark_client()
+        context = self.context
+        return {
+            (topic, p): watermarks.get_watermark_offsets(KafkaTopicPartition(topic, p), 10)
+            for topic in context.sources
+            for p in range(context.partitions[topic])
+        }
+
+    def _watermark_client(self) -> Any:
         from streamplatform.kafka.clients import consumer
 
-        context = self.context
         if self._watermarks is None:
             # read_committed: the high watermark is the last stable offset, so a plan never
             # reaches into a transaction that is still open.
             committed_only = {"isolation.level": "read_committed"}
             self._watermarks = consumer(
-                context.kafka, group_id=f"{context.app}-watermarks", **committed_only
+                self.context.kafka, group_id=f"{self.context.app}-watermarks", **committed_only
             )
-        return {
-            (topic, p): self._watermarks.get_watermark_offsets(KafkaTopicPartition(topic, p), 10)
-            for topic in context.sources
-            for p in range(context.partitions[topic])
-        }
+        return self._watermarks
 
     def _first_position(self, tp: tuple[str, int], low: int, high: int) -> int:
         """Where partition ``tp``, never committed by this job, starts: ``auto.offset.reset``

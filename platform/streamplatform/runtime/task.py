@@ -163,12 +163,18 @@ class Task:
         # other readers see).
         isolation = isolation_level or IsolationLevel.READ_COMMITTED
         self.stores: dict[str, Any] = {}
+        # The task's copies of the global tables it joins (global_tables.py): kept apart from
+        # `stores`, which commit with the task and leave as changelog; a global table's topic
+        # is its changelog, and its copy commits the offsets it was caught up to.
+        self.global_stores: dict[str, Any] = {}
         self._facades: dict[str, Any] = {}
         # RocksDB options per store: platform.rocksdb.* settings, then rocksdb.config.setter.
         self._store_options = TaskStoreOptions(config)
         try:
+            global_names = {table.store_name for table in topology.global_tables()}
             for name in subtopology.stores:
-                self.stores[name] = topology.stores[name].open(
+                opened = self.global_stores if name in global_names else self.stores
+                opened[name] = topology.stores[name].open(
                     self.directory,
                     isolation,
                     options=self._store_options.options(name),
@@ -367,11 +373,16 @@ class Task:
         """The processor-facing interface of store ``name`` (one per store and task)."""
         facade = self._facades.get(name)
         if facade is None:
-            facade = facade_for(self.topology.stores[name], self.stores[name])
+            facade = facade_for(self.topology.stores[name], self.engine_store(name))
             if self.config["metrics.recording.level"] != "INFO":
                 facade = timed(facade)  # Kafka Streams' store operation metrics (DEBUG)
             self._facades[name] = facade
         return facade
+
+    def engine_store(self, name: str) -> Any:
+        """Store ``name`` itself (a global table's copy included)."""
+        store = self.stores.get(name)
+        return self.global_stores[name] if store is None else store
 
     def dispatch(self, name: str, record: Record) -> None:
         """Hand ``record`` to node ``name``; its errors go to the matching handler."""
@@ -634,8 +645,9 @@ class Task:
         self._close_stores()
 
     def _close_stores(self) -> None:
-        for store in self.stores.values():
+        for store in [*self.stores.values(), *self.global_stores.values()]:
             store.close()
+        self.global_stores = {}
         self._store_options.close()  # rocksdb.config.setter's close(store_name, options)
         self.stores = {}
         self._facades = {}

@@ -26,7 +26,13 @@ from streamplatform.config import StreamsConfig
 from streamplatform.errors.exceptions import TaskFailedError
 from streamplatform.home import default_state_dir
 from streamplatform.records import ConsumedRecord, ProducerRecord
-from streamplatform.runtime import incarnation, kafka_output, repartition_buffer, task_cache
+from streamplatform.runtime import (
+    global_tables,
+    incarnation,
+    kafka_output,
+    repartition_buffer,
+    task_cache,
+)
 from streamplatform.runtime.changelog import task_offset_rows
 from streamplatform.runtime.faults import crash_point
 from streamplatform.runtime.partition_group import InputQueue, MergeResult, merge
@@ -152,6 +158,9 @@ class TaskRun:
                 ),
             )  # fmt: skip
         self.task_name = str(self.task.task_id)
+        if runner.global_ends and self.task.global_stores:
+            global_tables.catch_up(self.task, runner.global_ends,
+                                   self.config.kafka_settings("consumer"))  # fmt: skip
         self.punctuated = False  # the wall-clock punctuations at the start of the batch
         self.settled = time.monotonic()
         self.half = None if planned is None else planned // 2

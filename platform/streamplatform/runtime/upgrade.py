@@ -82,6 +82,8 @@ def store_layout(topology: Topology, application_id: str) -> dict[str, Any]:
     subtopology = {store: s.id for s in topology.subtopologies for store in s.stores}
     stores = {}
     for name, spec in topology.stores.items():
+        if getattr(spec, "global_topic", None) is not None:
+            continue  # a global table's copy: rebuilt from its topic, nothing to keep
         key_serde, value_serde = topology.store_serdes.get(name, (None, None))
         stores[name] = {
             "kind": spec.kind,

@@ -56,6 +56,11 @@ class KeyValueStoreSpec:
     """How a processor's keys become the store's bytes (``Stores.key_value_store_builder``);
     None: the processor uses bytes."""
     value_serde: Serde | None = None
+    global_topic: str | None = None
+    """The topic of the global table this store holds (``StreamsBuilder.global_table``): the
+    store has no changelog (the topic is its changelog, as in Kafka Streams) and is not
+    committed with its task; each task's copy is fed from the whole topic
+    (dsl/global_table.py). None for any other store."""
 
     def open(
         self,

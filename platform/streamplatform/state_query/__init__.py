@@ -134,6 +134,10 @@ class StateQuery:
         if name not in self.topology.stores:
             raise QueryError(f"no store named {name!r} in the topology; its stores: "
                              f"{', '.join(sorted(self.topology.stores))}")  # fmt: skip
+        global_topic = getattr(self.topology.stores[name], "global_topic", None)
+        if global_topic is not None:
+            raise QueryError(f"{name!r} is a global table's store: it has no changelog, its "
+                             f"topic {global_topic!r} holds the table")  # fmt: skip
         subtopology = next(s for s in self.topology.subtopologies if name in s.stores)
         files = self._files()
         tasks = sorted(
