@@ -81,3 +81,15 @@ def orders_at_their_rate(orders: str, rates: str, sink: str):
         name="priced",
     ).to(sink)
     return b.build()
+
+
+def orders_with_product_names(orders: str, products: str, sink: str):
+    """Each order with its product's name from a global table (no co-partitioning)."""
+    b = StreamsBuilder()
+    catalog = b.global_table(products, Serdes.string(), Serdes.json())
+    b.stream(orders, Serdes.string(), Serdes.json()).join(
+        catalog,
+        lambda key, order: order["product"],
+        lambda order, product: {"order": order["id"], "name": product["name"]},
+    ).to(sink)
+    return b.build()

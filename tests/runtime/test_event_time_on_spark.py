@@ -26,6 +26,7 @@ from .event_time_jobs import (
     clicks_after_impressions,
     cogrouped_balances,
     orders_at_their_rate,
+    orders_with_product_names,
     pages_per_minute,
     views_joined_with_buys,
 )
@@ -357,6 +358,32 @@ def test_a_cogrouped_aggregate_killed_mid_batch_replays_exactly(
     got = {r.key: int.from_bytes(r.value, "big", signed=True)
            for r in read_topic(kafka_settings, topics["out"])}  # fmt: skip
     assert got == last and len(last) == 4
+
+
+@pytest.mark.child_process
+def test_a_global_table_join_killed_mid_batch_replays_exactly(spark, kafka_settings, tmp_path):
+    """Orders on two partitions joined with a products global table of three partitions, a
+    cap of 3 records per task; SIGKILLed in batch 3 in a task and run again (every task's copy
+    of the table caught up again to the batch's logged ends): each order joined once."""
+    topics = _topics(kafka_settings, orders=2, products=3, out=1)
+    records = [(topics["products"], n % 3, f"p{n}", {"name": f"product {n}"}, NOON + n)
+               for n in range(6)]  # fmt: skip
+    records += [(topics["orders"], n % 2, f"c{n % 5}", {"id": n, "product": f"p{n % 7}"},
+                 NOON + 1_000 * n) for n in range(30)]  # fmt: skip
+    _produce(kafka_settings, records)
+    want = _through_the_test_driver(
+        orders_with_product_names(topics["orders"], topics["products"], topics["out"]),
+        records, topics["out"], Serdes.json(),
+    )  # fmt: skip
+    app = f"catalog-kill-{uuid.uuid4().hex[:6]}"
+    config = job_config(kafka_settings, tmp_path, app, topics["orders"],
+                        **{"platform.max.records.per.batch": 3})  # fmt: skip
+    _killed_then_run_again(spark, "orders_with_product_names",
+                           [topics["orders"], topics["products"], topics["out"]], config,
+                           "during_tasks")  # fmt: skip
+    got = sorted(json.loads(r.value)["order"] for r in read_topic(kafka_settings, topics["out"]))
+    assert got == sorted(r.value["order"] for r in want)
+    assert len(got) == 26  # the 4 orders of p6, which is not in the catalog, drop
 
 
 @pytest.mark.slow  # ~40 s for the three caps; make test keeps the suppressions' fast tests
