@@ -39,7 +39,7 @@ from streamplatform.dsl.processor import Processor, ProcessorContext, engine, en
 from streamplatform.dsl.suppress_time_limit import decode_headers, encode_headers
 from streamplatform.records import Record
 from streamplatform.serdes import Serde
-from streamplatform.state import VersionedKeyValueStore
+from streamplatform.state import PUT_RETURN_CODE_NOT_PUT, VersionedKeyValueStore
 
 _BUFFER = b"b"  # b"b" + timestamp + 2**63 (8 bytes) + key bytes + arrival number (4 bytes)
 _BUFFER_END = b"c"
@@ -62,7 +62,10 @@ class GraceBuffer:
 
 
 class TableSource(Processor):
-    """Writes each table record into the table's store (a None value is a tombstone)."""
+    """Writes each table record into the table's store (a None value is a tombstone) and
+    forwards it. A versioned store refuses a record older than its history retention
+    (PUT_RETURN_CODE_NOT_PUT): that record is not forwarded either, as Kafka Streams'
+    KTableSource ("if not put to store, do not forward downstream either")."""
 
     def __init__(self, store_name: str, key_serde: Serde, value_serde: Serde) -> None:
         self.store_name = store_name
@@ -80,10 +83,12 @@ class TableSource(Processor):
             return  # a table ignores records without a key, as in Kafka Streams
         value = self.value_serde.serialize(record.value)
         if self.versioned:
-            self.store.put(key, value, record.timestamp)
+            put = self.store.put(key, value, record.timestamp)
             log_version = getattr(self.context, "log_version", None)
             if log_version is not None:
                 log_version(self.store_name, key, value, record.timestamp)
+            if put == PUT_RETURN_CODE_NOT_PUT:
+                return
         else:
             self.store.transaction.put(key, value)
         self.context.forward(record)  # the table's update, for to_stream() and its operators

@@ -36,7 +36,10 @@ class TableFilter(Processor):
     forwards nothing when both are None (``if (sendOldValues && oldValue == null && newValue
     == null) return;``). Our tables forward new values only, so the filter then keeps the keys
     it has a value for in a store of its own (``settings["store"]``): a key without one there
-    had no (passing) old value."""
+    had no (passing) old value.
+
+    On a versioned table (``versioned``) Kafka Streams' filter forwards every update, old
+    values sent or not (``if (!useVersionedSemantics) {...}``, KIP-914): so does ours."""
 
     def __init__(
         self,
@@ -44,9 +47,11 @@ class TableFilter(Processor):
         negate: bool,
         settings: dict[str, Any] | None = None,
         key_serde: Serde | None = None,
+        versioned: bool = False,
     ) -> None:
         self.predicate = predicate
         self.negate = negate
+        self.versioned = versioned
         # Read when the task is created: the store is added after the filter (_send_old_values).
         self.store_name = None if settings is None else settings["store"]
         self.key_serde = key_serde
@@ -60,7 +65,7 @@ class TableFilter(Processor):
         value = record.value
         if value is not None and bool(self.predicate(record.key, value)) == self.negate:
             value = None
-        if self.store_name is not None and self.key_serde is not None:
+        if self.store_name is not None and self.key_serde is not None and not self.versioned:
             raw_key = self.key_serde.serialize(record.key)
             if raw_key is not None:  # a table has no None key (its source drops them)
                 transaction = self.store.transaction
@@ -93,12 +98,17 @@ def _join_side(
     serdes: dict[bytes, Serde],
     joiner: Callable[[Any, Any, Any], Any],
     filters: tuple[dict[str, Any], ...],
+    versioned: bool,
+    retentions: dict[bytes, int],
 ) -> Callable[[], Processor]:
     """The supplier of one side of a table-table join. Whether its input's filters send old
     values is read when the task is created: operators added after the join may ask for them
-    (KTable._send_old_values)."""
-    return lambda: TableJoinSide(store, kind, side, key_serde, serdes, joiner,
-                                 drops_unchanged=any(f["old_values"] for f in filters))  # fmt: skip
+    (KTable._send_old_values). A filter of a versioned table drops nothing (TableFilter)."""
+    return lambda: TableJoinSide(
+        store, kind, side, key_serde, serdes, joiner,
+        drops_unchanged=not versioned and any(f["old_values"] for f in filters),
+        versioned=versioned, retentions=retentions,
+    )  # fmt: skip
 
 
 class KTable:
@@ -134,10 +144,13 @@ class KTable:
     def _filter(self, predicate: Callable[[Any, Any], bool], negate: bool) -> KTable:
         """The filter's settings: whether it sends old values, and then its store (named
         after its node), both set by _send_old_values when something downstream asks."""
-        builder, key_serde = self._builder, self.key_serde
+        builder, key_serde, versioned = self._builder, self.key_serde, self._versioned()
         node = builder.new_name("KTABLE-FILTER")
         settings: dict[str, Any] = {"old_values": False, "store": None, "node": node}
-        supplier = lambda: TableFilter(predicate, negate, settings, key_serde)  # noqa: E731
+
+        def supplier() -> Processor:
+            return TableFilter(predicate, negate, settings, key_serde, versioned)
+
         return self._then(node, supplier, settings)
 
     def map_values(self, mapper: Callable[[Any], Any], value_serde: Serde | None = None) -> KTable:
@@ -239,8 +252,6 @@ class KTable:
                 "join: joiner must be callable: (left_value, right_value) or "
                 "(key, left_value, right_value) -> value"
             )
-        self._refuse_versioned("join")
-        other._refuse_versioned("join")
         if kind in (LEFT_JOIN, OUTER):
             self._send_old_values()
         if kind == OUTER:
@@ -252,11 +263,16 @@ class KTable:
                                   self.key_serde)  # fmt: skip
         key_serde = self.key_serde
         serdes = {LEFT: self.value_serde, RIGHT: other.value_serde}
+        # A windowed side's store retention: the other side no longer finds its old windows.
+        retentions: dict[bytes, int] = {}
+        for side, table in ((LEFT, self), (RIGHT, other)):
+            retention = table._window_retention()
+            if retention is not None:
+                retentions[side] = retention
         sides = []
         for side, parent, kind_name in ((LEFT, self, "JOINTHIS"), (RIGHT, other, "JOINOTHER")):
-            supplier = _join_side(
-                store, kind, side, key_serde, serdes, key_joiner(joiner), parent._filters
-            )
+            supplier = _join_side(store, kind, side, key_serde, serdes, key_joiner(joiner),
+                                  parent._filters, parent._versioned(), retentions)  # fmt: skip
             node = ProcessorNode(builder.new_name(f"KTABLE-{kind_name}"), supplier, (store,))
             builder.add_node(node, parents=[parent._node])
             sides.append(node.name)
@@ -296,15 +312,39 @@ class KTable:
 
         return KStream(self._builder, self._node, self.key_serde, self.value_serde)
 
+    def _versioned(self) -> bool:
+        """Kafka Streams' "versioned or versioned upstream" (InternalStreamsBuilder): a table
+        read into a versioned store, or derived from one by filter / map_values. A join's
+        result is not (KTableKTableJoinNode has no versioned output; its updates are all
+        latest), nor a suppression's (Kafka Streams refuses to suppress a versioned table)."""
+        if self._upstream:
+            return all(table._versioned() for table in self._upstream)
+        spec = self._builder._stores.get(self.store_name)
+        return self._materialized and getattr(spec, "kind", None) == "versioned"
+
+    def _window_retention(self) -> int | None:
+        """The retention of the window store a table-table join reads this table through: a
+        time or sliding windowed aggregation's (Kafka Streams' default, size + grace; 2 *
+        time difference + grace), also through filter / map_values; None for other tables
+        (session windows and joins of windowed tables are not covered: their lookups are
+        kept forever)."""
+        from streamplatform.dsl.windows import SlidingWindows, TimeWindows
+
+        if isinstance(self._windows, (TimeWindows, SlidingWindows)):
+            return int(self._windows.retention_ms)
+        if len(self._upstream) == 1 and not self._aggregated:
+            return self._upstream[0]._window_retention()
+        return None
+
     def _refuse_versioned(self, operation: str) -> None:
         """A versioned table (or one derived from it) is refused: Kafka Streams drops its
-        out-of-order updates in table-table joins and groupings (KIP-914), and our table
-        source forwards every update without telling whether it is the key's latest."""
+        out-of-order updates in groupings (KIP-914: KTableRepartitionMap), and our grouping
+        does not yet tell them apart."""
         spec = self._builder._stores.get(self.store_name)
         if getattr(spec, "kind", None) == "versioned":
             raise ValueError(
-                f"{operation}: the table is versioned ({self.store_name!r}); table-table "
-                "joins and group_by take tables with a plain key-value store"
+                f"{operation}: the table is versioned ({self.store_name!r}); group_by "
+                "takes tables with a plain key-value store"
             )
 
     def _send_old_values(self) -> None:

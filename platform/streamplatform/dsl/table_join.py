@@ -28,6 +28,30 @@ A filter before a join drops, in Kafka Streams, the updates that leave a key wit
 before and after once something downstream asks for old values (a left or outer join, a
 grouping, KTable._send_old_values); our filter forwards them all, so the join side drops them
 instead (``drops_unchanged``).
+
+**A versioned side (KIP-914).** When a side's table is read from a topic into a versioned store
+(through filters and map_values only), Kafka Streams' join processor for that side drops every
+update that is not the key's latest version (``if (useVersionedSemantics &&
+!record.value().isLatest) return;``): the versioned table source marks an update latest when
+the store's put returned VALID_TO_UNDEFINED, i.e. when its timestamp is at or after the
+timestamp of the key's latest version, a tombstone included. Such an update changes neither
+the join's result nor what the other side sees (the store's latest version stays). Our table
+source forwards no update the store refused (older than its history retention), and the join
+side keeps the timestamp of the side's latest update per key (``b"t"`` + side + key -> 8
+bytes, tombstones included), which gives the store's answer: an accepted update older than it
+is not the latest. Kafka Streams' filter does not drop updates from no value to no value when
+its table is versioned, so neither does the join side then. A join's result is no versioned
+table: its updates are all latest (the others were dropped), so a join of joins drops nothing.
+
+**A windowed side.** A windowed aggregation's table (time or sliding windows, or a filter or
+map_values of one) is read, in Kafka Streams, through its window store, which no longer finds a
+window whose start is a retention behind the largest window start written to it (``get``
+returns null when ``start < observedStreamTime - retentionPeriod + 1``,
+AbstractRocksDBSegmentedBytesStore). So the lookup of such a side treats a window past its
+store's retention as absent: the join side keeps the largest window start of the side's updates
+(``b"w"`` + side -> 8 bytes; with the record cache off the aggregation forwards every window it
+writes), and the other side's update meets no value there. The update itself is never of an
+expired window (the aggregation drops records too late for theirs).
 """
 
 from __future__ import annotations
@@ -42,6 +66,8 @@ from streamplatform.serdes import Serde
 
 _TIMESTAMP = struct.Struct(">q")
 LEFT, RIGHT = b"l", b"r"  # the prefixes of each side's keys in the join's store
+_LATEST = b"t"  # b"t" + side + key: the timestamp of a versioned side's latest update
+_WINDOW_TIME = b"w"  # b"w" + side: the largest window start of a windowed side's updates
 INNER, LEFT_JOIN, OUTER = "inner", "left", "outer"
 
 
@@ -49,7 +75,9 @@ class TableJoinSide(Processor):
     """One side of a table-table join (``side`` LEFT or RIGHT) of kind ``kind`` (INNER,
     LEFT_JOIN, OUTER). ``joiner(left_value, right_value)`` whichever side this is."""
 
-    dropped_records: int = 0  # updates with a None key (a table has none; derived ones might)
+    # Updates with a None key (a table has none; derived ones might), and a versioned side's
+    # updates that are not the key's latest (Kafka Streams counts both as dropped records).
+    dropped_records: int = 0
 
     def __init__(
         self,
@@ -60,8 +88,16 @@ class TableJoinSide(Processor):
         serdes: dict[bytes, Serde],
         joiner: Callable[[Any, Any, Any], Any],  # (key, left, right)
         drops_unchanged: bool = False,
+        versioned: bool = False,
+        retentions: dict[bytes, int] | None = None,
     ) -> None:
         self.store_name = store_name
+        # This side's table is versioned: an update that is not the key's latest is dropped.
+        self.versioned = versioned
+        # The window store retention of each windowed side (by LEFT / RIGHT): its keys end
+        # with the window start (8 bytes, TimeWindowedSerde), found only within the retention.
+        retentions = retentions or {}
+        self.own_retention = retentions.get(side)
         # The input comes through a filter that sends old values (KTable._send_old_values):
         # Kafka Streams' filter forwards no update from no value to no value.
         self.drops_unchanged = drops_unchanged
@@ -71,6 +107,7 @@ class TableJoinSide(Processor):
         self.key_serde = key_serde
         self.own_serde = serdes[side]
         self.other_serde = serdes[self.other]
+        self.other_retention = retentions.get(self.other)
         self.joiner = joiner
 
     def init(self, context: ProcessorContext) -> None:
@@ -85,12 +122,35 @@ class TableJoinSide(Processor):
             return self.joiner(key, own, other)
         return self.joiner(key, other, own)
 
+    def _observe_window(self, transaction: Any, raw_key: bytes) -> None:
+        """This side's store time: the largest window start written (its updates')."""
+        start = _TIMESTAMP.unpack_from(raw_key, len(raw_key) - 8)[0]
+        time_key = _WINDOW_TIME + self.side
+        stored = transaction.get(time_key)
+        if stored is None or start > _TIMESTAMP.unpack(stored)[0]:
+            transaction.put(time_key, _TIMESTAMP.pack(start))
+
+    def _expired(self, raw_key: bytes, retention: int) -> bool:
+        """Whether the other side's window store no longer finds the window of ``raw_key``."""
+        stored = self.store.transaction.get(_WINDOW_TIME + self.other)
+        if stored is None:
+            return False
+        start = _TIMESTAMP.unpack_from(raw_key, len(raw_key) - 8)[0]
+        return start < _TIMESTAMP.unpack(stored)[0] - retention + 1
+
     def process(self, record: Record) -> None:
         raw_key = None if record.key is None else self.key_serde.serialize(record.key)
         if raw_key is None:
             self.dropped_records += 1  # Kafka Streams skips (and counts) a null key
             return
         transaction = self.store.transaction
+        if self.versioned:
+            latest_key = _LATEST + self.side + raw_key
+            latest = transaction.get(latest_key)
+            if latest is not None and record.timestamp < _TIMESTAMP.unpack(latest)[0]:
+                self.dropped_records += 1  # out of order: not the key's latest version
+                return
+            transaction.put(latest_key, _TIMESTAMP.pack(record.timestamp))
         own_key = self.side + raw_key
         new = record.value
         had_value = transaction.get(own_key) is not None  # this side's previous value
@@ -99,7 +159,12 @@ class TableJoinSide(Processor):
         else:
             data = self.own_serde.serialize(new) or b""
             transaction.put(own_key, _TIMESTAMP.pack(record.timestamp) + data)
+        if self.own_retention is not None:
+            self._observe_window(transaction, raw_key)
         raw_other = transaction.get(self.other + raw_key)
+        retention = self.other_retention
+        if raw_other is not None and retention is not None and self._expired(raw_key, retention):
+            raw_other = None  # past the other side's store retention: not found
         if raw_other is None:
             other = None
             timestamp = record.timestamp
