@@ -147,8 +147,7 @@ class StreamTableJoin(Processor):
 
     def task_metrics(self) -> dict[str, int]:
         found = {f"join_{name}": value for name, value in self.metrics().items()}
-        if self.grace is not None:
-            found["dropped_records"] = self.dropped_records
+        found["dropped_records"] = self.dropped_records
         return found
 
     def _table_value(self, key: Any, timestamp: int) -> Any:
@@ -179,13 +178,13 @@ class StreamTableJoin(Processor):
 
     def process(self, record: Record) -> None:
         grace = self.grace
-        if grace is None:
-            self._join(record)
-            return
         key, value, timestamp = record[0], record[1], record[2]
         if value is None or (key is None and not self.left):
             self.dropped_records += 1  # Kafka Streams' "Skipping record due to null join key
-            return  # or value"
+            return  # or value" (a left join joins a None key)
+        if grace is None:
+            self._join(record)
+            return
         raw_key = None if key is None else grace.key_serde.serialize(key)
         stream_time = self.stream_time
         if raw_key is None or timestamp < stream_time.time - grace.grace_ms:
