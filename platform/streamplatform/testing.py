@@ -45,11 +45,11 @@ from types import TracebackType
 from typing import Any, NamedTuple
 
 from streamplatform.config import StreamsConfig
-from streamplatform.dsl.global_table import apply_global_records
 from streamplatform.dsl.naming import check_explicit_naming
 from streamplatform.dsl.topology import Topology
 from streamplatform.errors.exceptions import StreamsError
 from streamplatform.records import ConsumedRecord, Headers, ProducerRecord, TopicPartition
+from streamplatform.runtime.global_tables import apply_global_records
 from streamplatform.runtime.task import Task, add_metrics
 from streamplatform.serdes import Serde, configure_serde, deserializer_for, serializer_for
 from streamplatform.state.stores import duration_ms
@@ -277,7 +277,7 @@ class TopologyTestDriver:
                 position = store.committed_offset(tp) or 0
                 missing = [r for r in records if r.offset >= position]
                 if missing:
-                    apply_global_records(store, table, missing)
+                    apply_global_records(store, missing)
                     store.commit({tp: missing[-1].offset + 1})
 
     def _apply_global(self, record: ConsumedRecord) -> None:
@@ -291,7 +291,7 @@ class TopologyTestDriver:
             for task in self._tasks.values():
                 store = task.global_stores.get(table.store_name)
                 if store is not None:
-                    apply_global_records(store, table, (record,))
+                    apply_global_records(store, (record,))
                     store.commit({tp: record.offset + 1})
 
     def _pipe_raw(

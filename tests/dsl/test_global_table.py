@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 
 from streamplatform import GlobalKTable, StreamsBuilder, TopologyTestDriver
-from streamplatform.dsl.global_table import GlobalTableSpec, apply_global_records
+from streamplatform.dsl.global_table import GlobalTableSpec
 from streamplatform.dsl.naming import CHANGELOG_TOPIC, internal_resources
 from streamplatform.records import ConsumedRecord, TopicPartition
+from streamplatform.runtime.global_tables import apply_global_records
 from streamplatform.serdes import Serdes
 from streamplatform.state import Stores
 
@@ -71,7 +72,6 @@ def test_no_repartition_after_a_key_change_and_no_link_between_sub_topologies():
 
 
 def test_apply_global_records_puts_deletes_and_skips_null_keys(tmp_path):
-    table = GlobalTableSpec("t", "t-STATE-STORE", Serdes.bytes(), Serdes.bytes())
     with Stores.persistent_key_value_store("t-STATE-STORE").open(tmp_path) as store:
         records = [
             ConsumedRecord("t", 0, 0, 1, b"a", b"1"),
@@ -79,7 +79,7 @@ def test_apply_global_records_puts_deletes_and_skips_null_keys(tmp_path):
             ("t", 0, 2, 3, b"b", b"2", []),  # a plain tuple in ConsumedRecord's layout
             ConsumedRecord("t", 0, 3, 4, b"a", None),  # a tombstone
         ]
-        assert apply_global_records(store, table, records) == 3
+        assert apply_global_records(store, records) == 3
         assert store.get(b"b") is None  # staged: the caller commits
         store.commit({TopicPartition("t", 0): 4})
         assert list(store.range()) == [(b"b", b"2")]

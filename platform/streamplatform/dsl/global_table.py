@@ -34,8 +34,8 @@ join); here it is called once, which is the same for a selector without side eff
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 from streamplatform.dsl.printing import takes_key
 from streamplatform.dsl.processor import Processor, ProcessorContext, engine_store
@@ -45,7 +45,10 @@ from streamplatform.serdes import Serde
 if TYPE_CHECKING:
     from streamplatform.dsl.builder import StreamsBuilder
 
-__all__ = ["GlobalKTable", "GlobalTableSpec", "apply_global_records"]
+__all__ = ["GlobalKTable", "GlobalTableSpec"]
+
+K = TypeVar("K")  # the table's key and value types, for type checkers and editors only
+V = TypeVar("V")
 
 
 class GlobalTableSpec(NamedTuple):
@@ -58,9 +61,10 @@ class GlobalTableSpec(NamedTuple):
     value_serde: Serde
 
 
-class GlobalKTable:
+class GlobalKTable(Generic[K, V]):
     """Kafka Streams' ``GlobalKTable``: only joined (``KStream.join`` / ``left_join`` with a
-    key selector); it has no operators of its own."""
+    key selector); it has no operators of its own. ``GlobalKTable[K, V]``: generic in its key
+    and value types, for type checkers and editors."""
 
     def __init__(self, builder: StreamsBuilder, spec: GlobalTableSpec) -> None:
         self._builder = builder
@@ -85,29 +89,6 @@ class GlobalKTable:
     def queryable_store_name(self) -> str:
         """Kafka Streams' ``queryableStoreName()``: a global table is always materialized."""
         return self.spec.store_name
-
-
-def apply_global_records(store: Any, table: GlobalTableSpec, records: Iterable[Any]) -> int:
-    """Write ``records`` (ConsumedRecord, or plain tuples in its layout: topic, partition,
-    offset, timestamp, key bytes, value bytes, headers) of ``table``'s topic into ``store``, a
-    task's copy of the table (``Task.global_stores[table.store_name]``): the raw bytes, a None
-    value deleting the key, a None key skipped. The writes are staged in the store's writing
-    transaction: the caller commits the store, with the offsets it reached
-    (``store.commit({TopicPartition(topic, partition): next_offset})``); a global store is
-    not committed with its task. Returns how many records were applied."""
-    del table  # every global store holds raw bytes; kept for a layout that would need it
-    transaction = store.transaction
-    applied = 0
-    for record in records:
-        key, value = record[4], record[5]
-        if key is None:
-            continue  # a table has no None key: Kafka Streams' table source skips the record
-        if value is None:
-            transaction.delete(key)
-        else:
-            transaction.put(key, value)
-        applied += 1
-    return applied
 
 
 def global_joiner(joiner: Callable[..., Any]) -> Callable[[Any, Any, Any, Any], Any]:

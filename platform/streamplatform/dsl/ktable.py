@@ -8,7 +8,7 @@ write to a topic (updates and tombstones, as Kafka Streams writes a table).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from streamplatform.dsl.graph import ProcessorNode
 from streamplatform.dsl.printing import key_joiner
@@ -23,8 +23,17 @@ if TYPE_CHECKING:
     from streamplatform.dsl.grouped_table import KGroupedTable
     from streamplatform.dsl.kstream import KStream
     from streamplatform.dsl.suppress import Suppressed
+    from streamplatform.state.stores import KeyValueStoreSpec
 
 _HAS_VALUE = b"\x01"  # a filter's store: the key has a value in the filtered table
+
+# The table's key and value types (for type checkers and editors only), and those an operator
+# makes: KR, VR its new key and value, VO the other table's value.
+K = TypeVar("K")
+V = TypeVar("V")
+KR = TypeVar("KR")
+VR = TypeVar("VR")
+VO = TypeVar("VO")
 
 
 class TableFilter(Processor):
@@ -111,12 +120,19 @@ def _join_side(
     )  # fmt: skip
 
 
-class KTable:
+class KTable(Generic[K, V]):
     """A table: its updates come from node ``node``; ``store`` holds its current values
-    (the table's own store for a table topic or an aggregation)."""
+    (the table's own store for a table topic or an aggregation). ``KTable[K, V]``: generic in
+    its key and value types, for type checkers and editors (``count()`` gives a
+    ``KTable[K, int]``)."""
 
     def __init__(
-        self, builder: StreamsBuilder, node: str, store: str, key_serde: Serde, value_serde: Serde
+        self,
+        builder: StreamsBuilder,
+        node: str,
+        store: str,
+        key_serde: Serde[K],
+        value_serde: Serde[V],
     ) -> None:
         self._builder = builder
         self._node = node
@@ -131,14 +147,15 @@ class KTable:
         self._upstream: tuple[KTable, ...] = ()
         self._filters: tuple[dict[str, Any], ...] = ()
         self.store_name = store
-        self.key_serde = key_serde
-        self.value_serde = value_serde
+        # Not Serde[K]: operators change them in place (map_values).
+        self.key_serde: Serde = key_serde
+        self.value_serde: Serde = value_serde
 
-    def filter(self, predicate: Callable[[Any, Any], bool]) -> KTable:
+    def filter(self, predicate: Callable[[K, V], bool]) -> KTable[K, V]:
         """Keys whose value passes ``predicate(key, value)``; the others become tombstones."""
         return self._filter(predicate, negate=False)
 
-    def filter_not(self, predicate: Callable[[Any, Any], bool]) -> KTable:
+    def filter_not(self, predicate: Callable[[K, V], bool]) -> KTable[K, V]:
         return self._filter(predicate, negate=True)
 
     def _filter(self, predicate: Callable[[Any, Any], bool], negate: bool) -> KTable:
@@ -153,14 +170,16 @@ class KTable:
 
         return self._then(node, supplier, settings)
 
-    def map_values(self, mapper: Callable[[Any], Any], value_serde: Serde | None = None) -> KTable:
+    def map_values(
+        self, mapper: Callable[[V], VR], value_serde: Serde | None = None
+    ) -> KTable[K, VR]:
         """``mapper(value)`` for each update; ``value_serde`` writes the new values (the
         table's when not given)."""
         table = self._then("KTABLE-MAPVALUES", lambda: TableMapValues(mapper))
         table.value_serde = value_serde or self.value_serde
         return table
 
-    def suppress(self, suppressed: Suppressed) -> KTable:
+    def suppress(self, suppressed: Suppressed) -> KTable[K, V]:
         """``Suppressed.until_window_closes()``: each window's final result only, forwarded
         once the window closes (a windowed aggregation's table only).
         ``Suppressed.until_time_limit(wait, buffer_config)``: each key's latest update,
@@ -196,37 +215,84 @@ class KTable:
         table._materialized = False
         return table
 
+    @overload
     def join(
         self,
-        other: KTable,
-        joiner: Callable[..., Any],
+        other: KTable[K, VO],
+        joiner: Callable[..., VR],
         value_serde: Serde | None = None,
         name: str | None = None,
-    ) -> KTable:
-        """Inner join with ``other`` on the key: ``joiner(value, other_value)`` for every key
-        both tables have (table_join.py). ``value_serde`` writes the results (this table's
-        when not given). Both tables must be co-partitioned (the same key, the same partition
-        count); any table of the same builder can be joined, derived ones too."""
+    ) -> KTable[K, VR]: ...
+
+    @overload
+    def join(
+        self,
+        other: KTable[Any, VO],
+        foreign_key_extractor: Callable[..., Any],
+        joiner: Callable[..., VR],
+        value_serde: Serde | None = None,
+        name: str | None = None,
+        store: KeyValueStoreSpec | None = None,
+    ) -> KTable[K, VR]: ...
+
+    def join(self, other: KTable[Any, Any], *args: Any, **kwargs: Any) -> KTable[Any, Any]:
+        """Inner join with ``other`` on the key, ``join(other, joiner)``: ``joiner(value,
+        other_value)`` for every key both tables have (table_join.py). ``value_serde`` writes
+        the results (this table's when not given). Both tables must be co-partitioned (the
+        same key, the same partition count); any table of the same builder can be joined,
+        derived ones too.
+
+        On a foreign key (Kafka Streams' KIP-213), ``join(other, foreign_key_extractor,
+        joiner)``: ``foreign_key_extractor(value)`` (or ``(key, value)``) is the key of
+        ``other`` each value of this table joins, ``joiner(value, other_value)`` the result,
+        keyed by this table's key, for every key whose foreign key ``other`` has; the tables
+        need not be co-partitioned (fk_join.py). ``store=`` keeps the results in that
+        key-value store; ``name`` names its internal topics and stores."""
+        from streamplatform.dsl.fk_join import foreign_key_join, join_arguments
+
+        fk, joiner, value_serde, name, store = join_arguments("join", args, kwargs)
+        if fk is not None:
+            return foreign_key_join(self, other, fk, joiner, False, value_serde, name, store)
         return self._join(other, joiner, INNER, value_serde, name)
 
+    @overload
     def left_join(
         self,
-        other: KTable,
-        joiner: Callable[..., Any],
+        other: KTable[K, VO],
+        joiner: Callable[..., VR],
         value_serde: Serde | None = None,
         name: str | None = None,
-    ) -> KTable:
+    ) -> KTable[K, VR]: ...
+
+    @overload
+    def left_join(
+        self,
+        other: KTable[Any, VO],
+        foreign_key_extractor: Callable[..., Any],
+        joiner: Callable[..., VR],
+        value_serde: Serde | None = None,
+        name: str | None = None,
+        store: KeyValueStoreSpec | None = None,
+    ) -> KTable[K, VR]: ...
+
+    def left_join(self, other: KTable[Any, Any], *args: Any, **kwargs: Any) -> KTable[Any, Any]:
         """Like ``join``, for every key this table has: ``other_value`` None when ``other``
-        has none."""
+        has none (``left_join(other, joiner)``: on the key; ``left_join(other,
+        foreign_key_extractor, joiner)``: on a foreign key, also for a None foreign key)."""
+        from streamplatform.dsl.fk_join import foreign_key_join, join_arguments
+
+        fk, joiner, value_serde, name, store = join_arguments("left_join", args, kwargs)
+        if fk is not None:
+            return foreign_key_join(self, other, fk, joiner, True, value_serde, name, store)
         return self._join(other, joiner, LEFT_JOIN, value_serde, name)
 
     def outer_join(
         self,
-        other: KTable,
-        joiner: Callable[..., Any],
+        other: KTable[K, VO],
+        joiner: Callable[..., VR],
         value_serde: Serde | None = None,
         name: str | None = None,
-    ) -> KTable:
+    ) -> KTable[K, VR]:
         """Like ``join``, for every key either table has (None for the side that has none)."""
         return self._join(other, joiner, OUTER, value_serde, name)
 
@@ -285,11 +351,11 @@ class KTable:
 
     def group_by(
         self,
-        selector: Callable[[Any, Any], tuple[Any, Any]],
+        selector: Callable[[K, V], tuple[KR, VR]],
         key_serde: Serde | None = None,
         value_serde: Serde | None = None,
         name: str | None = None,
-    ) -> KGroupedTable:
+    ) -> KGroupedTable[KR, VR]:
         """Group by ``selector(key, value) -> (new_key, new_value)``, for ``count``,
         ``reduce(adder, subtractor)`` or ``aggregate(initializer, adder, subtractor)``: each
         update of this table subtracts the key's previous pair from its group and adds the new
@@ -306,7 +372,7 @@ class KTable:
         return KGroupedTable(self, selector, key_serde or self.key_serde,
                              value_serde or self.value_serde, name)  # fmt: skip
 
-    def to_stream(self) -> KStream:
+    def to_stream(self) -> KStream[K, V]:
         """The table's updates as a stream (tombstones included)."""
         from streamplatform.dsl.kstream import KStream
 

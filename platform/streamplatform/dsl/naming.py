@@ -49,6 +49,7 @@ _HOW_TO_NAME = {
     "REPARTITION": "repartition(name=...)",
     "JOIN": "join(table, joiner, name=...) / left_join(table, joiner, name=...)",
     "KTABLE-MERGE": "KTable.join(other, joiner, name=...) (left_join, outer_join)",
+    "KTABLE-FK-JOIN": "KTable.join(other, foreign_key_extractor, joiner, name=...) (left_join)",
     "KTABLE-SUPPRESS": "suppress(Suppressed.until_window_closes().with_name(...))",
 }
 _STREAM_JOIN = "join(stream, joiner, windows, name=...) (left_join, outer_join)"

@@ -84,7 +84,7 @@ class Topology:
         """Each global table: its topic (read whole, from every partition), its store's name
         (in each task's ``global_stores``: a copy per task whose sub-topology joins it) and
         its topic's key and value serdes. Feed a copy with
-        ``dsl.global_table.apply_global_records``."""
+        ``runtime.global_tables.apply_global_records``."""
         return list(self._global_tables)
 
     def global_topics(self) -> list[str]:

@@ -22,7 +22,7 @@ table's records from where its copy stands up to the offsets the batch's plan lo
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from streamplatform.records import TopicPartition
@@ -35,7 +35,6 @@ def catch_up(
 ) -> int:
     """Apply each global table's records to ``task``'s copy up to ``ends`` (a plan's
     ``global_ends``); returns how many records it applied."""
-    from streamplatform.dsl.global_table import apply_global_records
     from streamplatform.runtime.kafka_input import read_range
 
     applied = 0
@@ -53,10 +52,32 @@ def catch_up(
             if position >= end:
                 continue
             for chunk in read_range(consumer_settings, topic, partition, position, end):
-                applied += apply_global_records(store, table, chunk)
+                applied += apply_global_records(store, chunk)
             store.commit({tp: end})
     if applied:
         log.debug("task %s: %d global table records applied", task.task_id, applied)
+    return applied
+
+
+def apply_global_records(store: Any, records: Iterable[Any]) -> int:
+    """Write ``records`` (ConsumedRecord, or plain tuples in its layout: topic, partition,
+    offset, timestamp, key bytes, value bytes, headers) of a global table's topic into
+    ``store``, a task's copy of the table: the raw bytes, a None value deleting the key, a
+    None key skipped (Kafka Streams' table source skips it). The writes are staged in the
+    store's writing transaction: the caller commits the store with the offsets it reached
+    (``store.commit({TopicPartition(topic, partition): next_offset})``), not with its task.
+    Returns how many records were applied."""
+    transaction = store.transaction
+    applied = 0
+    for record in records:
+        key, value = record[4], record[5]
+        if key is None:
+            continue
+        if value is None:
+            transaction.delete(key)
+        else:
+            transaction.put(key, value)
+        applied += 1
     return applied
 
 

@@ -614,7 +614,10 @@ def _internal_partitions(
         if unknown:
             raise NotImplementedError(
                 f"{app}: sub-topology {subtopology.id} reads {unknown}, written by a later "
-                "sub-topology; the Spark runtime runs sub-topologies in order."
+                "sub-topology: a cycle between sub-topologies, as a foreign-key table join "
+                "(KTable.join(other, foreign_key_extractor, joiner)) makes. The Spark runtime "
+                "runs sub-topologies in order and does not run such a topology yet: run it "
+                "with the TopologyTestDriver, or re-key the table and join on its key."
             )
         width = max(known[t] for t in topics)
         for name in subtopology.nodes:
