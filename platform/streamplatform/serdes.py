@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 import orjson
 
@@ -33,6 +33,9 @@ if TYPE_CHECKING:
     from streamplatform.registry.serdes import RegistrySerde
 
 __all__ = ["Serde", "SerdeContext", "SerializationError", "Serdes"]
+
+# Contravariant: a serde of ``T`` serializes any ``T``; what ``deserialize`` returns stays Any.
+T_contra = TypeVar("T_contra", contravariant=True)
 
 
 class SerializationError(StreamPlatformError):
@@ -44,12 +47,16 @@ class SerializationError(StreamPlatformError):
 
 
 @runtime_checkable
-class Serde(Protocol):
-    """Turns values into bytes and back; both directions map None to None."""
+class Serde(Protocol[T_contra]):
+    """Turns values into bytes and back; both directions map None to None.
+
+    Generic in the type of the values it serializes, for type checkers only: ``Serdes.string()``
+    is a ``Serde[str]``, so ``builder.stream(topic, Serdes.string(), Serdes.json())`` is a
+    ``KStream[str, Any]``. A bare ``Serde`` is a ``Serde[Any]``."""
 
     name: str
 
-    def serialize(self, value: Any) -> bytes | None: ...
+    def serialize(self, value: T_contra) -> bytes | None: ...
 
     def deserialize(self, data: bytes | None) -> Any: ...
 
@@ -253,19 +260,19 @@ class Serdes:
     _json = _JsonSerde()
 
     @staticmethod
-    def string() -> Serde:
+    def string() -> Serde[str]:
         return Serdes._string
 
     @staticmethod
-    def bytes() -> Serde:
+    def bytes() -> Serde[bytes]:
         return Serdes._bytes
 
     @staticmethod
-    def long() -> Serde:
+    def long() -> Serde[int]:
         return Serdes._long
 
     @staticmethod
-    def json() -> Serde:
+    def json() -> Serde[Any]:
         return Serdes._json
 
     # Schema Registry serdes (Confluent's wire format, on confluent_kafka.schema_registry):

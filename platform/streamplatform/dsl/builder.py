@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from streamplatform.dsl.global_table import GlobalKTable, GlobalTableSpec
 from streamplatform.dsl.graph import Node, ProcessorNode, SinkNode, SourceNode, as_extractor
@@ -30,6 +31,14 @@ from streamplatform.dsl.topology import Topology
 from streamplatform.records import ConsumedRecord
 from streamplatform.serdes import Serde, Serdes
 from streamplatform.state import Stores, StoreSpec
+
+if TYPE_CHECKING:
+    # For type checkers and editors only: a source's key and value types, from its serdes
+    # (``Serdes.string()`` is a ``Serde[str]``); Any for a serde not given (PEP 696 defaults).
+    from typing_extensions import TypeVar
+
+    K = TypeVar("K", default=Any)
+    V = TypeVar("V", default=Any)
 
 
 class StreamsBuilder:
@@ -103,60 +112,66 @@ class StreamsBuilder:
     def stream(
         self,
         topic: str,
-        key_serde: Serde | None = None,
-        value_serde: Serde | None = None,
+        key_serde: Serde[K] | None = None,
+        value_serde: Serde[V] | None = None,
         timestamp_extractor: Callable[[ConsumedRecord, int], int] | None = None,
-    ) -> KStream:
+    ) -> KStream[K, V]:
         """Records of ``topic``; serdes default to bytes. ``timestamp_extractor(record,
         partition_time)`` gives a record's event time (Kafka Streams' TimestampExtractor; the
         record's key and value deserialized); by default its Kafka timestamp."""
-        key_serde, value_serde = key_serde or Serdes.bytes(), value_serde or Serdes.bytes()
-        source = SourceNode(self.new_name("SOURCE"), topic, key_serde, value_serde,
+        # Serde[Any] here: the serdes' types are the caller's K and V.
+        keys: Serde = key_serde or Serdes.bytes()
+        values: Serde = value_serde or Serdes.bytes()
+        source = SourceNode(self.new_name("SOURCE"), topic, keys, values,
                             timestamp_extractor=as_extractor(timestamp_extractor))  # fmt: skip
         self.add_node(source, parents=[])
-        return KStream(self, source.name, key_serde, value_serde)
+        return KStream(self, source.name, keys, values)
 
     def table(
         self,
         topic: str,
-        key_serde: Serde | None = None,
-        value_serde: Serde | None = None,
+        key_serde: Serde[K] | None = None,
+        value_serde: Serde[V] | None = None,
         store: StoreSpec | None = None,
         timestamp_extractor: Callable[[ConsumedRecord, int], int] | None = None,
-    ) -> KTable:
+    ) -> KTable[K, V]:
         """``topic`` as a table, kept in ``store`` (a plain key-value store when not given;
         ``Stores.persistent_versioned_key_value_store`` makes joins temporal);
         ``timestamp_extractor`` as for ``stream``."""
-        key_serde, value_serde = key_serde or Serdes.bytes(), value_serde or Serdes.bytes()
-        source = SourceNode(self.new_name("SOURCE"), topic, key_serde, value_serde,
+        # Serde[Any] here: the serdes' types are the caller's K and V.
+        keys: Serde = key_serde or Serdes.bytes()
+        values: Serde = value_serde or Serdes.bytes()
+        source = SourceNode(self.new_name("SOURCE"), topic, keys, values,
                             timestamp_extractor=as_extractor(timestamp_extractor))  # fmt: skip
         self.add_node(source, parents=[])
         # The default store's name comes from the topic, not from a position in the
         # topology: it does not change when operators are added (dsl/naming.py).
         spec = store or Stores.persistent_key_value_store(f"{topic}-STATE-STORE")
-        store_name = self.add_store(spec, key_serde, value_serde)
+        store_name = self.add_store(spec, keys, values)
         node = ProcessorNode(
             self.new_name("TABLE-SOURCE"),
-            lambda: TableSource(store_name, key_serde, value_serde),
+            lambda: TableSource(store_name, keys, values),
             (store_name,),
         )
         self.add_node(node, parents=[source.name])
-        return KTable(self, node.name, store_name, key_serde, value_serde)
+        return KTable(self, node.name, store_name, keys, values)
 
     def global_table(
         self,
         topic: str,
-        key_serde: Serde | None = None,
-        value_serde: Serde | None = None,
+        key_serde: Serde[K] | None = None,
+        value_serde: Serde[V] | None = None,
         name: str | None = None,
-    ) -> GlobalKTable:
+    ) -> GlobalKTable[K, V]:
         """``topic``, every partition of it, as a table each task that joins it holds whole
         (Kafka Streams' ``globalTable``): ``KStream.join(global_table, key_selector, joiner)``
         joins on a key derived from each record, with no repartition. Its store is a plain
         key-value store named ``name``, or ``<topic>-STATE-STORE`` (named after its topic, as
         ``table``'s: it keeps its name whatever is added around it), with no changelog (the
         topic is its changelog). Serdes default to bytes. See dsl/global_table.py."""
-        key_serde, value_serde = key_serde or Serdes.bytes(), value_serde or Serdes.bytes()
+        # Serde[Any] here: the serdes' types are the caller's K and V.
+        keys: Serde = key_serde or Serdes.bytes()
+        values: Serde = value_serde or Serdes.bytes()
         if topic in self._topics:
             raise ValueError(
                 f"Topic {topic!r} is already read by {self._topics[topic]}; "
@@ -168,10 +183,10 @@ class StreamsBuilder:
         self._topics[topic] = source_name
         spec = Stores.persistent_key_value_store(name or f"{topic}-STATE-STORE")
         # Typed for get_state_store; marked global: no changelog, not committed with a task.
-        spec = dataclasses.replace(spec, key_serde=key_serde, value_serde=value_serde,
+        spec = dataclasses.replace(spec, key_serde=keys, value_serde=values,
                                    global_topic=topic)  # fmt: skip
-        store_name = self.add_store(spec, key_serde, value_serde)
-        table = GlobalTableSpec(topic, store_name, key_serde, value_serde)
+        store_name = self.add_store(spec, keys, values)
+        table = GlobalTableSpec(topic, store_name, keys, values)
         self._global_tables.append(table)
         self._global_nodes[store_name] = (source_name, processor_name)
         return GlobalKTable(self, table)

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from streamplatform.dsl.processor import Processor
-from streamplatform.dsl.windows import SessionWindows, SlidingWindows, TimeWindows
+from streamplatform.dsl.windows import SessionWindows, SlidingWindows, TimeWindows, Windowed
 from streamplatform.records import Record
 from streamplatform.serdes import Serde
 
@@ -37,6 +37,12 @@ if TYPE_CHECKING:
 Aggregator = Callable[[Any, Any, Any], Any]
 
 __all__ = ["CogroupedKStream"]
+
+# For type checkers and editors only: the key type, the aggregate's type (what the aggregators
+# return) and a further grouped stream's value type.
+K = TypeVar("K")
+VA = TypeVar("VA")
+VO = TypeVar("VO")
 
 
 class _Tag(Processor):
@@ -65,14 +71,18 @@ class _Dispatch:
         return self.aggregators[position](key, value, aggregate)
 
 
-class CogroupedKStream:
+class CogroupedKStream(Generic[K, VA]):
     """Grouped streams and their aggregators, aggregated together (Kafka Streams'
-    ``CogroupedKStream``): ``cogroup`` adds one, ``aggregate`` or ``windowed_by`` ends it."""
+    ``CogroupedKStream``): ``cogroup`` adds one, ``aggregate`` or ``windowed_by`` ends it.
+    ``CogroupedKStream[K, VA]``: generic in the key and the aggregate's types, for type
+    checkers and editors."""
 
     def __init__(self, parts: Sequence[tuple[KStream, Aggregator]]) -> None:
         self._parts = list(parts)
 
-    def cogroup(self, grouped: KGroupedStream, aggregator: Aggregator) -> CogroupedKStream:
+    def cogroup(
+        self, grouped: KGroupedStream[K, VO], aggregator: Callable[[K, VO, VA], VA]
+    ) -> CogroupedKStream[K, VA]:
         stream = grouped._stream
         if stream._builder is not self._parts[0][0]._builder:
             raise ValueError("cogroup: the grouped stream belongs to another StreamsBuilder")
@@ -81,7 +91,7 @@ class CogroupedKStream:
     def aggregate(
         self, initializer: Callable[[], Any], value_serde: Serde | None = None,
         name: str | None = None,
-    ) -> KTable:  # fmt: skip
+    ) -> KTable[K, VA]:  # fmt: skip
         """The aggregate of every key over all time, from ``initializer()``; ``value_serde``
         writes it (JSON when not given); ``name`` names it and its store
         (``<name>-STATE-STORE``)."""
@@ -94,7 +104,7 @@ class CogroupedKStream:
 
     def windowed_by(
         self, windows: TimeWindows | SlidingWindows | SessionWindows
-    ) -> CogroupedWindowedKStream:
+    ) -> CogroupedWindowedKStream[K, VA]:
         """Aggregate per time or sliding window, or per session."""
         if not isinstance(windows, TimeWindows | SlidingWindows | SessionWindows):
             raise TypeError("windowed_by takes TimeWindows, SlidingWindows or SessionWindows, "
@@ -115,19 +125,19 @@ class CogroupedKStream:
         return merged
 
 
-class CogroupedWindowedKStream:
+class CogroupedWindowedKStream(Generic[K, VA]):
     """A cogrouped stream aggregated per window or session (Kafka Streams'
     ``TimeWindowedCogroupedKStream`` and ``SessionWindowedCogroupedKStream``)."""
 
-    def __init__(self, cogrouped: CogroupedKStream,
+    def __init__(self, cogrouped: CogroupedKStream[K, VA],
                  windows: TimeWindows | SlidingWindows | SessionWindows) -> None:  # fmt: skip
         self._cogrouped = cogrouped
         self._windows = windows
 
     def aggregate(
-        self, initializer: Callable[[], Any], merger: Aggregator | None = None,
+        self, initializer: Callable[[], Any], merger: Callable[[K, VA, VA], VA] | None = None,
         value_serde: Serde | None = None, name: str | None = None,
-    ) -> KTable:  # fmt: skip
+    ) -> KTable[Windowed[K], VA]:  # fmt: skip
         """Per window from ``initializer()``; sessions also need ``merger(key, agg1, agg2)``
         for two sessions a record bridges."""
         from streamplatform.dsl.grouped import SessionWindowedKStream, TimeWindowedKStream

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from streamplatform.dsl.aggregate import StreamAggregate, count_one, zero
 from streamplatform.dsl.ktable import KTable
@@ -27,6 +27,7 @@ from streamplatform.dsl.windows import (
     SlidingWindows,
     TimeWindowedSerde,
     TimeWindows,
+    Windowed,
 )
 from streamplatform.serdes import Serde, Serdes
 from streamplatform.state import Stores
@@ -35,19 +36,27 @@ if TYPE_CHECKING:
     from streamplatform.dsl.cogroup import CogroupedKStream
     from streamplatform.dsl.kstream import KStream
 
+# For type checkers and editors only: the grouped stream's key and value types, the results'
+# key type (the key, or ``Windowed[key]`` per window) and an aggregate's type (what the
+# aggregator returns: ``initializer`` is Any, so ``aggregate(dict, ...)`` is no type error).
+K = TypeVar("K")
+V = TypeVar("V")
+KT = TypeVar("KT")
+VA = TypeVar("VA")
 
-class _Aggregations:
+
+class _Aggregations(Generic[K, V, KT]):
     """count, reduce and aggregate, for a grouped stream over all time or per window."""
 
-    _stream: KStream
+    _stream: KStream[K, V]
     _windows: Any = None  # per window: the windows; over all time: None
 
-    def count(self, name: str | None = None) -> KTable:
+    def count(self, name: str | None = None) -> KTable[KT, int]:
         """Records per key (per key and window). A None value is not counted over all time,
         and is in a window, as in Kafka Streams."""
         return self._aggregate("COUNT", name, zero, count_one, Serdes.long())
 
-    def reduce(self, reducer: Callable[[Any, Any], Any], name: str | None = None) -> KTable:
+    def reduce(self, reducer: Callable[[V, V], V], name: str | None = None) -> KTable[KT, V]:
         """``reducer(aggregate, value)``; a key's first value is its first result. The
         results keep the stream's value serde."""
         return self._aggregate("REDUCE", name, None, lambda k, v, agg: reducer(agg, v),
@@ -56,10 +65,10 @@ class _Aggregations:
     def aggregate(
         self,
         initializer: Callable[[], Any],
-        aggregator: Callable[[Any, Any, Any], Any],
+        aggregator: Callable[[K, V, VA], VA],
         value_serde: Serde | None = None,
         name: str | None = None,
-    ) -> KTable:
+    ) -> KTable[KT, VA]:
         """``aggregator(key, value, aggregate)``, starting from ``initializer()`` for each key;
         ``value_serde`` writes the results (JSON when not given)."""
         return self._aggregate("AGGREGATE", name, initializer, aggregator,
@@ -98,16 +107,18 @@ class _Aggregations:
         raise NotImplementedError
 
 
-class KGroupedStream(_Aggregations):
-    """A stream whose records are grouped by key (repartitioned first when the key changed)."""
+class KGroupedStream(_Aggregations[K, V, K]):
+    """A stream whose records are grouped by key (repartitioned first when the key changed).
+    ``KGroupedStream[K, V]``: generic in its key and value types, for type checkers and
+    editors (``count()`` gives a ``KTable[K, int]``)."""
 
-    def __init__(self, stream: KStream) -> None:
+    def __init__(self, stream: KStream[K, V]) -> None:
         self._stream = stream
 
     @overload
-    def windowed_by(self, windows: TimeWindows | SlidingWindows) -> TimeWindowedKStream: ...
+    def windowed_by(self, windows: TimeWindows | SlidingWindows) -> TimeWindowedKStream[K, V]: ...
     @overload
-    def windowed_by(self, windows: SessionWindows) -> SessionWindowedKStream: ...
+    def windowed_by(self, windows: SessionWindows) -> SessionWindowedKStream[K, V]: ...
 
     def windowed_by(
         self, windows: TimeWindows | SlidingWindows | SessionWindows
@@ -121,7 +132,7 @@ class KGroupedStream(_Aggregations):
                             f"got {type(windows).__name__}")  # fmt: skip
         return TimeWindowedKStream(self._stream, windows)
 
-    def cogroup(self, aggregator: Callable[[Any, Any, Any], Any]) -> CogroupedKStream:
+    def cogroup(self, aggregator: Callable[[K, V, VA], VA]) -> CogroupedKStream[K, VA]:
         """This grouped stream's records in an aggregate shared with other grouped streams
         (KIP-150): ``.cogroup(other_grouped, its_aggregator)`` adds one, ``.aggregate(...)``
         or ``.windowed_by(...).aggregate(...)`` ends it (cogroup.py)."""
@@ -136,19 +147,21 @@ class KGroupedStream(_Aggregations):
         return self._stream.key_serde
 
 
-class TimeWindowedKStream(_Aggregations):
+class TimeWindowedKStream(_Aggregations[K, V, Windowed[K]]):
     """A grouped stream aggregated per time window or sliding window (Kafka Streams'
     ``TimeWindowedKStream`` too, for both). A None value is counted per time window, and
-    dropped (and counted in ``dropped_records``) per sliding window, as in Kafka Streams."""
+    dropped (and counted in ``dropped_records``) per sliding window, as in Kafka Streams.
+    ``TimeWindowedKStream[K, V]``: its results are keyed by ``Windowed[K]`` (``count()``
+    gives a ``KTable[Windowed[K], int]``)."""
 
     _windows: TimeWindows | SlidingWindows
 
-    def __init__(self, stream: KStream, windows: TimeWindows | SlidingWindows) -> None:
+    def __init__(self, stream: KStream[K, V], windows: TimeWindows | SlidingWindows) -> None:
         self._stream = stream
         self._windows = windows
         self._emit = EmitStrategy.on_window_update()
 
-    def emit_strategy(self, strategy: EmitStrategy) -> TimeWindowedKStream:
+    def emit_strategy(self, strategy: EmitStrategy) -> TimeWindowedKStream[K, V]:
         """``EmitStrategy.on_window_close()``: forward each window's final result only."""
         windowed = TimeWindowedKStream(self._stream, self._windows)
         windowed._emit = strategy
@@ -180,29 +193,31 @@ def _add(key: Any, one: int, two: int) -> int:
     return one + two
 
 
-class SessionWindowedKStream(_Aggregations):
+class SessionWindowedKStream(_Aggregations[K, V, Windowed[K]]):
     """A grouped stream aggregated per session (``SessionWindows``): results keyed by
     ``Windowed(key, Window(start, end))`` (end inclusive: the session's last record), written
     by ``SessionWindowedSerde``. A None value is aggregated, as in Kafka Streams."""
 
     _windows: SessionWindows
 
-    def __init__(self, stream: KStream, windows: SessionWindows) -> None:
+    def __init__(self, stream: KStream[K, V], windows: SessionWindows) -> None:
         self._stream = stream
         self._windows = windows
         self._emit = EmitStrategy.on_window_update()
         self._merger: Callable[[Any, Any, Any], Any] = _add
 
-    def emit_strategy(self, strategy: EmitStrategy) -> SessionWindowedKStream:
+    def emit_strategy(self, strategy: EmitStrategy) -> SessionWindowedKStream[K, V]:
         """``EmitStrategy.on_window_close()``: forward each session's final result only."""
         return self._copy(strategy, self._merger)
 
-    def count(self, name: str | None = None) -> KTable:
+    def count(self, name: str | None = None) -> KTable[Windowed[K], int]:
         """Records per session, None values too; merged sessions' counts add up."""
         return self._copy(self._emit, _add)._aggregate("COUNT", name, zero, count_one,
                                                       Serdes.long())  # fmt: skip
 
-    def reduce(self, reducer: Callable[[Any, Any], Any], name: str | None = None) -> KTable:
+    def reduce(
+        self, reducer: Callable[[V, V], V], name: str | None = None
+    ) -> KTable[Windowed[K], V]:
         """``reducer(aggregate, value)``; a session's first value is its first result, and
         merged sessions reduce as ``reducer(earlier, later)`` (Kafka Streams' merger for a
         reduce)."""
@@ -217,11 +232,11 @@ class SessionWindowedKStream(_Aggregations):
     def aggregate(  # type: ignore[override]  # a session aggregation needs a merger
         self,
         initializer: Callable[[], Any],
-        aggregator: Callable[[Any, Any, Any], Any],
-        merger: Callable[[Any, Any, Any], Any],
+        aggregator: Callable[[K, V, VA], VA],
+        merger: Callable[[K, VA, VA], VA],
         value_serde: Serde | None = None,
         name: str | None = None,
-    ) -> KTable:
+    ) -> KTable[Windowed[K], VA]:
         """``aggregator(key, value, aggregate)`` from ``initializer()``; ``merger(key, agg1,
         agg2)`` joins two sessions' results when a record bridges them."""
         return self._copy(self._emit, merger)._aggregate(
@@ -229,7 +244,7 @@ class SessionWindowedKStream(_Aggregations):
         )
 
     def _copy(self, emit: EmitStrategy, merger: Callable[[Any, Any, Any], Any]
-              ) -> SessionWindowedKStream:  # fmt: skip
+              ) -> SessionWindowedKStream[K, V]:  # fmt: skip
         windowed = SessionWindowedKStream(self._stream, self._windows)
         windowed._emit, windowed._merger = emit, merger
         return windowed

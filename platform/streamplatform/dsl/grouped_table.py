@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from streamplatform.dsl.aggregate import _Aggregation
 from streamplatform.dsl.graph import ProcessorNode
@@ -210,9 +210,18 @@ def _zero() -> int:
     return 0
 
 
-class KGroupedTable:
+# For type checkers and editors only: the groups' key type, the selected values' type and an
+# aggregate's type (what the adder returns).
+K = TypeVar("K")
+V = TypeVar("V")
+VA = TypeVar("VA")
+
+
+class KGroupedTable(Generic[K, V]):
     """A table grouped by ``selector``'s keys: ``count``, ``reduce`` or ``aggregate`` give a
-    KTable of each group's result (materialized: its own store)."""
+    KTable of each group's result (materialized: its own store). ``KGroupedTable[K, V]``:
+    generic in the groups' key and the selected values' types, for type checkers and editors
+    (``count()`` gives a ``KTable[K, int]``)."""
 
     def __init__(
         self,
@@ -228,17 +237,17 @@ class KGroupedTable:
         self.value_serde = value_serde
         self._name = name  # the grouping node's and its store's; None: generated
 
-    def count(self, name: str | None = None) -> KTable:
+    def count(self, name: str | None = None) -> KTable[K, int]:
         """Members per group: +1 for a pair that joins it, -1 for one that leaves it."""
         return self._aggregate("KTABLE-COUNT", name, _zero, _count_add, _count_subtract,
                                Serdes.long())  # fmt: skip
 
     def reduce(
         self,
-        adder: Callable[[Any, Any], Any],
-        subtractor: Callable[[Any, Any], Any],
+        adder: Callable[[V, V], V],
+        subtractor: Callable[[V, V], V],
         name: str | None = None,
-    ) -> KTable:
+    ) -> KTable[K, V]:
         """``adder(aggregate, value)`` for a value that joins a group, ``subtractor(aggregate,
         value)`` for one that leaves it; a group's first value is its first result. The
         results keep the grouping's value serde."""
@@ -249,11 +258,11 @@ class KGroupedTable:
     def aggregate(
         self,
         initializer: Callable[[], Any],
-        adder: Callable[[Any, Any, Any], Any],
-        subtractor: Callable[[Any, Any, Any], Any],
+        adder: Callable[[K, V, VA], VA],
+        subtractor: Callable[[K, V, VA], VA],
         value_serde: Serde | None = None,
         name: str | None = None,
-    ) -> KTable:
+    ) -> KTable[K, VA]:
         """``adder(key, value, aggregate)`` for a value that joins a group (starting from
         ``initializer()``), ``subtractor(key, value, aggregate)`` for one that leaves it;
         ``value_serde`` writes the results (JSON when not given)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from streamplatform.dsl import processor as ops
 from streamplatform.dsl.dedup import DeduplicationProcessor
@@ -39,6 +39,14 @@ if TYPE_CHECKING:
 
 __all__ = ["KStream", "KTable"]
 
+# The stream's key and value types (for type checkers and editors only; nothing is checked at
+# run time), and those an operator makes: KR, VR its new key and value, VO the other side's value.
+K = TypeVar("K")
+V = TypeVar("V")
+KR = TypeVar("KR")
+VR = TypeVar("VR")
+VO = TypeVar("VO")
+
 
 def _interval(value: timedelta | int) -> int:
     millis = duration_ms(value, "interval")
@@ -47,21 +55,26 @@ def _interval(value: timedelta | int) -> int:
     return millis
 
 
-class KStream:
-    """A record stream. Operators return a new KStream; the graph grows in the builder."""
+class KStream(Generic[K, V]):
+    """A record stream. Operators return a new KStream; the graph grows in the builder.
+
+    ``KStream[K, V]``: generic in its key and value types, for type checkers and editors
+    (``builder.stream(topic, Serdes.string(), Serdes.json())`` is a ``KStream[str, Any]``;
+    ``map_values(mapper)`` a ``KStream[K, <what mapper returns>]``)."""
 
     def __init__(
         self,
         builder: StreamsBuilder,
         node: str,
-        key_serde: Serde,
-        value_serde: Serde,
+        key_serde: Serde[K],
+        value_serde: Serde[V],
         key_changed: bool = False,
     ) -> None:
         self._builder = builder
         self._node = node
-        self.key_serde = key_serde
-        self.value_serde = value_serde
+        # Not Serde[K]: operators change them in place (group_by, a join's merged stream).
+        self.key_serde: Serde = key_serde
+        self.value_serde: Serde = value_serde
         self._key_changed = key_changed
 
     def _then(
@@ -80,11 +93,16 @@ class KStream:
 
     # Stateless operators -------------------------------------------------------------------
 
-    def filter(self, predicate: Callable[[Any, Any], bool]) -> KStream:
+    def filter(self, predicate: Callable[[K, V], bool]) -> KStream[K, V]:
         return self._then("FILTER", lambda: ops.Filter(predicate))
 
-    def filter_not(self, predicate: Callable[[Any, Any], bool]) -> KStream:
+    def filter_not(self, predicate: Callable[[K, V], bool]) -> KStream[K, V]:
         return self._then("FILTER", lambda: ops.Filter(predicate, negate=True))
+
+    @overload
+    def map_values(self, mapper: Callable[[V], VR]) -> KStream[K, VR]: ...
+    @overload
+    def map_values(self, mapper: Callable[[K, V], VR]) -> KStream[K, VR]: ...
 
     def map_values(self, mapper: Callable[..., Any]) -> KStream:
         """``mapper(value)``, or ``mapper(key, value)`` (Kafka Streams' ValueMapperWithKey)
@@ -93,26 +111,31 @@ class KStream:
             return self._then("MAPVALUES", lambda: ops.MapValuesWithKey(mapper))
         return self._then("MAPVALUES", lambda: ops.MapValues(mapper))
 
-    def map(self, mapper: Callable[[Any, Any], tuple[Any, Any]]) -> KStream:
+    def map(self, mapper: Callable[[K, V], tuple[KR, VR]]) -> KStream[KR, VR]:
         return self._then("MAP", lambda: ops.Map(mapper), key_changed=True)
 
-    def select_key(self, selector: Callable[[Any, Any], Any]) -> KStream:
+    def select_key(self, selector: Callable[[K, V], KR]) -> KStream[KR, V]:
         return self._then("KEY-SELECT", lambda: ops.SelectKey(selector), key_changed=True)
 
-    def flat_map(self, mapper: Callable[[Any, Any], Iterable[tuple[Any, Any]]]) -> KStream:
+    def flat_map(self, mapper: Callable[[K, V], Iterable[tuple[KR, VR]]]) -> KStream[KR, VR]:
         """``mapper(key, value)`` returns any number of ``(key, value)`` pairs, each a record
         with the input's timestamp; key-based operators after it repartition first."""
         return self._then("FLATMAP", lambda: ops.FlatMap(mapper), key_changed=True)
+
+    @overload
+    def flat_map_values(self, mapper: Callable[[V], Iterable[VR]]) -> KStream[K, VR]: ...
+    @overload
+    def flat_map_values(self, mapper: Callable[[K, V], Iterable[VR]]) -> KStream[K, VR]: ...
 
     def flat_map_values(self, mapper: Callable[..., Iterable[Any]]) -> KStream:
         """``mapper(value)``, or ``mapper(key, value)``, returns any number of values."""
         with_key = takes_key(mapper, 1)
         return self._then("FLATMAPVALUES", lambda: ops.FlatMapValues(mapper, with_key))
 
-    def peek(self, action: Callable[[Any, Any], None]) -> KStream:
+    def peek(self, action: Callable[[K, V], Any]) -> KStream[K, V]:
         return self._then("PEEK", lambda: ops.Peek(action))
 
-    def foreach(self, action: Callable[[Any, Any], None]) -> None:
+    def foreach(self, action: Callable[[K, V], Any]) -> None:
         """``action(key, value)`` for each record: a terminal operation (nothing follows).
         On Spark it runs where the task runs, and again for a replayed batch."""
         self._then("FOREACH", lambda: ops.Foreach(action))
@@ -124,7 +147,7 @@ class KStream:
         name = self._builder.new_name("PRINTER")
         self._then("PRINTER", lambda: PrintProcessor(printed, name), name=name)
 
-    def to_table(self, name: str | None = None, store: StoreSpec | None = None) -> KTable:
+    def to_table(self, name: str | None = None, store: StoreSpec | None = None) -> KTable[K, V]:
         """The stream as a table (Kafka Streams' ``toTable``): each record an update of its
         key's value, a None value a tombstone, a record without a key dropped. Its store is
         ``store`` (a key-value or versioned store) or ``<name>-STATE-STORE``; a stream whose
@@ -153,7 +176,7 @@ class KStream:
 
     def process_values(
         self, processor_supplier: Callable[[], ops.Processor], *store_names: str
-    ) -> KStream:
+    ) -> KStream[K, Any]:
         """A user processor that keeps each record's key (Kafka Streams' fixed-key processor,
         ``processValues``): key-based operators after it need no repartition. It must forward
         records with the key it was given (Kafka Streams' API cannot do otherwise; this one
@@ -164,25 +187,27 @@ class KStream:
 
     # Deduplication (KIP-655) ------------------------------------------------------------------
 
-    def deduplicate_by_key(self, interval: timedelta | int, name: str | None = None) -> KStream:
+    def deduplicate_by_key(
+        self, interval: timedelta | int, name: str | None = None
+    ) -> KStream[K, V]:
         """Drop records whose key was seen within ``interval``; None keys always pass."""
         return self._deduplicate(name, interval, lambda key, value: key, repartition_by_id=False)
 
     def deduplicate_by_key_value(
         self,
-        id_selector: Callable[[Any, Any], Any],
+        id_selector: Callable[[K, V], Any],
         interval: timedelta | int,
         name: str | None = None,
-    ) -> KStream:
+    ) -> KStream[K, V]:
         """Drop records whose (key, id) was seen within ``interval``; None key or id pass."""
         return self._deduplicate(name, interval, id_selector, repartition_by_id=False, per_key=True)
 
     def deduplicate(
         self,
-        id_selector: Callable[[Any, Any], Any],
+        id_selector: Callable[[K, V], Any],
         interval: timedelta | int,
         name: str | None = None,
-    ) -> KStream:
+    ) -> KStream[K, V]:
         """Drop records whose id was seen within ``interval`` across all keys; None ids pass.
         Records are first repartitioned by id, so one task sees every record of an id."""
         return self._deduplicate(name, interval, id_selector, repartition_by_id=True)
@@ -211,7 +236,7 @@ class KStream:
 
     # Merging, branching, repartitioning ----------------------------------------------------------
 
-    def merge(self, other: KStream) -> KStream:
+    def merge(self, other: KStream[K, V]) -> KStream[K, V]:
         """The records of this stream and ``other``, as each arrives (Kafka Streams' merge:
         no order between the two beyond what the task reads). The serdes are this stream's."""
         if other._builder is not self._builder:
@@ -221,13 +246,13 @@ class KStream:
         changed = self._key_changed or other._key_changed
         return KStream(self._builder, node.name, self.key_serde, self.value_serde, changed)
 
-    def split(self, prefix: str = "") -> BranchedKStream:
+    def split(self, prefix: str = "") -> BranchedKStream[K, V]:
         """Branches of this stream: ``split().branch(predicate, name)...default_branch()``
         returns ``{prefix + name: KStream}``; a record goes to the first branch whose
         predicate accepts it (else to the default branch, else nowhere)."""
         return BranchedKStream(self, prefix)
 
-    def repartition(self, name: str | None = None) -> KStream:
+    def repartition(self, name: str | None = None) -> KStream[K, V]:
         """Through a repartition topic by the current key (``<application.id>-<name>-
         repartition``; on Spark a shuffle inside the micro-batch), as Kafka Streams'
         ``repartition()``."""
@@ -235,7 +260,7 @@ class KStream:
 
     # Grouping and aggregation --------------------------------------------------------------------
 
-    def group_by_key(self) -> KGroupedStream:
+    def group_by_key(self) -> KGroupedStream[K, V]:
         """Group by the current key, for ``count``, ``reduce``, ``aggregate`` or
         ``windowed_by``; repartitioned first when an operator changed the key."""
         from streamplatform.dsl.grouped import KGroupedStream
@@ -244,10 +269,10 @@ class KStream:
 
     def group_by(
         self,
-        selector: Callable[[Any, Any], Any],
+        selector: Callable[[K, V], KR],
         key_serde: Serde | None = None,
         value_serde: Serde | None = None,
-    ) -> KGroupedStream:
+    ) -> KGroupedStream[KR, V]:
         """Group by ``selector(key, value)``: the records are re-keyed and repartitioned, as
         Kafka Streams does (``key_serde``/``value_serde`` write the repartition topic; the
         stream's when not given). A None key is dropped by the aggregation, and counted."""
@@ -259,6 +284,39 @@ class KStream:
         return KGroupedStream(keyed)
 
     # Joins (KIP-889 when the table is versioned) -----------------------------------------------
+    # Typed by what is joined: a table (``joiner`` takes 2 or 3 arguments: Callable[..., VR]), a
+    # stream (with JoinWindows) or a global table (``join(global_table, key_selector, joiner)``).
+
+    @overload
+    def join(
+        self,
+        other: KTable[K, VO],
+        joiner: Callable[..., VR],
+        windows: None = None,
+        name: str | None = None,
+        *,
+        grace: timedelta | int | None = None,
+    ) -> KStream[K, VR]: ...
+    @overload
+    def join(
+        self,
+        other: KStream[K, VO],
+        joiner: Callable[..., VR],
+        windows: JoinWindows,
+        name: str | None = None,
+        *,
+        grace: None = None,
+    ) -> KStream[K, VR]: ...
+    @overload
+    def join(
+        self,
+        other: GlobalKTable[Any, VO],
+        joiner: Callable[[K, V], Any],
+        windows: Callable[..., VR],
+        name: str | None = None,
+        *,
+        grace: None = None,
+    ) -> KStream[K, VR]: ...
 
     def join(
         self,
@@ -293,6 +351,37 @@ class KStream:
                                      name=name)  # fmt: skip
         return self._join(other, joiner, left=False, name=name, grace=grace)
 
+    @overload
+    def left_join(
+        self,
+        other: KTable[K, VO],
+        joiner: Callable[..., VR],
+        windows: None = None,
+        name: str | None = None,
+        *,
+        grace: timedelta | int | None = None,
+    ) -> KStream[K, VR]: ...
+    @overload
+    def left_join(
+        self,
+        other: KStream[K, VO],
+        joiner: Callable[..., VR],
+        windows: JoinWindows,
+        name: str | None = None,
+        *,
+        grace: None = None,
+    ) -> KStream[K, VR]: ...
+    @overload
+    def left_join(
+        self,
+        other: GlobalKTable[Any, VO],
+        joiner: Callable[[K, V], Any],
+        windows: Callable[..., VR],
+        name: str | None = None,
+        *,
+        grace: None = None,
+    ) -> KStream[K, VR]: ...
+
     def left_join(
         self,
         other: KTable | KStream | GlobalKTable,
@@ -319,11 +408,11 @@ class KStream:
 
     def outer_join(
         self,
-        other: KStream,
-        joiner: Callable[..., Any],
+        other: KStream[K, VO],
+        joiner: Callable[..., VR],
         windows: JoinWindows,
         name: str | None = None,
-    ) -> KStream:
+    ) -> KStream[K, VR]:
         """Like ``join`` with a stream, but a record of either side with no partner joins None
         once its window has closed (``joiner(value, None)`` or ``joiner(None, value)``)."""
         if not isinstance(other, KStream):
@@ -472,7 +561,7 @@ class KStream:
 
     def to(
         self,
-        topic: str | TopicNameExtractor | Callable[[Any, Any, RecordContext], str],
+        topic: str | TopicNameExtractor | Callable[[K, V, RecordContext], str],
         key_serde: Serde | None = None,
         value_serde: Serde | None = None,
     ) -> None:
@@ -517,12 +606,12 @@ class KStream:
         return KStream(self._builder, source.name, self.key_serde, self.value_serde)
 
 
-class BranchedKStream:
+class BranchedKStream(Generic[K, V]):
     """``KStream.split()``: branches added in order; ``default_branch``/``no_default_branch``
     end it and return the branches by name (Kafka Streams' names: the prefix, then the
     branch's name or its position, from 1; the default branch's position is 0)."""
 
-    def __init__(self, stream: KStream, prefix: str) -> None:
+    def __init__(self, stream: KStream[K, V], prefix: str) -> None:
         self._stream = stream
         self._prefix = prefix
         self._predicates: list[Callable[[Any, Any], bool]] = []
@@ -534,23 +623,23 @@ class BranchedKStream:
         stream._builder.add_node(self._node, parents=[stream._node])
 
     def branch(
-        self, predicate: Callable[[Any, Any], bool], name: str | None = None
-    ) -> BranchedKStream:
+        self, predicate: Callable[[K, V], bool], name: str | None = None
+    ) -> BranchedKStream[K, V]:
         self._predicates.append(predicate)
         self._names.append(self._prefix + (name or str(len(self._predicates))))
         return self
 
-    def default_branch(self, name: str | None = None) -> dict[str, KStream]:
+    def default_branch(self, name: str | None = None) -> dict[str, KStream[K, V]]:
         self._predicates.append(lambda key, value: True)
         self._names.append(self._prefix + (name or "0"))
         return self._branches()
 
-    def no_default_branch(self) -> dict[str, KStream]:
+    def no_default_branch(self) -> dict[str, KStream[K, V]]:
         return self._branches()
 
-    def _branches(self) -> dict[str, KStream]:
+    def _branches(self) -> dict[str, KStream[K, V]]:
         stream, builder = self._stream, self._stream._builder
-        branches = {}
+        branches: dict[str, KStream[K, V]] = {}
         for name in self._names:
             child = ProcessorNode(builder.new_name("BRANCH-CHILD"), ops.PassThrough)
             builder.add_node(child, parents=[self._node.name])
