@@ -1,7 +1,8 @@
 """Foreign-key table-table joins (dsl/fk_join.py): what the ported Kafka Streams tests
 (tests/reference/test_fk_join_ported.py) do not cover: the call's overloads, a (key, value)
 extractor, a stale response dropped by its hash, a join of a table with itself, the topology's
-layout (its two sub-topologies read each other's topics) and the Spark runtime refusing it."""
+layout (its two sub-topologies read each other's topics) and the topic the Spark runtime keeps
+in Kafka to close that cycle."""
 
 from __future__ import annotations
 
@@ -177,13 +178,22 @@ def test_a_versioned_side_is_refused():
         orders.join(customers, lambda v: v, _joiner)
 
 
-def test_the_spark_runtime_refuses_the_cycle_at_start():
-    """The Spark runtime runs sub-topologies in order (runtime/microbatch.py): it refuses a
-    foreign-key join's topology when the job is built, whichever table comes first."""
-    microbatch = pytest.importorskip("streamplatform.runtime.microbatch")
-    for b in (_orders_customers(), _right_first()):
-        with pytest.raises(NotImplementedError, match="written by a later sub-topology"):
-            microbatch._internal_partitions(b.build(), APP, {"orders": 1, "customers": 1})
+def test_the_topic_closing_the_cycle_is_a_kafka_topic_of_the_reading_tables_width():
+    """The Spark runtime runs sub-topologies in order: the internal topic read before it is
+    written (the answers, or the subscriptions when the right table comes first) is kept in
+    Kafka, with as many partitions as the table whose sub-topology reads it
+    (runtime/feedback_topics.py)."""
+    from streamplatform.runtime import feedback_topics
+
+    widths = {"orders": 3, "customers": 2}
+    for b, name, table in ((_orders_customers(), "orders-customers", "orders"),
+                           (_right_first(), "oc", "customers")):  # fmt: skip
+        topology = b.build()
+        feedback = feedback_topics.feedback_topics(topology, APP)
+        part = "response" if table == "orders" else "registration"
+        assert list(feedback) == [f"{APP}-{name}-subscription-{part}-topic"]
+        sizes = feedback_topics.partitions_of_feedback(topology, APP, feedback, widths)
+        assert sizes == {next(iter(feedback)): widths[table]}
 
 
 def _right_first() -> StreamsBuilder:

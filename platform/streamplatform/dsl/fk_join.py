@@ -93,6 +93,9 @@ class Subscription(NamedTuple):
     hash: bytes | None  # of the left value that sent it; None when it was a tombstone
     instruction: int
     primary_key: Any  # the left key
+    # The left task's partition: the answers go back to it (Kafka Streams' primaryPartition),
+    # whatever partitioner wrote the left table's topic.
+    primary_partition: int = -1
 
 
 class SubscriptionSerde:
@@ -109,7 +112,8 @@ class SubscriptionSerde:
         flags = _HAS_HASH if subscription.hash is not None else 0
         key = self.key_serde.serialize(subscription.primary_key) or b""
         head = bytes((_VERSION, flags, subscription.instruction))
-        return head + (subscription.hash or b"") + key
+        partition = _LENGTH.pack(subscription.primary_partition)
+        return head + partition + (subscription.hash or b"") + key
 
     def deserialize(self, data: bytes | None) -> Subscription | None:
         if data is None:
@@ -117,9 +121,10 @@ class SubscriptionSerde:
         data = bytes(data)
         if len(data) < 3 or data[0] != _VERSION:
             raise SerializationError("not a foreign-key join's subscription", raw=data)
-        start = 3 + (_HASH_SIZE if data[1] & _HAS_HASH else 0)
-        hashed = data[3:start] if data[1] & _HAS_HASH else None
-        return Subscription(hashed, data[2], self.key_serde.deserialize(data[start:]))
+        partition = _LENGTH.unpack_from(data, 3)[0]
+        start = 7 + (_HASH_SIZE if data[1] & _HAS_HASH else 0)
+        hashed = data[7:start] if data[1] & _HAS_HASH else None
+        return Subscription(hashed, data[2], self.key_serde.deserialize(data[start:]), partition)
 
 
 class Response(NamedTuple):
@@ -127,6 +132,15 @@ class Response(NamedTuple):
 
     hash: bytes | None  # the subscription's, echoed back
     foreign_value: Any  # None: the right table has no value for the foreign key
+    primary_partition: int = -1  # the subscription's: where the answer goes
+
+
+def response_partition(key: Any, response: Response | None, partitions: int) -> int | None:
+    """The response topic's partitioner: the partition of the left task that subscribed
+    (None: by the key, as a repartition topic's, for an answer without one)."""
+    if response is None or response.primary_partition < 0:
+        return None
+    return response.primary_partition % partitions
 
 
 class ResponseSerde:
@@ -146,7 +160,8 @@ class ResponseSerde:
         flags = (_HAS_HASH if response.hash is not None else 0) | (
             _HAS_VALUE if value is not None else 0
         )
-        return bytes((_VERSION, flags)) + (response.hash or b"") + (value or b"")
+        partition = _LENGTH.pack(response.primary_partition)
+        return bytes((_VERSION, flags)) + partition + (response.hash or b"") + (value or b"")
 
     def deserialize(self, data: bytes | None) -> Response | None:
         if data is None:
@@ -154,10 +169,11 @@ class ResponseSerde:
         data = bytes(data)
         if len(data) < 2 or data[0] != _VERSION:
             raise SerializationError("not a foreign-key join's response", raw=data)
-        start = 2 + (_HASH_SIZE if data[1] & _HAS_HASH else 0)
-        hashed = data[2:start] if data[1] & _HAS_HASH else None
+        partition = _LENGTH.unpack_from(data, 2)[0]
+        start = 6 + (_HASH_SIZE if data[1] & _HAS_HASH else 0)
+        hashed = data[6:start] if data[1] & _HAS_HASH else None
         value = self.value_serde.deserialize(data[start:]) if data[1] & _HAS_VALUE else None
-        return Response(hashed, value)
+        return Response(hashed, value, partition)
 
 
 def _foreign_key_function(extractor: Callable[..., Any]) -> Callable[[Any, Any], Any]:
@@ -243,6 +259,8 @@ class SubscriptionSend(Processor):
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
         self.store = engine_store(context, self.store_name)
+        # The task's partition ("<sub-topology>_<partition>"), which the answers come back to.
+        self.partition = int(str(context.task_id).rsplit("_", 1)[1])
 
     def task_metrics(self) -> dict[str, int]:
         return {"dropped_records": self.dropped_records}
@@ -264,8 +282,10 @@ class SubscriptionSend(Processor):
         new_hash = value_hash(new_bytes)
         key = record.key
 
+        partition = self.partition
+
         def send(foreign_key: Any, instruction: int) -> None:
-            subscription = Subscription(new_hash, instruction, key)
+            subscription = Subscription(new_hash, instruction, key, partition)
             self.context.forward(record._replace(key=foreign_key, value=subscription))
 
         if self.left_join:
@@ -395,7 +415,7 @@ class SubscriptionJoin(Processor):
         value = None
         if instruction != DELETE_KEY_AND_PROPAGATE and found is not None:
             value = found[0]
-        response = Response(subscription.hash, value)
+        response = Response(subscription.hash, value, subscription.primary_partition)
         self.context.forward(record._replace(key=primary_key, value=response, timestamp=timestamp))
 
 
@@ -439,7 +459,7 @@ class ForeignTableJoin(Processor):
         for _key, stored in subscribers:
             subscription = self.serde.deserialize(stored)
             assert subscription is not None
-            response = Response(subscription.hash, record.value)
+            response = Response(subscription.hash, record.value, subscription.primary_partition)
             self.context.forward(record._replace(key=subscription.primary_key, value=response))
 
 
@@ -602,6 +622,7 @@ def foreign_key_join(
             key_serde,
             response_serde,
             internal=True,
+            partitioner=response_partition,
         ),  # fmt: skip
         parents=[answer.name, foreign.name],
     )

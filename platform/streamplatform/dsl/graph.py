@@ -65,6 +65,9 @@ class SinkNode:
     # (key, value) -> the object whose canonical bytes choose the partition.
     partition_by: Callable[[Any, Any], Any] | None = None
     parents: list[str] = field(default_factory=list)
+    # Kafka Streams' StreamPartitioner for an internal topic: partitioner(key, value,
+    # partitions) -> the partition (None: by the key's bytes, as without one).
+    partitioner: Callable[[Any, Any, int], int | None] | None = None
     # Dynamic routing (``KStream.to(extractor)``): extract(key, value, record_context) -> the
     # topic of each record; ``topic`` is then only a label for describe().
     topic_extractor: Callable[[Any, Any, RecordContext], str] | None = None

@@ -46,6 +46,7 @@ from streamplatform.placement import Placement
 from streamplatform.registry.serdes import configure_registry_serdes
 from streamplatform.runtime import (
     changelog,
+    feedback_topics,
     kafka_input,
     kafka_output,
     paths,
@@ -150,7 +151,18 @@ class StreamingJob:
         # Repartition topics are not Kafka topics here: a Spark shuffle inside the batch
         # carries their records from one sub-topology's tasks to the next (paths/stages.py).
         internal_topics = set(topology.repartition_topics(self.app))
+        # Except those that close a cycle between sub-topologies (a foreign-key join's
+        # answers): Kafka topics of the job's own, read the next batch (feedback_topics.py).
+        feedback = feedback_topics.feedback_topics(topology, self.app)
+        internal_topics -= set(feedback)
         sources = [t for t in topology.source_topics(self.app) if t not in internal_topics]
+        if feedback:
+            plain = [t for t in sources if t not in feedback]
+            sizes = feedback_topics.partitions_of_feedback(
+                topology, self.app, feedback,
+                self._check_topics(plain, internal_topics | set(feedback)),
+            )  # fmt: skip
+            feedback_topics.create(self.kafka, sizes)
         partitions = self._check_topics(sources, internal_topics)
         partitions |= _internal_partitions(topology, self.app, partitions)
         self._spark = spark
@@ -603,11 +615,20 @@ def _buffered(last: CommittedBatch | None) -> int:
 def _internal_partitions(
     topology: Topology, app: str, partitions: Mapping[str, int]
 ) -> dict[str, int]:
-    """Partitions of each repartition topic: as many as the widest source topic of the
-    sub-topology writing it, as in Kafka Streams. A sub-topology must come after the ones
-    that write the repartition topics it reads."""
+    """Partitions of each repartition topic: as many as the Kafka topics the sub-topology
+    reading it reads besides (it is co-partitioned with them: a re-keyed stream joined with a
+    table, a foreign-key join's subscriptions and the right table), else as the widest source
+    topic of the sub-topology writing it, as in Kafka Streams. A sub-topology must come after
+    the ones that write the repartition topics it reads."""
     known = dict(partitions)
     counts: dict[str, int] = {}
+    readers_width: dict[str, int] = {}
+    for subtopology in topology.subtopologies:
+        topics = subtopology.source_topics(topology, app)
+        widths = [partitions[t] for t in topics if t in partitions]
+        for topic in topics:
+            if topic not in partitions and widths:
+                readers_width[topic] = max(widths)
     for subtopology in topology.subtopologies:
         topics = subtopology.source_topics(topology, app)
         unknown = [t for t in topics if t not in known]
@@ -624,7 +645,9 @@ def _internal_partitions(
             node = topology.nodes[name]
             if isinstance(node, SinkNode) and node.internal:
                 topic = topic_name(node.topic, True, app)
-                counts[topic] = known[topic] = width
+                if topic in partitions:
+                    continue  # a Kafka topic of its own (feedback_topics.py): sized there
+                counts[topic] = known[topic] = readers_width.get(topic, width)
     return counts
 
 

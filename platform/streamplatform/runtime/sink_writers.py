@@ -31,7 +31,7 @@ def sink_writer(task: Any, sink: SinkNode) -> Callable[[Record], None]:
 
     if uses_context(sink.key_serde) or uses_context(sink.value_serde):
         return context_writer(task, sink, topic)
-    if not as_read and internal and sink.partition_by is None:
+    if not as_read and internal and sink.partition_by is None and sink.partitioner is None:
         return repartition_writer(task, sink, topic)
 
     def write(record: Record) -> None:
@@ -51,10 +51,7 @@ def sink_writer(task: Any, sink: SinkNode) -> Callable[[Record], None]:
             except Exception as exception:
                 task._handle(PRODUCTION, sink.name, record, exception, topic=topic)
                 return
-        partition = None
-        if internal:
-            by = key if sink.partition_by is None else partition_bytes(sink, record)
-            partition = 0 if by is None else partition_for(by, task.partitions_of(topic))
+        partition = internal_partition(task, sink, topic, record, key) if internal else None
         append(new_record(ProducerRecord, (topic, key, value, record[2], record[3], partition)))
         current = task.current
         add_source(current or NO_SOURCE)
@@ -179,10 +176,7 @@ def context_writer(task: Any, sink: SinkNode, topic: str) -> Callable[[Record], 
 def append_output(
     task: Any, sink: SinkNode, topic: str, record: Record, key: Any, value: Any, headers: Any
 ) -> None:
-    partition = None
-    if sink.internal:
-        by = key if sink.partition_by is None else partition_bytes(sink, record)
-        partition = 0 if by is None else partition_for(by, task.partitions_of(topic))
+    partition = internal_partition(task, sink, topic, record, key) if sink.internal else None
     task.output.append(ProducerRecord(topic, key, value, record[2], headers, partition))
     task.output_sources.append(task.current or NO_SOURCE)
 
@@ -232,6 +226,18 @@ def written_as_read(task: Any, sink: SinkNode, values_only: bool = False) -> fro
 def _declares(processor: Any, attribute: str) -> bool:
     """Whether ``processor``'s own class (not a base) declares ``attribute`` True."""
     return bool(type(processor).__dict__.get(attribute, False))
+
+
+def internal_partition(task: Any, sink: SinkNode, topic: str, record: Record, key: Any) -> int:
+    """The partition of an internal topic a record goes to: its sink's partitioner's choice,
+    else murmur2 of ``partition_by``'s canonical bytes, else of the key's bytes (0: none)."""
+    partitions = task.partitions_of(topic)
+    if sink.partitioner is not None:
+        chosen = sink.partitioner(record[0], record[1], partitions)
+        if chosen is not None:
+            return chosen
+    by = key if sink.partition_by is None else partition_bytes(sink, record)
+    return 0 if by is None else partition_for(by, partitions)
 
 
 def partition_bytes(sink: SinkNode, record: Record) -> bytes | None:
