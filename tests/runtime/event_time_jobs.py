@@ -93,3 +93,16 @@ def orders_with_product_names(orders: str, products: str, sink: str):
         lambda order, product: {"order": order["id"], "name": product["name"]},
     ).to(sink)
     return b.build()
+
+
+def orders_with_customers(orders: str, customers: str, sink: str):
+    """Each order with its customer's name: a foreign-key table join (KIP-213)."""
+    b = StreamsBuilder()
+    customer_table = b.table(customers, Serdes.string(), Serdes.json())
+    b.table(orders, Serdes.string(), Serdes.json()).join(
+        customer_table,
+        lambda order: order["customer"],
+        lambda order, customer: {"order": order["id"], "name": customer["name"]},
+        name="orders-customers",
+    ).to_stream().to(sink)
+    return b.build()

@@ -26,6 +26,7 @@ from .event_time_jobs import (
     clicks_after_impressions,
     cogrouped_balances,
     orders_at_their_rate,
+    orders_with_customers,
     orders_with_product_names,
     pages_per_minute,
     views_joined_with_buys,
@@ -384,6 +385,52 @@ def test_a_global_table_join_killed_mid_batch_replays_exactly(spark, kafka_setti
     got = sorted(json.loads(r.value)["order"] for r in read_topic(kafka_settings, topics["out"]))
     assert got == sorted(r.value["order"] for r in want)
     assert len(got) == 26  # the 4 orders of p6, which is not in the catalog, drop
+
+
+@pytest.mark.child_process
+def test_a_foreign_key_join_killed_mid_batch_ends_as_the_test_driver(
+    spark, kafka_settings, tmp_path
+):
+    """Orders (two partitions) joined with their customers (three) on a foreign key, a cap of
+    3 records per task, customers renamed on the way; SIGKILLed in a task of batch 3 and run
+    again: every order's last result is the test driver's (its answers, in a Kafka topic of
+    the job's own, produced once)."""
+    topics = _topics(kafka_settings, orders=2, customers=3, out=1)
+    records = [(topics["customers"], 0, f"c{n}", {"name": f"customer {n}"}, NOON + n)
+               for n in range(4)]  # fmt: skip
+    for n in range(24):
+        records.append((topics["orders"], n % 2, f"o{n % 16}",
+                        {"id": n, "customer": f"c{n % 5}"}, NOON + 1_000 * n))  # fmt: skip
+        if n % 6 == 5:
+            records.append((topics["customers"], 0, f"c{n % 4}", {"name": f"renamed {n}"},
+                            NOON + 1_000 * n + 1))  # fmt: skip
+    # Kafka Streams' co-partitioning: each customer in the partition murmur2 of its key
+    # chooses, as the join's subscriptions are.
+    from streamplatform.runtime.partitioner import partition_for
+
+    records = [(t, partition_for(k.encode(), 3) if t == topics["customers"] else p, k, v, ts)
+               for t, p, k, v, ts in records]  # fmt: skip
+    _produce(kafka_settings, records)
+    # The reference in one partition per topic, as Kafka Streams' driver has them (the end
+    # state of a table join does not depend on the partitions).
+    reference = orders_with_customers(topics["orders"], topics["customers"], topics["out"])
+    with TopologyTestDriver(reference, {"application.id": "reference"}) as driver:
+        inputs = {t: driver.create_input_topic(t, Serdes.string(), Serdes.json())
+                  for t in (topics["orders"], topics["customers"])}  # fmt: skip
+        for topic, _, key, value, timestamp in records:
+            inputs[topic].pipe_input(key, value, timestamp=timestamp)
+        want = driver.create_output_topic(topics["out"], Serdes.bytes(),
+                                          Serdes.json()).read_records_to_list()  # fmt: skip
+    app = f"fk-kill-{uuid.uuid4().hex[:6]}"
+    config = job_config(kafka_settings, tmp_path, app, topics["orders"],
+                        **{"platform.max.records.per.batch": 3})  # fmt: skip
+    _killed_then_run_again(spark, "orders_with_customers",
+                           [topics["orders"], topics["customers"], topics["out"]], config,
+                           "during_tasks")  # fmt: skip
+    last = {r.key.decode(): r.value for r in want}
+    got = {r.key.decode(): None if r.value is None else json.loads(r.value)
+           for r in read_topic(kafka_settings, topics["out"])}  # fmt: skip
+    assert got == last and sum(v is not None for v in last.values()) >= 10
 
 
 @pytest.mark.slow  # ~40 s for the three caps; make test keeps the suppressions' fast tests
