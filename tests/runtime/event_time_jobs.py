@@ -106,3 +106,20 @@ def orders_with_customers(orders: str, customers: str, sink: str):
         name="orders-customers",
     ).to_stream().to(sink)
     return b.build()
+
+
+def rate_limited_views(views: str, sink: str):
+    """Views per page, at most one update per page every 10 s of event time (KIP-328's
+    until_time_limit)."""
+    from streamplatform import BufferConfig, Suppressed
+
+    b = StreamsBuilder()
+    (
+        b.stream(views, Serdes.string(), Serdes.json())
+        .group_by_key()
+        .count()
+        .suppress(Suppressed.until_time_limit(timedelta(seconds=10), BufferConfig.unbounded()))
+        .to_stream()
+        .to(sink, value_serde=Serdes.long())
+    )
+    return b.build()

@@ -29,6 +29,7 @@ from .event_time_jobs import (
     orders_with_customers,
     orders_with_product_names,
     pages_per_minute,
+    rate_limited_views,
     views_joined_with_buys,
 )
 from .support import job_config, read_topic
@@ -55,9 +56,9 @@ def _produce(kafka_settings, records):
     assert writer.flush(60) == 0
 
 
-def _through_the_test_driver(topology, records, sink, value_serde):
-    """The records piped in arrival order: the reference."""
-    with TopologyTestDriver(topology, {"application.id": "reference"},
+def _through_the_test_driver(topology, records, sink, value_serde, **config):
+    """The records piped in arrival order: the reference (``config``: more settings)."""
+    with TopologyTestDriver(topology, {"application.id": "reference", **config},
                             repartition_partitions=2) as driver:  # fmt: skip
         inputs = {}
         for topic, partition, key, value, timestamp in records:
@@ -431,6 +432,41 @@ def test_a_foreign_key_join_killed_mid_batch_ends_as_the_test_driver(
     got = {r.key.decode(): None if r.value is None else json.loads(r.value)
            for r in read_topic(kafka_settings, topics["out"])}  # fmt: skip
     assert got == last and sum(v is not None for v in last.values()) >= 10
+
+
+@pytest.mark.slow  # ~30 s for the three caps
+@pytest.mark.parametrize("cap", [1, 4, 100_000])
+def test_rate_limited_updates_are_the_test_drivers_at_any_batch_cap(
+    spark, kafka_settings, tmp_path, cap
+):
+    """A count per page suppressed until a 10-second time limit (at most one update per page
+    per 10 s of stream time, the latest), views on two partitions interleaved in time: the
+    same updates, values and timestamps as the test driver's, whatever the batch cap. The
+    record cache off: with it, which updates reach the suppression depends on when the task
+    commits, in Kafka Streams as here (a batch is a commit)."""
+    no_cache = {"statestore.cache.max.bytes": 0}
+    import random
+
+    topics = _topics(kafka_settings, views=2, out=1)
+    rng = random.Random(3)
+    records = [(topics["views"], n % 2, f"page-{rng.randrange(3)}", {"n": n},
+                NOON + 1_500 * n + rng.randrange(1_000)) for n in range(40)]  # fmt: skip
+    _produce(kafka_settings, records)
+    want = _through_the_test_driver(rate_limited_views(topics["views"], topics["out"]),
+                                    records, topics["out"], Serdes.long(), **no_cache)  # fmt: skip
+    assert 6 <= len(want) < 40  # some updates held back and replaced
+    app = f"rate-{uuid.uuid4().hex[:6]}"
+    config = job_config(kafka_settings, tmp_path, app, topics["views"],
+                        **{"platform.max.records.per.batch": cap}, **no_cache)  # fmt: skip
+    job = StreamingJob(rate_limited_views(topics["views"], topics["out"]), config, spark=spark)
+    try:
+        job.run_until_caught_up()
+    finally:
+        job.close()
+    got = read_topic(kafka_settings, topics["out"])
+    assert sorted((r.key, r.value, r.timestamp) for r in got) == sorted(
+        (r.key, r.value.to_bytes(8, "big", signed=True), r.timestamp) for r in want
+    )
 
 
 @pytest.mark.slow  # ~40 s for the three caps; make test keeps the suppressions' fast tests
