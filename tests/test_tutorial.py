@@ -57,8 +57,9 @@ def project_files() -> dict[str, str]:
 def test_tutorial_python_blocks_run():
     outside = TUTORIAL.replace(yaml_section(), "")
     blocks = [block for language, block in BLOCK.findall(outside) if language == "python"]
-    assert len(blocks) == 8, (
-        "topology, test, Avro, aggregations, cogroup, definitions, backfills, continuous jobs"
+    assert len(blocks) == 9, (
+        "topology, test, Avro, aggregations, cogroup, enrichment, definitions, backfills, "
+        "continuous jobs"
     )
     namespace: dict = {}
     for block in blocks:
