@@ -260,7 +260,7 @@ class SubscriptionSend(Processor):
         super().init(context)
         self.store = engine_store(context, self.store_name)
         # The task's partition ("<sub-topology>_<partition>"), which the answers come back to.
-        self.partition = int(str(context.task_id).rsplit("_", 1)[1])
+        self.partition = int(str(context.task_id).rsplit("_", 1)[1])  # "<sub-topology>_<n>"
 
     def task_metrics(self) -> dict[str, int]:
         return {"dropped_records": self.dropped_records}

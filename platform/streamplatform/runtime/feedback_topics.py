@@ -64,7 +64,10 @@ def create(settings: Mapping[str, Any], sizes: Mapping[str, int]) -> None:
     from streamplatform.config import ConfigError
     from streamplatform.kafka import TopicSpec, create_topics, describe_topics
 
-    create_topics(settings, [TopicSpec(topic, count) for topic, count in sizes.items()])
+    # Kept until read, whatever the broker's default retention (Kafka Streams' internal
+    # topics are not deleted by time either).
+    kept = {"retention.ms": "-1"}
+    create_topics(settings, [TopicSpec(t, n, config=kept) for t, n in sizes.items()])
     found = describe_topics(settings, list(sizes))
     wrong = {t: (found[t], n) for t, n in sizes.items() if found[t] != n}
     if wrong:

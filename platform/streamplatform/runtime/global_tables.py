@@ -49,11 +49,14 @@ def catch_up(
             position = store.committed_offset(tp)
             if position is None:
                 position = _first_offset(consumer_settings, topic, partition)
+                store.commit({tp: position})  # known from now on, even if empty
             if position >= end:
                 continue
+            # Committed chunk by chunk: a rebuild holds one chunk in memory, not the table.
             for chunk in read_range(consumer_settings, topic, partition, position, end):
                 applied += apply_global_records(store, chunk)
-            store.commit({tp: end})
+                store.commit({tp: chunk[-1][2] + 1})
+            store.commit({tp: end})  # past the end's markers and aborted records
     if applied:
         log.debug("task %s: %d global table records applied", task.task_id, applied)
     return applied

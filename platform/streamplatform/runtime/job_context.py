@@ -85,6 +85,9 @@ class JobContext:
     layout: InstanceLayout | None = None
     # Delta sinks with a typed `value_fields` column (value_fields.py), by topic.
     value_fields: dict[str, Any] = field(default_factory=dict)
+    # Internal topics kept in Kafka because they close a cycle of sub-topologies (a
+    # foreign-key join's answers: feedback_topics.py).
+    feedback_topics: frozenset[str] = frozenset()
     # The commit log's table id, once claimed: task directories of another incarnation of
     # the job (before a reset) are removed before use (incarnation.py).
     incarnation: str = ""
@@ -97,7 +100,7 @@ class JobContext:
     @property
     def global_topics(self) -> list[str]:
         """The topics of the topology's global tables (read whole by every task)."""
-        return sorted({table.topic for table in self.topology.global_tables()})
+        return self.topology.global_topics()
 
     @property
     def settings(self) -> dict[str, Any]:

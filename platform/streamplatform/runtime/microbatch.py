@@ -192,7 +192,7 @@ class StreamingJob:
             delta_sinks=frozenset(self.delta_sinks), sources=sources,
             internal_topics=frozenset(internal_topics), partitions=partitions,
             fingerprint=self.fingerprint, claim=self.claim, spark=lambda: self.spark,
-            layout=self.layout,
+            layout=self.layout, feedback_topics=frozenset(feedback),
             value_fields=value_fields(topology, self.config, frozenset(self.delta_sinks)),
         )  # fmt: skip
         self.planner = Planner(self.context, self.group_offsets)
@@ -634,11 +634,9 @@ def _internal_partitions(
         unknown = [t for t in topics if t not in known]
         if unknown:
             raise NotImplementedError(
-                f"{app}: sub-topology {subtopology.id} reads {unknown}, written by a later "
-                "sub-topology: a cycle between sub-topologies, as a foreign-key table join "
-                "(KTable.join(other, foreign_key_extractor, joiner)) makes. The Spark runtime "
-                "runs sub-topologies in order and does not run such a topology yet: run it "
-                "with the TopologyTestDriver, or re-key the table and join on its key."
+                f"{app}: sub-topology {subtopology.id} reads {unknown}, of unknown width "
+                "(an internal topic read before it is written is kept in Kafka: "
+                "feedback_topics.py; this one was not)"
             )
         width = max(known[t] for t in topics)
         for name in subtopology.nodes:

@@ -94,7 +94,11 @@ class Planner:
         if tp in self._first_positions:
             return self._first_positions[tp]
         policy = self.context.config["auto.offset.reset"]
-        if tp in self.reset_positions:
+        if tp[0] in self.context.feedback_topics:
+            # A new job's is empty; after a reset it holds the old run's answers, which the
+            # reset job sends again: their end, whatever auto.offset.reset says.
+            position, policy = high, "the job's own cycle topic"
+        elif tp in self.reset_positions:
             position, policy = self.reset_positions[tp], "streamplatform reset"
         elif policy == "earliest":
             position = low
@@ -108,7 +112,7 @@ class Planner:
                 "auto.offset.reset=none: set auto.offset.reset (earliest, latest, "
                 "by_duration:<ISO-8601>) to say where it starts"
             )
-        why = policy if policy == "streamplatform reset" else f"auto.offset.reset={policy}"
+        why = policy if " " in policy else f"auto.offset.reset={policy}"
         log.info("%s: %s-%d has no committed position: starting at offset %d (%s)",
                  self.context.app, *tp, position, why)  # fmt: skip
         self._first_positions[tp] = position

@@ -71,6 +71,8 @@ class ReplayPolicy:
         kafka_outputs = context.kafka_sink_topics() + (
             [context.dlq_topic] if context.dlq_topic else []
         )
+        if context.topology.has_dynamic_sinks():
+            kafka_outputs.append("(the topics its topic name extractors chose)")
         if not kafka_outputs:
             return ""
         if not context.config.exactly_once:

@@ -140,6 +140,12 @@ def _refuse_what_cannot_be_taken_back(
         raise ConfigError(f"{app}: cannot rewind to batch {to_batch}: {now}")
     if to_batch == last.batch_id:
         raise ConfigError(f"{app}: batch {to_batch} is the last committed: nothing to rewind")
+    if job.context.feedback_topics:
+        raise ConfigError(
+            f"{app}: a foreign-key join's answers ({sorted(job.context.feedback_topics)}) "
+            "are in Kafka and cannot be taken back: a rewound job would join them twice. "
+            "Reset the job instead (streamplatform reset)"
+        )
     kafka = job.context.kafka_sink_topics()
     if job.context.topology.has_dynamic_sinks():
         kafka = [*kafka, "the topics its topic name extractors chose"]
@@ -184,7 +190,9 @@ def _refuse_what_cannot_be_taken_back(
 
 def _kafka_outputs(job: Any) -> list[str]:
     dlq = job.context.dlq_topic
-    return sorted({*job.context.kafka_sink_topics(), *([dlq] if dlq else [])})
+    chosen = ["(the topics its topic name extractors chose)"]
+    return sorted({*job.context.kafka_sink_topics(), *([dlq] if dlq else []),
+                   *(chosen if job.context.topology.has_dynamic_sinks() else [])})  # fmt: skip
 
 
 def _set_marker_groups(job: Any, to_batch: int) -> None:

@@ -379,6 +379,10 @@ class Task:
             self._facades[name] = facade
         return facade
 
+    def every_store(self) -> list[Any]:
+        """The task's stores and its copies of global tables: what holds its directory."""
+        return [*self.stores.values(), *self.global_stores.values()]
+
     def engine_store(self, name: str) -> Any:
         """Store ``name`` itself (a global table's copy included)."""
         store = self.stores.get(name)
@@ -645,7 +649,7 @@ class Task:
         self._close_stores()
 
     def _close_stores(self) -> None:
-        for store in [*self.stores.values(), *self.global_stores.values()]:
+        for store in self.every_store():
             store.close()
         self.global_stores = {}
         self._store_options.close()  # rocksdb.config.setter's close(store_name, options)

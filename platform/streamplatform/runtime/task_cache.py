@@ -85,7 +85,7 @@ def keep(task: Task, fingerprint: str, batch: int, idle_ms: int) -> None:
     if idle_ms <= 0:
         task.close()
         return
-    directories = {str(store.path): os.stat(store.path).st_ino for store in task.stores.values()}
+    directories = {str(store.path): os.stat(store.path).st_ino for store in task.every_store()}
     kept = _Kept(task, fingerprint, batch, time.monotonic(), idle_ms / 1000, directories)
     with _lock:
         replaced = _kept.pop(task.directory, None)
@@ -160,7 +160,7 @@ def _watch() -> None:
 def _why_close(kept: _Kept, now: float) -> str | None:
     if now - kept.idle_since >= kept.idle_limit_s:
         return "it was idle for platform.task.cache.idle.ms"
-    for store in kept.task.stores.values():
+    for store in kept.task.every_store():
         if (Path(store.path) / RELEASE_REQUEST).exists():
             return "another process asked for its stores"
     return None

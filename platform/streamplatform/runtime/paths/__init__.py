@@ -56,7 +56,7 @@ def choose(context: JobContext, plan: BatchPlan) -> ExecutionPath:
     streamable = not context.value_fields  # typed columns are added outside the stream
     if (
         one_topic and len(sinks) == 1 and sinks <= context.delta_sinks
-        and not plan.replayed and streamable
+        and not plan.replayed and streamable and not topology.has_dynamic_sinks()
     ):  # fmt: skip
         # A replay's write of a sink its first attempt committed would be skipped by
         # Delta, and the tasks inside it with it: replayed on the cached path instead.
