@@ -147,8 +147,9 @@ class StandbySync:
             incarnation.ensure(directory, current)  # a copy from before a reset starts over
             options = TaskStoreOptions(StreamsConfig(settings))
             stores = {
-                name: topology.stores[name].open(directory, options=options.options(name))
-                for name in topology.stores
+                name: spec.open(directory, options=options.options(name))
+                for name, spec in topology.stores.items()
+                if getattr(spec, "global_topic", None) is None  # a global table: no changelog
             } | {
                 name: spec.open(directory)  # the repartition buffer (repartition_buffer.py)
                 for name, spec in every_runtime_store(topology, app).items()
