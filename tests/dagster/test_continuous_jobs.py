@@ -94,6 +94,7 @@ def test_a_lost_claim_fails_the_running_check_at_once_a_clean_stop_only_after_th
         with ContinuousJobReporter(FakeJob(), "orders", every_batches=1, every_seconds=None,
                                    instance=instance) as reporter:  # fmt: skip
             reporter.on_batch(batch(0))
+            assert reporter.flush()  # sent from the reporter's thread
             while_running = tick(defs, instance)
         assert running_check(while_running).passed is True
         # Stopped on request: within the hour, no alarm (a restart is not an incident).

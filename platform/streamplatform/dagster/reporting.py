@@ -150,10 +150,22 @@ class ContinuousJobReporter:
         """The sender thread: the reports ``on_batch`` found due, in order."""
         while (request := self._due.get()) is not None:
             state, results = request
-            with self._sending:
-                if not self._send(state, results, time.monotonic() - self._since):
-                    with self._lock:  # kept for the next report that gets through
-                        self._pending = [*results, *self._pending][-MAX_PENDING:]
+            try:
+                with self._sending:
+                    if not self._send(state, results, time.monotonic() - self._since):
+                        with self._lock:  # kept for the next report that gets through
+                            self._pending = [*results, *self._pending][-MAX_PENDING:]
+            finally:
+                self._due.task_done()
+        self._due.task_done()  # the end (None)
+
+    def flush(self, timeout_s: float = 30.0) -> bool:
+        """Wait until the reports found due so far have been sent (or have failed, and wait
+        in the pending ones); False if they had not after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while self._due.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return not self._due.unfinished_tasks
 
     def finish(self, state: str = "stopped", error: BaseException | str | None = None) -> None:
         """Stop the timer and report what is pending, then the job's end (``state``)."""
