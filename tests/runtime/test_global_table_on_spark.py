@@ -107,6 +107,10 @@ def test_a_stream_global_table_join_on_spark_equals_the_test_driver(
         "platform.delta.root": str(tmp_path / "delta"),
         "platform.max.records.per.batch": 4,
         "platform.driver.tasks.max.records": 10**6 if where == "driver" else 0,
+        # No task kept open between batches: the state directory is deleted between the runs
+        # below, as a new executor would come without one; under a process that still held
+        # its stores open, RocksDB would write into the directory made anew.
+        "platform.task.cache.idle.ms": 0,
     }
     # The first run's batch 1 fails once after its Kafka outputs, and runs again.
     monkeypatch.setenv("STREAMPLATFORM_FAIL_ONCE", "after_outputs:1")
