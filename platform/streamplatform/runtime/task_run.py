@@ -94,6 +94,11 @@ def batch_held(store: Any) -> int:
     return -1 if held is None else int(held)
 
 
+# Topics an extractor chose that exist, per cluster: each is asked of the broker once per
+# process, not once per task and batch.
+_CHOSEN_TOPICS: dict[str, set[str]] = {}
+
+
 @dataclass(frozen=True)
 class ReadRanges:
     """What a task that reads its own Kafka ranges (the direct path) needs to know of them:
@@ -184,7 +189,6 @@ class TaskRun:
         self.kafka = None if read is None else read.kafka
         self._kafka_out: kafka_output.TaskOutput | None = None
         self._kafka_topics = frozenset() if self.kafka is None else self.kafka.topics
-        self._topics_checked: set[str] = set(self._kafka_topics)  # known to exist
 
     def input_queues(self, by_queue: Mapping[tuple, list]) -> list[InputQueue]:
         """The task's input queues from its rows (``table_queues``), each repartition
@@ -445,9 +449,10 @@ class TaskRun:
         present = Counter(map(itemgetter(0), records))
         if self.kafka.any_topic_but is not None:  # extractors choose topics: told apart here
             topics = frozenset(t for t in present if t != dlq and self.kafka.is_sink(t))
-            for topic in topics - self._topics_checked:
+            known = _CHOSEN_TOPICS.setdefault(self.config["bootstrap.servers"], set())
+            for topic in topics - known - self._kafka_topics:
                 self._kafka_out.check_chosen_topic(topic)
-                self._topics_checked.add(topic)
+                known.add(topic)
         if present.keys() <= topics:  # every record to a Kafka sink: the common case
             self._kafka_out.produce_sink_records(records, sources)
             for topic, count in present.items():
