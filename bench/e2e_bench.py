@@ -28,6 +28,15 @@ Spark's native Kafka sink (at least once) behind ``dropDuplicatesWithinWatermark
 records/s of each and the price of exactly once: EOS time / ALOS time (target at most 1.10).
 
     .venv/bin/python bench/e2e_bench.py --sink kafka [--records 2000000] [--repeats 5]
+
+``--before <git revision>``: our job also runs on that revision's library, on the same topics
+of the same broker in the same run, so that a regression shows: a git worktree of the revision
+with this checkout's built C cores, in a child process of its own (its own Spark session, its
+own warm-up run, then ``--repeats`` runs). The summary adds its records/s, its path and the
+ratio now/before. The child runs after this process's runs, while this process's Spark session
+idles; ``--before-first`` runs it first instead, to tell the order's effect from the code's.
+
+    .venv/bin/python bench/e2e_bench.py --records 2000000 --repeats 3 --before 39e16e6
 """
 
 from __future__ import annotations
@@ -38,6 +47,7 @@ import json
 import os
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -438,6 +448,54 @@ def kafka_sink(args: argparse.Namespace) -> None:
     print(f"ratio ours EOS / native (records/s): {native:.2f}x")
 
 
+def run_revision_child(args: argparse.Namespace, bootstrap: str) -> dict:
+    """Our job on ``args.before``'s library, in a child process on this run's topics: its
+    seconds per run and paths (see the module's docstring)."""
+    worktree = Path(tempfile.mkdtemp(prefix="e2e-before-"))
+    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(worktree),
+                    args.before], check=True, capture_output=True)  # fmt: skip
+    try:
+        # The JVM jars are not committed: this checkout's. The C cores are built from the
+        # revision's own sources (a core missing would run its Python reference instead).
+        (worktree / ".jvm").symlink_to(REPO / ".jvm")
+        subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=worktree,
+                       check=True, capture_output=True)  # fmt: skip
+        env = os.environ | {"PYTHONPATH": str(worktree / "platform"),
+                            "PYSPARK_PYTHON": sys.executable}  # fmt: skip
+        child = subprocess.run(
+            [sys.executable, __file__, "--child-of", bootstrap, "--records", str(args.records),
+             "--repeats", str(args.repeats)],
+            env=env, check=True, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        return json.loads(child.stdout.strip().splitlines()[-1])
+    finally:
+        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(worktree)],
+                       check=False, capture_output=True)  # fmt: skip
+
+
+def child_runs(args: argparse.Namespace) -> None:
+    """``--child-of``: our job only, on the parent's broker and topics (a warm-up, then
+    ``--repeats`` runs); prints its library's location on stderr, then JSON."""
+    import streamplatform
+
+    print(f"  before: library {Path(streamplatform.__file__).parent}", file=sys.stderr)
+    settings = {"bootstrap.servers": args.child_of}
+    seconds: list[float] = []
+    with tempfile.TemporaryDirectory() as directory:
+        tmp = Path(directory)
+        spark = spark_session(master="local[2]", app_name="e2e-bench-before")
+        run_ours(spark, settings, "warmup", tmp, args.records, "warmup-before")
+        for repeat in range(args.repeats):
+            elapsed, written, results = run_ours(spark, settings, "bench", tmp, args.records,
+                                                 f"before-{repeat}")  # fmt: skip
+            seconds.append(elapsed)
+            PATHS.setdefault("delta", set()).update(paths_of(results))
+            print(f"  run {repeat} before: {args.records / elapsed:>9,.0f} records/s "
+                  f"({elapsed:.1f} s, {written:,} rows)", file=sys.stderr, flush=True)  # fmt: skip
+        spark.stop()
+    print(json.dumps({"seconds": seconds, "paths": sorted(PATHS.get("delta", ()))}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=2_000_000)
@@ -449,7 +507,15 @@ def main() -> None:
                         help="Delta sink on a standalone master with two one-core workers "
                              "(streamplatform.local_cluster) instead of local[2]: the "
                              "local-master shortcuts are off")  # fmt: skip
+    parser.add_argument("--before", help="a git revision whose library also runs our job, in "
+                        "the same run (Delta sink, local[2])")  # fmt: skip
+    parser.add_argument("--before-first", action="store_true",
+                        help="run the --before revision before this checkout")  # fmt: skip
+    parser.add_argument("--child-of", help=argparse.SUPPRESS)  # the --before child's broker
     args = parser.parse_args()
+    if args.child_of:
+        child_runs(args)
+        return
     if args.warmup_records is None:
         args.warmup_records = args.records
     if args.sink == "kafka":
@@ -457,6 +523,7 @@ def main() -> None:
         return
     ours: list[float] = []
     native: list[float] = []
+    before: dict = {}
     with tempfile.TemporaryDirectory() as directory:
         tmp = Path(directory)
         with LocalBroker(tmp / "broker") as broker, contextlib.ExitStack() as stack:
@@ -466,6 +533,8 @@ def main() -> None:
             produce(settings, "bench", args.records)
             produce(settings, "latency", args.latency_records, seed=9)
             produce(settings, "warmup", args.warmup_records, seed=11)
+            if args.before and args.before_first:
+                before = run_revision_child(args, broker.bootstrap_servers)
             master = bench_master(stack, tmp, args.cluster)
             spark = spark_session(master=master, app_name="e2e-bench")
             # Both paths once on other data first: the JVM's class loading and JIT would
@@ -495,6 +564,8 @@ def main() -> None:
             _, _, batches = run_ours(
                 spark, settings, "latency", tmp, 10_000 // PARTITIONS, "latency"
             )
+            if args.before and not args.before_first:
+                before = run_revision_child(args, broker.bootstrap_servers)
             spark.stop()
     n = args.records
     where = "a standalone master, 2 workers of 1 core" if args.cluster else "local[2]"
@@ -510,6 +581,13 @@ def main() -> None:
     if len(rows["ours"]) > 1:
         print("WARNING: our runs wrote different row counts from the same data")
     print_ratio("native", ours, native)
+    if args.before:
+        then = before["seconds"]
+        print_median(f"before {args.before:<38s}", n, then, set(), "rows",
+                     ", ".join(before["paths"]))  # fmt: skip
+        ratio = statistics.median(then) / statistics.median(ours)
+        order = "before" if args.before_first else "after"
+        print(f"ratio now / {args.before}: {ratio:.2f}x (its runs {order} this checkout's)")
     latencies = sorted(b.duration_ms for b in batches)
     p99 = latencies[min(len(latencies) - 1, round(0.99 * (len(latencies) - 1)))]
     print(
