@@ -1,9 +1,9 @@
 """The C extensions of the package (pyproject.toml holds everything else).
 
 ``streamplatform.dsl._dedup_core`` is the dedup processor's per-record path in C,
-``streamplatform.dsl._window_core`` the time-windowed aggregation's, and
+``streamplatform.dsl._window_core`` the time-windowed aggregation's,
 ``streamplatform.runtime._kafka_rows`` turns a task's consumed Kafka messages into its record
-tuples. Without them the same code runs in its pure-Python reference, which gives the same
+tuples, and ``streamplatform.registry._avro_core`` reads Avro values in bulk. Without them the same code runs in its pure-Python reference, which gives the same
 results, slower (dsl/dedup.py, dsl/window_aggregate.py, runtime/kafka_input.py).
 
 The cores are expected: an install whose C build fails **fails**, with a message saying why and
@@ -71,6 +71,10 @@ setup(
         Extension(
             "streamplatform.runtime._kafka_rows",
             sources=["platform/streamplatform/runtime/_kafka_rows.c"],
+        ),
+        Extension(  # the compiled Avro reader of the registry's Avro serde (avro_program.py)
+            "streamplatform.registry._avro_core",
+            sources=["platform/streamplatform/registry/_avro_core.c"],
         ),
     ],
 )

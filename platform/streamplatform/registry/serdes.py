@@ -39,6 +39,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import orjson
 from confluent_kafka.serialization import MessageField, SerializationContext
 from fastavro import schemaless_reader, schemaless_writer
 
@@ -70,9 +71,14 @@ _OUTPUT_OPTIONS = frozenset(
 
 
 _NOT_FAST = object()  # RegistrySerde._fast_read: no fast path for these bytes
+
+try:  # the compiled Avro reader (avro_program.py), built with the package where a C compiler is
+    from streamplatform.registry import _avro_core
+except ImportError:  # pragma: no cover - depends on the build; fastavro then reads every value
+    _avro_core = None  # type: ignore[assignment]
 # What a registry serde creates where it is used (the registry's client inside): never
 # pickled, and no part of the job's fingerprint.
-_CACHES = ("_serializers", "_deserializer", "_fast")
+_CACHES = ("_serializers", "_deserializer", "_fast", "_checked_ids", "_verdicts")
 
 
 class RegistryUnavailableError(StreamsError):
@@ -232,6 +238,8 @@ class RegistrySerde:
     def _reset(self) -> None:
         self._serializers: dict[Any, Any] = {}
         self._deserializer: Any = None
+        for name in _CACHES[2:]:  # the fast paths' state (the subclasses')
+            self.__dict__.pop(name, None)
 
     def configure(self, settings: Mapping[str, Any]) -> None:
         """The job's settings (``registry=`` given to the serde wins over them)."""
@@ -326,6 +334,12 @@ class RegistrySerde:
 
     def _fast_write(self, value: Any, is_key: bool | None, topic: str | None) -> bytes | None:
         """``value``'s bytes written without confluent's serializers, or None."""
+        return None
+
+    def _read_all(self, datas: list[Any], headers: list | None, is_key: bool) -> list | None:
+        """What ``deserialize`` gives for each of ``datas`` (with its record's ``headers``; None:
+        the records have none), read in bulk (``serdes.deserialize_all``), or None: the caller
+        reads them one by one, which raises a failure at its record."""
         return None
 
     def serialize(self, value: Any, context: SerdeContext | None = None) -> bytes | None:
@@ -505,6 +519,48 @@ class AvroSerde(RegistrySerde):
         source.seek(5)
         return schemaless_reader(source, *plan)
 
+    def _read_all(self, datas: list[Any], headers: list | None, is_key: bool) -> list | None:
+        # The compiled reader, where every value would take _fast_read's path (the schema id
+        # in its prefix, none in a header) to a schema it reads; else None (record by record).
+        # It is strict (see _avro_core.c): a value it refuses makes the whole chunk go record
+        # by record, where fastavro gives that value what it gives it today.
+        if _avro_core is None or self._from_dict is not None:
+            return None
+        if headers is not None:
+            name = KEY_SCHEMA_ID_HEADER if is_key else VALUE_SCHEMA_ID_HEADER
+            for record_headers in headers:
+                if record_headers and any(header[0] == name for header in record_headers):
+                    return None
+        first = next((data for data in datas if data is not None), None)
+        if first is None:
+            return [None] * len(datas)
+        if type(first) is not bytes:
+            return None
+        plans = self._plans()
+        prefix = first[:5]
+        reader = plans.compiled(prefix)
+        if reader is None:
+            return None
+        values = reader.read_all(datas, 5, prefix)
+        if values is not None:
+            return values
+        # Values of several schemas (a producer moving to a new version): read by schema.
+        at: dict[bytes, list[int]] = {}
+        for index, data in enumerate(datas):
+            if data is not None:
+                if type(data) is not bytes:
+                    return None
+                at.setdefault(data[:5], []).append(index)
+        values = [None] * len(datas)
+        for prefix, indexes in at.items():
+            reader = plans.compiled(prefix)
+            if reader is None:
+                return None
+            read = reader.read_all([datas[index] for index in indexes], 5)
+            for index, value in zip(indexes, read, strict=True):
+                values[index] = value
+        return values
+
     def _fast_write(self, value: Any, is_key: bool | None, topic: str | None) -> bytes | None:
         plans = self.__dict__.get("_fast")
         if plans is None:
@@ -518,6 +574,26 @@ class AvroSerde(RegistrySerde):
         schemaless_writer(out, plans.writer, value)
         return out.getvalue()
 
+    def written_prefix(self, topic: str, is_key: bool) -> bytes | None:
+        """The 5 bytes this serde writes before each of its values to ``topic`` (the magic
+        byte and the schema id), once it has written one there on the fast path; else None.
+        A sink writes a value as read when it starts with them (runtime/sink_writers.py)."""
+        plans = self.__dict__.get("_fast")
+        if plans is None:
+            return None
+        field = MessageField.KEY if is_key else MessageField.VALUE
+        return plans.prefixes.get((field, topic))
+
+    def writes_back_reads_of(self, other: Any) -> bool:
+        """Whether what ``other`` reads, this serde writes back as it was read under the same
+        schema id: both Avro with the same schema, read as written (no reader schema of
+        another shape), and no conversion to or from objects of yours."""
+        return (
+            type(other) is AvroSerde and self.schema is not None
+            and self.schema == self.reader_schema == other.schema == other.reader_schema
+            and self._to_dict is None and other._from_dict is None
+        )  # fmt: skip
+
     def _plans(self) -> _AvroPlans:
         plans = self.__dict__.get("_fast")
         if plans is None:
@@ -525,10 +601,6 @@ class AvroSerde(RegistrySerde):
                 self.client(), self.schema, self.reader_schema
             )
         return plans
-
-    def _reset(self) -> None:
-        super()._reset()
-        self.__dict__.pop("_fast", None)
 
 
 class _AvroPlans:
@@ -553,6 +625,7 @@ class _AvroPlans:
         self.prefixes: dict[tuple[Any, str], bytes | None] = {}
         self._readers: dict[bytes, tuple[Any, Any] | None] = {}
         self._plain: dict[bytes, bool] = {}
+        self._compiled: dict[bytes, Any] = {}  # prefix -> _avro_core.Reader or None
 
     def learn_prefix(self, where: tuple[Any, str], data: bytes) -> None:
         """What confluent's serializer wrote first to ``where``: its prefix for the next."""
@@ -591,6 +664,53 @@ class _AvroPlans:
         self._readers[schema_id] = plan
         return plan
 
+    def compiled(self, prefix: bytes) -> Any:
+        """The compiled reader (``_avro_core.Reader``) of the values that start with
+        ``prefix`` (the magic byte and the schema id), or None: fastavro reads them (not the
+        prefix format, a schema that is not plain, one read into another reader schema, or one
+        avro_program does not compile). Raises what the registry raises for the id."""
+        reader = self._compiled.get(prefix, _NOT_FAST)
+        if reader is not _NOT_FAST:
+            return reader
+        reader = None
+        if _avro_core is not None and len(prefix) == 5 and prefix[0] == 0:
+            plan = self.readers(prefix[1:5])
+            if plan is not None and plan[1] is None:
+                from streamplatform.registry.avro_program import program
+
+                compiled = program(plan[0])
+                reader = None if compiled is None else _avro_core.Reader(compiled)
+        self._compiled[prefix] = reader
+        return reader
+
+
+def _past_message_indexes(data: bytes, at: int) -> int | None:
+    """Where a Protobuf payload's message starts: past the message indexes at ``at`` (a
+    zigzag varint count, then that many varints; a lone 0 stands for [0]), or None when they
+    run past the end."""
+    count, at = _varint(data, at)
+    if count is None:
+        return None
+    for _ in range((count >> 1) ^ -(count & 1)):  # zigzag-decoded
+        index, at = _varint(data, at)
+        if index is None:
+            return None
+    return at
+
+
+def _varint(data: bytes, at: int) -> tuple[int | None, int]:
+    """The unsigned varint at ``at`` and where it ends; (None, at) past the end or beyond 64
+    bits."""
+    value = shift = 0
+    while at < len(data) and shift < 64:
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, at
+        shift += 7
+    return None, at
+
 
 def _has_schema_id_header(ctx: Any) -> bool:
     name = KEY_SCHEMA_ID_HEADER if ctx.field == MessageField.KEY else VALUE_SCHEMA_ID_HEADER
@@ -609,7 +729,7 @@ class ProtobufSerde(RegistrySerde):
             raise TypeError(
                 f"Serdes.protobuf takes a generated message class, got {message_type!r}"
             )
-        self.message_type = message_type
+        self.message_type: Any = message_type
 
     def __fingerprint__(self) -> dict[str, Any]:
         described = super().__fingerprint__()
@@ -628,18 +748,92 @@ class ProtobufSerde(RegistrySerde):
         return protobuf_values(value)
 
     def _new_serializer(self, conf: dict[str, Any]) -> Callable[[Any, Any], bytes]:
+        from confluent_kafka.schema_registry import prefix_schema_id_serializer
         from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 
         serializer = ProtobufSerializer(self.message_type, self.client(), conf)
+        # The fast path (_fast_write): confluent's serializer writes the framing (magic byte,
+        # schema id, message indexes), then the message's own bytes. Without the subject's
+        # latest schema (whose rules could change the message) the framing is the same for
+        # every message to a subject, so the first one written to a topic gives it for the
+        # next. Not for the header format.
+        learns = (
+            conf.get("schema.id.serializer") is prefix_schema_id_serializer
+            and not conf.get("use.latest.version")
+        )  # fmt: skip
+        prefixes = self._prefixes()
 
         def serialize(message: Any, ctx: Any) -> bytes:
             if not isinstance(message, self.message_type):
                 raise TypeError(
                     f"expected a {self.message_type.__name__}, got {type(message).__name__}"
                 )
-            return serializer(message, ctx)  # type: ignore[no-any-return]
+            data: bytes = serializer(message, ctx)
+            where = (ctx.field, ctx.topic)
+            if learns and where not in prefixes:
+                body = message.SerializeToString()
+                framed = data.endswith(body) and len(data) > len(body)
+                prefixes[where] = data[: len(data) - len(body)] if framed else None
+            return data
 
         return serialize
+
+    def _prefixes(self) -> dict[tuple[Any, str], bytes | None]:
+        """(field, topic) -> the framing confluent's serializer wrote before the first message
+        there (None: no fast path there)."""
+        prefixes = self.__dict__.get("_fast")
+        if prefixes is None:
+            prefixes = self.__dict__["_fast"] = {}
+        return prefixes  # type: ignore[no-any-return]
+
+    def _fast_write(self, value: Any, is_key: bool | None, topic: str | None) -> bytes | None:
+        prefixes = self.__dict__.get("_fast")
+        if not prefixes or type(value) is not self.message_type:
+            return None
+        field = MessageField.KEY if is_key else MessageField.VALUE
+        prefix = prefixes.get((field, "" if is_key is None else topic))
+        return None if prefix is None else prefix + value.SerializeToString()
+
+    def _fast_read(self, data: bytes, context: SerdeContext | None) -> Any:
+        # What the deserializer below does for a record with its schema id in the payload
+        # (the message type reads it), without confluent's wrapper: past the framing, the
+        # message's bytes. The id is checked with the registry once, as below.
+        if len(data) < 6 or data[0] != 0:
+            return _NOT_FAST
+        if context is not None and context.headers:
+            name = KEY_SCHEMA_ID_HEADER if context.is_key else VALUE_SCHEMA_ID_HEADER
+            if any(header[0] == name for header in context.headers):
+                return _NOT_FAST
+        checked = self.__dict__.get("_checked_ids")
+        if checked is None:
+            checked = self.__dict__["_checked_ids"] = set()
+        schema_id = data[1:5]
+        if schema_id not in checked:
+            self.client().get_schema(int.from_bytes(schema_id, "big"))  # unknown: 404
+            checked.add(schema_id)
+        start = _past_message_indexes(data, 5)
+        if start is None:
+            return _NOT_FAST  # confluent's deserializer says what is wrong
+        message = self.message_type()
+        try:
+            message.ParseFromString(data[start:])
+        except Exception:  # noqa: BLE001 - the deserializer below raises it as confluent does
+            return _NOT_FAST
+        return message
+
+    def written_prefix(self, topic: str, is_key: bool) -> bytes | None:
+        """The framing this serde writes before each message to ``topic``, once it has
+        written one there; else None (runtime/sink_writers.py writes a value as read when it
+        starts with it)."""
+        prefixes = self.__dict__.get("_fast")
+        if not prefixes:
+            return None
+        return prefixes.get((MessageField.KEY if is_key else MessageField.VALUE, topic))
+
+    def writes_back_reads_of(self, other: Any) -> bool:
+        """Whether a message ``other`` reads is one this serde writes under the same framing:
+        both read and write messages of the same generated class."""
+        return type(other) is ProtobufSerde and other.message_type is self.message_type
 
     def _new_deserializer(self) -> Callable[[bytes, Any], Any]:
         from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
@@ -700,6 +894,7 @@ class JsonSchemaSerde(RegistrySerde):
         return json_schema_type_of(self.schema)
 
     def _new_serializer(self, conf: dict[str, Any]) -> Callable[[Any, Any], bytes]:
+        from confluent_kafka.schema_registry import prefix_schema_id_serializer
         from confluent_kafka.schema_registry.json_schema import JSONSerializer
 
         if self.schema is None and not conf.get("use.latest.version"):
@@ -707,12 +902,223 @@ class JsonSchemaSerde(RegistrySerde):
                 "Serdes.json_schema() without a schema can only read; to write, give it the "
                 "schema or use_latest_version=True"
             )
-        return JSONSerializer(self.schema, self.client(), self._to_dict, conf)
+        serializer = JSONSerializer(self.schema, self.client(), self._to_dict, conf)
+        # The fast path (_fast_write): without the subject's latest schema (whose rules could
+        # change the value), confluent's serializer writes the same 5 bytes before every value
+        # to a subject: the first one written to a topic gives them for the next. Not for the
+        # header format, nor with your objects (to_dict).
+        learns = (
+            self._shapes() is not None and self._to_dict is None
+            and conf.get("schema.id.serializer") is prefix_schema_id_serializer
+            and not conf.get("use.latest.version")
+        )  # fmt: skip
+        prefixes = self._prefixes()
+
+        def serialize(value: Any, ctx: Any) -> bytes:
+            data: bytes = serializer(value, ctx)
+            if learns:
+                self._shapes().learn(value, True)  # type: ignore[union-attr]
+                prefixes.setdefault((ctx.field, ctx.topic), data[:5])
+            return data
+
+        return serialize
 
     def _new_deserializer(self) -> Callable[[bytes, Any], Any]:
         from confluent_kafka.schema_registry.json_schema import JSONDeserializer
 
-        return JSONDeserializer(self.schema, self._from_dict, self.client(), _deserializer_conf())
+        deserializer = JSONDeserializer(
+            self.schema, self._from_dict, self.client(), _deserializer_conf()
+        )
+        shapes = self._shapes() if self._from_dict is None else None
+
+        def deserialize(data: bytes, ctx: Any) -> Any:
+            # What confluent's deserializer says of a value's shape holds for every value of
+            # that shape (_ValueShapes): learnt here, for _fast_read.
+            try:
+                value = deserializer(data, ctx)
+            except SerializationError:
+                if shapes is not None and _plain_prefix(self, data, ctx):
+                    shapes.learn(_json_or_none(data[5:]), False)
+                raise
+            if shapes is not None and _plain_prefix(self, data, ctx):
+                shapes.learn(value, True)
+            return value
+
+        return deserialize
+
+    def _shapes(self) -> _ValueShapes | None:
+        """What the schema says of the values of each shape seen, when it constrains nothing
+        but the shapes of values (None: it constrains more, or there is no schema)."""
+        if "_verdicts" not in self.__dict__:
+            self.__dict__["_verdicts"] = (
+                None if self.schema is None else _ValueShapes.of(_json_loads(self.schema, ""))
+            )
+        return self.__dict__["_verdicts"]  # type: ignore[no-any-return]
+
+    def _prefixes(self) -> dict[tuple[Any, str], bytes]:
+        """(field, topic) -> the 5 bytes confluent's serializer wrote before the first value
+        there."""
+        prefixes = self.__dict__.get("_fast")
+        if prefixes is None:
+            prefixes = self.__dict__["_fast"] = {}
+        return prefixes  # type: ignore[no-any-return]
+
+    def _fast_write(self, value: Any, is_key: bool | None, topic: str | None) -> bytes | None:
+        prefixes = self.__dict__.get("_fast")
+        if not prefixes:
+            return None
+        field = MessageField.KEY if is_key else MessageField.VALUE
+        prefix = prefixes.get((field, "" if is_key is None else topic))
+        shapes = self.__dict__.get("_verdicts")
+        if prefix is None or shapes is None or shapes.valid(value) is not True:
+            return None  # confluent's serializer validates it (and learns its shape)
+        return prefix + orjson.dumps(value)  # confluent-kafka's encoding (orjson)
+
+    def _fast_read(self, data: bytes, context: SerdeContext | None) -> Any:
+        # Confluent's deserializer decodes with orjson, then validates against the schema.
+        # A value of a shape it found valid before is valid: decoded here, not validated
+        # again. Any other value goes through it (and its shape is learnt).
+        shapes = self.__dict__.get("_verdicts")
+        if shapes is None or self._from_dict is not None or not _plain_prefix(self, data, context):
+            return _NOT_FAST
+        try:
+            value = orjson.loads(data[5:])
+        except orjson.JSONDecodeError:
+            return _NOT_FAST
+        return value if shapes.valid(value) is True else _NOT_FAST
+
+    def written_prefix(self, topic: str, is_key: bool) -> bytes | None:
+        """The 5 bytes this serde writes before each value to ``topic``, once it has written
+        one there; else None (runtime/sink_writers.py writes a value as read when it starts
+        with them)."""
+        prefixes = self.__dict__.get("_fast")
+        if not prefixes or self._to_dict is not None:
+            return None
+        return prefixes.get((MessageField.KEY if is_key else MessageField.VALUE, topic))
+
+    def writes_back_reads_of(self, other: Any) -> bool:
+        """Whether what ``other`` reads, this serde writes back as read under the same
+        schema id: both JSON Schema with the same schema and no objects of yours (up to
+        JSON's formatting, as the JSON serde's records written as read)."""
+        return (
+            type(other) is JsonSchemaSerde and self.schema is not None
+            and other.schema == self.schema
+            and self._to_dict is None and other._from_dict is None
+        )  # fmt: skip
+
+
+def _plain_prefix(serde: RegistrySerde, data: bytes, context: Any) -> bool:
+    """Whether ``data`` is a prefix-framed value (magic byte 0, a schema id) of a plain schema
+    (no references, no rule set: nothing but the schema decides), its id in no header. The id
+    is checked with the registry once (an unknown one raises, as confluent's deserializer).
+    ``context``: ours (SerdeContext) or confluent's (SerializationContext), or None."""
+    if len(data) < 5 or data[0] != 0:
+        return False
+    is_key = False
+    if context is not None:
+        is_key = context.is_key if isinstance(context, SerdeContext) else (
+            context.field == MessageField.KEY)  # fmt: skip
+        if context.headers:
+            name = KEY_SCHEMA_ID_HEADER if is_key else VALUE_SCHEMA_ID_HEADER
+            if any(header[0] == name for header in context.headers):
+                return False
+    checked = serde.__dict__.get("_checked_ids")
+    if checked is None:
+        checked = serde.__dict__["_checked_ids"] = {}
+    schema_id = data[1:5]
+    plain = checked.get(schema_id)
+    if plain is None:
+        # Asked as confluent's deserializer asks it (with the topic's subject), so that the
+        # client's cache answers it the second time.
+        topic = None if context is None else context.topic
+        subject = f"{topic}-{'key' if is_key else 'value'}" if topic else None
+        registered = serde.client().get_schema(int.from_bytes(schema_id, "big"), subject)
+        plain = checked[schema_id] = not registered.references and not registered.rule_set
+    return plain  # type: ignore[no-any-return]
+
+
+def _json_or_none(data: bytes) -> Any:
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return _NOT_FAST  # not JSON at all: no shape to learn
+
+
+class _ValueShapes:
+    """A JSON Schema's verdicts on the shapes of values, for a schema whose verdict depends on
+    nothing but a value's shape: the keys of its objects, the lengths of its arrays and the
+    JSON type of each leaf (a float that is a whole number apart, as "integer" takes it).
+    Such a schema uses only the keywords in ``SHAPE_KEYWORDS``; ``enum``, ``pattern``,
+    ``minimum``, ``$ref`` and the like look at values, and make ``of`` give None.
+
+    The verdicts come from confluent-kafka's own validation of a value of each shape (its
+    serializer's or deserializer's), learnt when it ran (``learn``); ``valid`` gives the
+    verdict on a value's shape, or None when none is known. Bounded: past ``MAX_SHAPES``
+    shapes, new ones are not kept (their values go through confluent's validation)."""
+
+    SHAPE_KEYWORDS = frozenset({
+        "type", "properties", "required", "additionalProperties", "patternProperties",
+        "propertyNames", "minProperties", "maxProperties", "dependencies",
+        "dependentRequired", "dependentSchemas", "items", "additionalItems", "prefixItems",
+        "minItems", "maxItems", "contains", "allOf", "anyOf", "oneOf", "not", "if", "then",
+        "else", "title", "description", "$schema", "$id", "$comment", "default",
+        "examples", "readOnly", "writeOnly", "deprecated",
+    })  # fmt: skip
+    MAX_SHAPES = 4096
+
+    def __init__(self) -> None:
+        self._verdicts: dict[Any, bool] = {}
+
+    @classmethod
+    def of(cls, schema: Any) -> _ValueShapes | None:
+        return cls() if _shape_only(schema) else None
+
+    def valid(self, value: Any) -> bool | None:
+        return self._verdicts.get(_shape(value))
+
+    def learn(self, value: Any, valid: bool) -> None:
+        if value is not _NOT_FAST and len(self._verdicts) < self.MAX_SHAPES:
+            self._verdicts[_shape(value)] = valid
+
+
+def _shape_only(schema: Any) -> bool:
+    """Whether ``schema`` (and every schema in it) uses only ``_ValueShapes.SHAPE_KEYWORDS``.
+    Keyword values that are schemas are checked in turn; names (properties' keys) are not
+    keywords."""
+    if isinstance(schema, bool):
+        return True
+    if not isinstance(schema, dict) or not schema.keys() <= _ValueShapes.SHAPE_KEYWORDS:
+        return False
+    for keyword, value in schema.items():
+        if keyword in ("properties", "patternProperties", "dependentSchemas"):
+            subschemas = list(value.values()) if isinstance(value, dict) else [None]
+        elif keyword == "dependencies":
+            subschemas = [v for v in value.values() if not isinstance(v, list)]
+        elif keyword in ("allOf", "anyOf", "oneOf", "prefixItems") or (
+            keyword == "items" and isinstance(value, list)
+        ):
+            subschemas = list(value) if isinstance(value, list) else [None]
+        elif keyword in ("additionalProperties", "propertyNames", "items", "additionalItems",
+                         "contains", "not", "if", "then", "else"):  # fmt: skip
+            subschemas = [value]
+        else:
+            continue  # an annotation, a count, a type name, required names
+        if not all(_shape_only(subschema) for subschema in subschemas):
+            return False
+    return True
+
+
+def _shape(value: Any) -> Any:
+    """A JSON value's shape (``_ValueShapes``): hashable, equal for values no shape-only
+    schema tells apart."""
+    kind = type(value)
+    if kind is dict:
+        return (dict, tuple((key, _shape(item)) for key, item in value.items()))
+    if kind is list:
+        return (list, tuple(_shape(item) for item in value))
+    if kind is float and value.is_integer():
+        return "whole float"  # JSON Schema's "integer" takes 1.0
+    return kind
 
 
 def _json_loads(text: str | None, what: str) -> Any:

@@ -6,7 +6,7 @@ delivery functions."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from streamplatform.dsl.graph import ProcessorNode, RecordContext, SinkNode, SourceNode, topic_name
 from streamplatform.errors.exceptions import StreamsError
@@ -157,12 +157,34 @@ def context_writer(task: Any, sink: SinkNode, topic: str) -> Callable[[Record], 
     the record's headers, which they may add to: the schema-id header)."""
     serialize_key = serializer_for(sink.key_serde, topic, True)
     serialize_value = serializer_for(sink.value_serde, topic, False)
+    values_as_read = registry_values_as_read(task, sink)
+    if values_as_read:
+        from streamplatform.registry.serdes import VALUE_SCHEMA_ID_HEADER
+
+        written_prefix = cast(Any, sink.value_serde).written_prefix
 
     def write(record: Record) -> None:
         headers = list(record[3] or ())  # the serdes may add to them: a copy
+        current = task.current
         try:
             key = serialize_key(record[0], headers)
-            value = serialize_value(record[1], headers)
+            value = None
+            if (
+                values_as_read and current is not None and current[0] in values_as_read
+                and record[1] is not None
+            ):  # fmt: skip
+                # The value as read, when it starts with the framing this sink writes (the
+                # magic byte, the schema id and for Protobuf the message indexes, learned
+                # from its first record) and no schema-id header names another: an encoding
+                # of the same value under the same schema, without encoding it again.
+                read, prefix = current[5], written_prefix(topic, False)
+                if (
+                    prefix is not None and type(read) is bytes and read.startswith(prefix)
+                    and not any(h[0] == VALUE_SCHEMA_ID_HEADER for h in headers)
+                ):  # fmt: skip
+                    value = read
+            if value is None:
+                value = serialize_value(record[1], headers)
         except StreamsError:
             raise
         except Exception as exception:
@@ -201,6 +223,35 @@ def written_as_read(task: Any, sink: SinkNode, values_only: bool = False) -> fro
         key_serde = next(iter(AS_READ_SERDES))  # any: the keys are not compared
     if key_serde not in AS_READ_SERDES or value_serde not in AS_READ_SERDES:
         return frozenset()
+
+    def same_serdes(source: SourceNode) -> bool:
+        source_key = key_serde if values_only else type(source.key_serde)
+        return (source_key, type(source.value_serde)) == (key_serde, value_serde)
+
+    return unchanged_sources(task, sink, same_serdes, values_only)
+
+
+def registry_values_as_read(task: Any, sink: SinkNode) -> frozenset[str]:
+    """The source topics whose values reach ``sink`` as read, where the sink's value serde is
+    a registry serde that knows the bytes it writes before a value (``written_prefix``) and
+    would write a value its source's serde decoded back as it was read
+    (``writes_back_reads_of``: the same format and schema). For such a record the sink
+    writes the bytes read when they start with the prefix it writes itself (the same schema
+    id): they are an encoding of the same value under the same schema."""
+    serde: Any = sink.value_serde
+    if sink.topic_extractor is not None or not hasattr(serde, "written_prefix"):
+        return frozenset()
+    return unchanged_sources(
+        task, sink, lambda source: serde.writes_back_reads_of(source.value_serde), True
+    )
+
+
+def unchanged_sources(
+    task: Any, sink: SinkNode, same_serdes: Callable[[SourceNode], bool], values_only: bool
+) -> frozenset[str]:
+    """The source topics of every path into ``sink``, when each path comes from a source
+    ``same_serdes`` accepts through processors that forward their record unchanged (or, with
+    ``values_only``, with its value unchanged); empty when any path does not."""
     topics: set[str] = set()
     pending, seen = list(sink.parents), set()
     while pending:
@@ -210,8 +261,7 @@ def written_as_read(task: Any, sink: SinkNode, values_only: bool = False) -> fro
         seen.add(name)
         node = task.topology.nodes[name]
         if isinstance(node, SourceNode):
-            source_key = key_serde if values_only else type(node.key_serde)
-            if (source_key, type(node.value_serde)) != (key_serde, value_serde):
+            if not same_serdes(node):
                 return frozenset()
             topics.add(topic_name(node.topic, node.internal, task.application_id))
         elif _declares(task.processors.get(name), "forwards_unchanged") or (

@@ -25,9 +25,14 @@ DECODE_SLICE = 128
 def decode_slice(source: Any, records: list, start: int) -> Iterator[tuple[Any, Any, Any]]:
     """Records ``[start, start + DECODE_SLICE)`` of ``records`` for ``decoded``."""
     part = records[start : start + DECODE_SLICE]
-    keys = deserialize_all(source.key_serde, list(map(itemgetter(4), part)))
+    # The records' headers, for serdes that read them (a registry serde's schema id).
+    headers = (
+        list(map(itemgetter(6), part))
+        if uses_context(source.key_serde) or uses_context(source.value_serde) else None
+    )  # fmt: skip
+    keys = deserialize_all(source.key_serde, list(map(itemgetter(4), part)), headers, True)
     if keys is not None:
-        values = deserialize_all(source.value_serde, list(map(itemgetter(5), part)))
+        values = deserialize_all(source.value_serde, list(map(itemgetter(5), part)), headers)
         if values is not None:
             return zip(part, keys, values, strict=True)
     return zip(part, repeat(UNDECODED), repeat(UNDECODED))
