@@ -18,6 +18,13 @@ format (magic byte 0, the schema id, then the Avro body) for the record
   ``make setup``) -> ``withWatermark`` -> ``dropDuplicatesWithinWatermark([key, id])`` -> Delta,
   ``trigger(availableNow=True)``.
 
+``--format protobuf`` and ``--format json_schema``: the same with Protobuf values (the
+message ``bench.Transaction {string id = 1; int64 amount = 2;}``, bench/transaction_pb2.py)
+or JSON Schema values (an object of a string ``id`` and an integer ``amount``), written by our
+serde. Their native peers: ``from_protobuf`` (the spark-protobuf jar; when Maven Central does
+not serve it here, the native run is left out and the bench says so) and ``from_json`` on the
+bytes after the 5-byte prefix, with the schema as a DDL string.
+
 Prints records/s of each (median, spread), the ratios ours-Avro / ours-JSON and ours-Avro /
 native-Avro, the execution path ours took, and the rows each wrote (ours JSON and ours Avro
 must write the same: it fails otherwise). Before the Spark runs, the per-record cost of the
@@ -41,6 +48,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -48,6 +56,7 @@ import e2e_bench  # noqa: E402
 from e2e_bench import (  # noqa: E402
     INTERVAL_MS,
     PARTITIONS,
+    REPO,
     bench_records,
     dedup_topology,
     job_config,
@@ -74,20 +83,69 @@ SCHEMA = json.dumps({
     "fields": [{"name": "id", "type": "string"}, {"name": "amount", "type": "long"}],
 })  # fmt: skip
 SINK = "deduplicated"
-RUNS = ("json", "avro", "native")
-LABELS = {
-    "json": "ours   JSON values, StreamingJob exactly_once_v2 -> Delta",
-    "avro": "ours   Avro values, StreamingJob exactly_once_v2 -> Delta",
-    "native": "native from_avro + dropDuplicatesWithinWatermark -> Delta",
-}
+# The same values as JSON Schema: what our serde checks them against.
+JSON_SCHEMA = json.dumps({
+    "type": "object", "title": "Transaction",
+    "properties": {"id": {"type": "string"}, "amount": {"type": "integer"}},
+    "required": ["id", "amount"],
+})  # fmt: skip
+FORMAT_NAMES = {"avro": "Avro", "protobuf": "Protobuf", "json_schema": "JSON Schema"}
+NATIVE_READERS = {"avro": "from_avro", "protobuf": "from_protobuf", "json_schema": "from_json"}
+RUNS = ("json", "avro", "native")  # "avro": the registry format of --format
 
 
-def avro_topology(topic: str, sink: str = SINK) -> Topology:
-    """e2e_bench's dedup_topology with Avro values (read and written by the registry serde)."""
+def labels(fmt: str) -> dict[str, str]:
+    name = FORMAT_NAMES[fmt]
+    return {
+        "json": "ours   JSON values, StreamingJob exactly_once_v2 -> Delta",
+        "avro": f"ours   {name} values, StreamingJob exactly_once_v2 -> Delta",
+        "native": f"native {NATIVE_READERS[fmt]} + dropDuplicatesWithinWatermark -> Delta",
+    }
+
+
+def registry_serde(fmt: str, **options: Any) -> Any:
+    """Our value serde of the bench's values in ``fmt``."""
+    if fmt == "protobuf":
+        from transaction_pb2 import Transaction
+
+        return Serdes.protobuf(Transaction, **options)
+    if fmt == "json_schema":
+        return Serdes.json_schema(JSON_SCHEMA, **options)
+    return Serdes.avro(SCHEMA, **options)
+
+
+def _tx_id(key: str, value: Any) -> str:
+    return value["id"] if isinstance(value, dict) else value.id  # a dict, or a Transaction
+
+
+def avro_topology(topic: str, sink: str = SINK, fmt: str = "avro") -> Topology:
+    """e2e_bench's dedup_topology with values in ``fmt`` (read and written by the registry
+    serde)."""
     b = StreamsBuilder()
-    stream = b.stream(topic, Serdes.string(), Serdes.avro(SCHEMA))
-    stream.deduplicate_by_key_value(lambda k, v: v["id"], INTERVAL_MS).to(sink)
+    stream = b.stream(topic, Serdes.string(), registry_serde(fmt))
+    stream.deduplicate_by_key_value(_tx_id, INTERVAL_MS).to(sink)
     return b.build()
+
+
+def produce_registry(settings: dict, registry_url: str, fmt: str, topic: str, records: int,
+                     seed: int = 5) -> None:  # fmt: skip
+    """bench_records into ``topic`` as ``fmt`` values written by our serde (its fast path
+    after the first value)."""
+    if fmt == "avro":
+        produce_avro(settings, registry_url, topic, records, seed)
+        return
+    serde = registry_serde(fmt, registry={"schema.registry.url": registry_url})
+    context = SerdeContext(topic, False, [])
+    if fmt == "protobuf":
+        from transaction_pb2 import Transaction
+
+        def value_of(value: dict) -> Any:
+            return Transaction(id=value["id"], amount=value["amount"])
+    else:
+        value_of = dict
+    loads, serialize = json.loads, serde.serialize
+    produce_all(settings, ((topic, key, serialize(value_of(loads(value)), context), timestamp)
+                           for key, value, timestamp in bench_records(records, seed)))  # fmt: skip
 
 
 def avro_encoder(registry_url: str, topic: str) -> Callable[[dict], bytes]:
@@ -137,12 +195,13 @@ def produce_avro(settings: dict, registry_url: str, topic: str, records: int, se
                            for key, value, timestamp in bench_records(records, seed)))  # fmt: skip
 
 
-def run_ours(spark, settings, registry_url, which, topic, tmp: Path, cap: int, name: str):
-    """Ours (JSON or Avro values) on ``topic``: seconds, rows in the Delta sink, paths."""
+def run_ours(spark, settings, registry_url, which, topic, tmp: Path, cap: int, name: str,
+             fmt: str = "avro"):  # fmt: skip
+    """Ours (JSON or ``fmt`` values) on ``topic``: seconds, rows in the Delta sink, paths."""
     if which == "json":
         topology, extra = dedup_topology(topic, SINK), {}
     else:
-        topology, extra = avro_topology(topic), {"schema.registry.url": registry_url}
+        topology, extra = avro_topology(topic, SINK, fmt), {"schema.registry.url": registry_url}
     config = job_config(settings, tmp, name, cap, **extra)
     job = StreamingJob(topology, config, spark=spark, delta_sinks=[SINK])
     elapsed, results = run_to_the_end(job)
@@ -150,16 +209,44 @@ def run_ours(spark, settings, registry_url, which, topic, tmp: Path, cap: int, n
     return elapsed, rows, paths_of(results)
 
 
-def run_native_avro(spark, settings, topic: str, tmp: Path, name: str) -> tuple[float, int]:
-    from pyspark.sql import functions as F
-    from pyspark.sql.avro.functions import from_avro
+def native_available(fmt: str) -> str | None:
+    """Why the native peer of ``fmt`` cannot run here, or None."""
+    if fmt == "protobuf" and not any((REPO / ".jvm" / "spark").glob("spark-protobuf_*.jar")):
+        return (
+            "the spark-protobuf jar (from_protobuf) is not in .jvm/spark: Maven Central as "
+            "reached from this machine does not serve org.apache.spark:spark-protobuf_2.13"
+        )
+    return None
 
+
+def run_native_avro(spark, settings, topic: str, tmp: Path, name: str, fmt: str = "avro"
+                    ) -> tuple[float, int]:  # fmt: skip
+    from pyspark.sql import functions as F
+
+    body = F.expr("substring(value, 6, length(value) - 5)")
+    if fmt == "json_schema":
+        decoded = F.from_json(body.cast("string"), "id STRING, amount BIGINT")
+    elif fmt == "protobuf":
+        from google.protobuf import descriptor_pb2
+        from pyspark.sql.protobuf.functions import from_protobuf
+        from transaction_pb2 import DESCRIPTOR
+
+        files = descriptor_pb2.FileDescriptorSet()
+        DESCRIPTOR.CopyToProto(files.file.add())
+        # Past the 5-byte prefix, Confluent's message indexes: one 0 byte for the first message.
+        body = F.expr("substring(value, 7, length(value) - 6)")
+        decoded = from_protobuf(body, "bench.Transaction",
+                                binaryDescriptorSet=files.SerializeToString())  # fmt: skip
+    else:
+        from pyspark.sql.avro.functions import from_avro
+
+        decoded = from_avro(body, SCHEMA)
     stream = (
         kafka_stream(spark, settings, topic)
         .select(
             F.col("key").cast("string").alias("key"),
             "value",
-            from_avro(F.expr("substring(value, 6, length(value) - 5)"), SCHEMA).alias("tx"),
+            decoded.alias("tx"),
             "timestamp", "partition", "offset",
         )
         .select("key", "value", "tx.id", "tx.amount", "timestamp", "partition", "offset")
@@ -265,7 +352,16 @@ def main() -> None:
     parser.add_argument("--warmup-records", type=int, help="default: --records")
     parser.add_argument("--serde-records", type=int, default=100_000,
                         help="records for the serdes' per-record costs (0: skip)")  # fmt: skip
+    parser.add_argument("--format", choices=tuple(FORMAT_NAMES), default="avro",
+                        help="the registry format of the values")  # fmt: skip
     args = parser.parse_args()
+    fmt = args.format
+    # Spark's Python workers import the Protobuf message class by its module (bench/).
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH")])
+    )
+    missing_native = native_available(fmt)
+    runs_here = RUNS if missing_native is None else RUNS[:2]
     if args.warmup_records is None:
         args.warmup_records = args.records
     try:
@@ -278,8 +374,8 @@ def main() -> None:
     from pyspark import cloudpickle
 
     cloudpickle.register_pickle_by_value(e2e_bench)
-    runs: dict[str, list[float]] = {which: [] for which in RUNS}
-    rows: dict[str, set[int]] = {which: set() for which in RUNS}
+    runs: dict[str, list[float]] = {which: [] for which in runs_here}
+    rows: dict[str, set[int]] = {which: set() for which in runs_here}
     paths: dict[str, set[str]] = {"json": set(), "avro": set()}
     produced: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as directory:
@@ -297,34 +393,36 @@ def main() -> None:
                 produce(settings, f"{prefix}json", count, seed)
                 produced[f"{prefix}json"] = time.perf_counter() - started
                 started = time.perf_counter()
-                produce_avro(settings, url, f"{prefix}avro", count, seed)
+                produce_registry(settings, url, fmt, f"{prefix}avro", count, seed)
                 produced[f"{prefix}avro"] = time.perf_counter() - started
             took = ", ".join(f"{topic} {seconds:.1f} s" for topic, seconds in produced.items())
             print(f"produced: {took}", flush=True)
-            if args.serde_records:
+            if args.serde_records and fmt == "avro":
                 serde_breakdown(url, "serdes-avro", args.serde_records)
             spark = spark_session(master="local[2]", app_name="registry-bench")
             try:
 
                 def run(which: str, prefix: str, name: str) -> tuple[float, int]:
                     if which == "native":
-                        return run_native_avro(spark, settings, f"{prefix}avro", tmp, name)
+                        return run_native_avro(spark, settings, f"{prefix}avro", tmp, name, fmt)
                     cap = args.records if not prefix else args.warmup_records
                     topic = f"{prefix}{which}"
                     seconds, written, used = run_ours(
-                        spark, settings, url, which, topic, tmp, cap, name
+                        spark, settings, url, which, topic, tmp, cap, name, fmt
                     )
                     if not prefix:
                         paths[which] |= used
                     return seconds, written
 
-                for which in RUNS:  # the JVM's class loading and JIT charged to none
+                for which in runs_here:  # the JVM's class loading and JIT charged to none
                     seconds, written = run(which, "warmup-", f"warmup-{which}")
                     print(f"  warm-up {which:6s}: {args.warmup_records / seconds:>9,.0f} "
                           f"records/s ({seconds:.1f} s, {written:,} rows)", flush=True)  # fmt: skip
                 orders = [RUNS, ("native", "avro", "json"), ("avro", "json", "native")]
                 for repeat in range(args.repeats):
                     for which in orders[repeat % len(orders)]:  # load from others drifts
+                        if which not in runs_here:
+                            continue
                         seconds, written = run(which, "", f"{which}-{repeat}")
                         runs[which].append(seconds)
                         rows[which].add(written)
@@ -341,19 +439,23 @@ def main() -> None:
         "avro": ", ".join(sorted(paths["avro"])),
         "native": "Structured Streaming, availableNow",
     }
-    for which in RUNS:
+    name = FORMAT_NAMES[fmt]
+    for which in runs_here:
         median = statistics.median(runs[which])
         counts = " or ".join(f"{count:,}" for count in sorted(rows[which]))
-        print(f"{LABELS[which]}: {n / median:>9,.0f} records/s ({median:.1f} s, runs "
+        print(f"{labels(fmt)[which]}: {n / median:>9,.0f} records/s ({median:.1f} s, runs "
               f"{min(runs[which]):.1f}-{max(runs[which]):.1f} s; {counts} rows; "
               f"path {path_of[which]})")  # fmt: skip
-    print_ratio("ours Avro / ours JSON", runs["avro"], runs["json"])
-    print_ratio("ours Avro / native Avro", runs["avro"], runs["native"])
-    if rows["native"] != rows["avro"]:
-        print(f"note: native wrote {sorted(rows['native'])} rows, ours {sorted(rows['avro'])}")
+    print_ratio(f"ours {name} / ours JSON", runs["avro"], runs["json"])
+    if missing_native is not None:
+        print(f"native {NATIVE_READERS[fmt]}: not run, {missing_native}")
+    else:
+        print_ratio(f"ours {name} / native {name}", runs["avro"], runs["native"])
+        if rows["native"] != rows["avro"]:
+            print(f"note: native wrote {sorted(rows['native'])} rows, ours {sorted(rows['avro'])}")
     if len(rows["json"] | rows["avro"]) != 1:
         raise SystemExit(
-            f"FAILED: ours JSON wrote {sorted(rows['json'])} rows and ours Avro "
+            f"FAILED: ours JSON wrote {sorted(rows['json'])} rows and ours {name} "
             f"{sorted(rows['avro'])} from the same records: they must be one and the same count"
         )
 
