@@ -21,6 +21,12 @@ Streams does.
 Where this differs from Kafka Streams: there is no wall-clock throttle on emitting the closed
 records (Kafka Streams checks at most once a second by default; its tests set it to 0), and
 the join's stream time is kept in the outer store, so a restarted task goes on from it.
+
+``StreamStreamJoinSide.process`` (with ``_WindowSide``, ``_OuterRecords`` and
+``_emit_closed``) below is the reference. ``_join_core.Core`` (C, built with the package where a
+C compiler is available) does the same per record, on the same Python objects and through the
+same store transactions' methods, and ``tests/dsl/test_join_core.py`` holds the two to the same
+results.
 """
 
 from __future__ import annotations
@@ -41,8 +47,15 @@ from streamplatform.dsl.processor import (
     single_forward,
 )
 from streamplatform.records import Record
-from streamplatform.serdes import Serde
+from streamplatform.serdes import Serde, Serdes
 from streamplatform.state.stores import duration_ms
+
+try:  # the C per-record path, built with the package where a C compiler is available
+    from streamplatform.dsl import _join_core as _native
+except ImportError:  # pragma: no cover - depends on the build
+    _native = None  # type: ignore[assignment]
+# Tests set this to False to run the Python reference where the C core would run.
+NATIVE_CORE = True
 
 _TIME = struct.Struct(">q")
 _LENGTH = struct.Struct(">I")
@@ -115,6 +128,12 @@ def _unpack_values(raw: bytes) -> Iterator[bytes]:
         position += 4
         yield raw[position : position + length]
         position += length
+
+
+def _serde_kind(serde: Serde) -> int:
+    """How the C core does a serde's work: 1 and 2 in C for the built-in bytes and string
+    serdes (the same bytes and values), 0 by calling it."""
+    return 1 if serde is Serdes.bytes() else 2 if serde is Serdes.string() else 0
 
 
 class _WindowSide:
@@ -294,6 +313,7 @@ class StreamStreamJoinSide(Processor):
         self.other_side = _RIGHT if left else _LEFT
         self.serialize_key = spec.key_serde.serialize
         self.other_serde = spec.right_serde if left else spec.left_serde
+        self._core: Any = None
 
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
@@ -308,6 +328,39 @@ class StreamStreamJoinSide(Processor):
         self.state: _JoinState = shared[name]
         self.own = self.state.left if self.is_left else self.state.right
         self.others = self.state.right if self.is_left else self.state.left
+        self._core = self._native_core()
+        if self._core is not None:  # the task calls it: no Python frame per record
+            self.process = self._core.process  # type: ignore[method-assign]
+
+    def _native_core(self) -> Any:
+        """The C core doing what ``process`` does, or None (not built, or switched off by a
+        test)."""
+        if _native is None or not NATIVE_CORE:
+            return None
+        spec, windows, outer = self.spec, self.spec.windows, self.state.outer
+        return _native.Core(
+            processor=self, own=self.own, outer=outer, own_observed=self.own.observed,
+            others_observed=self.others.observed,
+            stream_time=None if outer is None else outer.stream_time,
+            own_get=self.own.transaction.get, own_put=self.own.transaction.put,
+            others_get=self.others.transaction.get,
+            outer_get=None if outer is None else outer.transaction.get,
+            outer_put=None if outer is None else outer.transaction.put,
+            outer_delete=None if outer is None else outer.transaction.delete,
+            outer_prefix=None if outer is None else outer.transaction.prefix,
+            key_serialize=self.serialize_key, key_deserialize=spec.key_serde.deserialize,
+            value_serialize=self.serde.serialize,
+            other_deserialize=self.other_serde.deserialize,
+            left_deserialize=spec.left_serde.deserialize,
+            right_deserialize=spec.right_serde.deserialize, joiner=spec.joiner,
+            forward=self.forward, record_type=Record, key_kind=_serde_kind(spec.key_serde),
+            value_kind=_serde_kind(self.serde), other_kind=_serde_kind(self.other_serde),
+            left_kind=_serde_kind(spec.left_serde), right_kind=_serde_kind(spec.right_serde),
+            join_before=self.join_before, join_after=self.join_after,
+            before=windows.before_ms, after=windows.after_ms, grace=windows.grace_ms,
+            retention=self.own.retention_ms, segment=self.own.segment_ms,
+            is_left=self.is_left, outer_side=self.outer,
+        )  # fmt: skip
 
     def flush(self) -> None:
         self.state.save()
@@ -320,6 +373,9 @@ class StreamStreamJoinSide(Processor):
         return joiner(key, this, other) if self.is_left else joiner(key, other, this)
 
     def process(self, record: Record) -> None:
+        if self._core is not None:  # a delivery function taken before init() comes here
+            self._core.process(record)
+            return
         timestamp, outer = record[2], self.state.outer
         if outer is not None and timestamp > outer.stream_time.time:
             outer.stream_time.time = timestamp
