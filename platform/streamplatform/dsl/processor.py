@@ -70,7 +70,7 @@ class EngineTask(Protocol):
 
     # The source record being processed (a ConsumedRecord, or a tuple in its layout: topic,
     # partition, offset, timestamp, key, value, headers); None between records. The C cores
-    # (_dedup_core.c, _window_core.c) read it under this name.
+    # (_dedup_core.c, _window_core.c, _sliding_core.c, _join_core.c) read it under this name.
     current: Any
     stream_time: int  # the largest timestamp the task has read (-1 before any)
     shared: dict[str, Any]  # what the built-in processors of one task share, by a name

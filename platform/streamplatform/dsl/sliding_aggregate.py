@@ -15,15 +15,35 @@ closed (its end + grace is behind stream time), and each window it would update 
 closed counts once more, as Kafka Streams counts them. Each update goes on keyed
 ``Windowed(key, Window(start, start + d))`` with the largest timestamp of the window's
 records; with ``EmitStrategy.on_window_close()`` only each window's final result does.
+
+``SlidingWindowAggregate.process`` below (with ``KeyedWindowAggregation._key_windows``) is the
+reference. ``_sliding_core.Core`` (C, built with the package where a C compiler is available)
+does the same per record, and ``tests/dsl/test_sliding_core.py`` holds the two to the same
+results. What C saves is the interpreter's work around the same Python objects (the cache's
+OrderedDict, entries and index of a key's windows; the store's transaction, read as here).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from streamplatform.dsl.aggregate import _TIMESTAMP, KeyedWindowAggregation, keyed_prefix
-from streamplatform.dsl.windows import EmitStrategy, SlidingWindows, Window
+from streamplatform.dsl.aggregate import (
+    _TIMESTAMP,
+    KeyedWindowAggregation,
+    is_count,
+    keyed_prefix,
+)
+from streamplatform.dsl.processor import ProcessorContext, single_forward
+from streamplatform.dsl.windows import EmitStrategy, SlidingWindows, Window, Windowed
 from streamplatform.records import Record
+from streamplatform.serdes import Serdes
+
+try:  # the C per-record path, built with the package where a C compiler is available
+    from streamplatform.dsl import _sliding_core as _native
+except ImportError:  # pragma: no cover - depends on the build
+    _native = None  # type: ignore[assignment]
+# Tests set this to False to run the Python reference where the C core would run.
+NATIVE_CORE = True
 
 _Found = tuple[Any, int] | None  # a window's (result, timestamp), None: no window
 
@@ -42,6 +62,31 @@ class SlidingWindowAggregate(KeyedWindowAggregation):
         self.retention_ms = windows.retention_ms
         self.emit_final = emit == EmitStrategy.on_window_close()
         self.time_first = self.emit_final  # Kafka Streams' store for final results
+        self._core: Any = None
+
+    def init(self, context: ProcessorContext) -> None:
+        super().init(context)
+        self._core = self._native_core(context)
+        if self._core is not None:
+            self.process = self._core.process  # type: ignore[method-assign]
+
+    def _native_core(self, context: ProcessorContext) -> Any:
+        """The C core doing what ``process`` does, or None (not built, or switched off by a
+        test)."""
+        if _native is None or not NATIVE_CORE:
+            return None
+        return _native.Core(
+            aggregation=self, cache=self.cache, store=self.store, stream_time=self.stream_time,
+            store_time=self.store_time, emitted_to=self.emitted_to, task=self.cache.task,
+            key_serialize=self.key_serde.serialize, key_deserialize=self.key_serde.deserialize,
+            string_keys=self.key_serde is Serdes.string(),
+            result_deserialize=self.result_serde.deserialize, initializer=self.initializer,
+            aggregator=self.aggregator, count=is_count(self.initializer, self.aggregator),
+            difference=self.difference, grace=self.windows.grace_ms,
+            retention=self.retention_ms, time_first=self.time_first,
+            emit_final=self.emit_final, forward=single_forward(context), record_type=Record,
+            windowed_type=Windowed, window_type=Window,
+        )  # fmt: skip
 
     def process(self, record: Record) -> None:
         if record.key is None or record.value is None:

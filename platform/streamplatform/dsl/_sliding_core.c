@@ -1,0 +1,1134 @@
+/* The per-record path of SlidingWindowAggregate (count / reduce / aggregate over
+ * SlidingWindows), in C.
+ *
+ * `Core.process(record)` does exactly what `SlidingWindowAggregate.process` does in
+ * sliding_aggregate.py (with `_process`, `_process_early`, `_create_windows`, `_update`,
+ * `_put`, `_emit_final`, and `KeyedWindowAggregation._key_windows` of aggregate.py), which is
+ * the reference: read it first. The state stays in the Python objects (the record cache's
+ * OrderedDict of entries, its index of a key's windows and its byte count, the kept stream,
+ * store and emitted-to times, the dropped-records counter); what goes to the store goes through
+ * the store's transaction (`range`, as `_key_windows` reads it) and the aggregation's Python
+ * helpers (`_closed_windows`, and the cache's `put` without a cache and `evict_over_budget`),
+ * so the store is touched only where Python touches it, in the same order. What C saves is the
+ * interpreter's work per record around those objects: the walk over a key's windows, the scan
+ * of its cached windows, the windows' keys and the aggregator's calls.
+ *
+ * Every step that Python code can observe (the initializer's and the aggregator's calls, the
+ * cache's writes, evictions and forwards, the counters) happens in the reference's order, so
+ * that a record whose aggregator raises leaves the same half-done state behind as there.
+ *
+ * The OrderedDict is read with PyDict_GetItemWithError (its items live in the dict it
+ * extends) and written only through PyObject_SetItem and its move_to_end, which keep its order.
+ *
+ * Timestamps are int64 in Kafka; sums and differences of them are taken in 128 bits. A window
+ * time written into a store key that does not fit in int64 raises what Python's struct raises.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+typedef __int128 wide;
+
+static PyObject *str_time, *str_current, *str_bytes, *str_dropped_records, *str_key,
+    *str_window, *str_start, *str_end, *str_max_bytes, *str_entry_bytes, *str_entries,
+    *str_by_prefix, *str_transaction, *str_range, *str_closed_windows, *str_put, *str_evict,
+    *str_move_to_end, *str_pack, *str_unpack_from, *empty_tuple, *one, *zero;
+/* struct.Struct(">q"), as aggregate.py's _TIMESTAMP: it raises what Python raises for a time
+ * that does not fit, or a store value too short to hold one. */
+static PyObject *timestamp_struct;
+
+#define KEYED_PREFIX 'k'
+#define PREFIX_HEAD 5 /* b"k" + the key's length, 4 bytes big-endian */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *aggregation, *cache, *entries, *by_prefix, *store, *stream_time, *store_time,
+        *emitted_to, *task;
+    PyObject *key_serialize, *key_deserialize, *result_deserialize, *initializer, *aggregator;
+    PyObject *forward, *record_type, *windowed_type, *window_type;
+    long long difference, grace, retention, max_bytes, entry_bytes;
+    int string_keys, count, time_first, emit_final;
+} Core;
+
+/* What one record's path shares. */
+typedef struct {
+    PyObject *record, *key, *value, *timestamp_object;
+    PyObject *prefix; /* keyed_prefix(key bytes) */
+    long long timestamp;
+    wide close; /* stream time - grace: a window ending before it has closed */
+} Step;
+
+/* A window found for the record: (result, timestamp), references borrowed from the list
+ * `key_windows` gave, or held by the caller. `result` NULL: none. */
+typedef struct {
+    PyObject *result, *latest;
+    long long latest_time;
+} Found;
+
+static int
+as_int64(PyObject *number, long long *out)
+{
+    long long value = PyLong_AsLongLong(number);
+    if (value == -1 && PyErr_Occurred())
+        return -1;
+    *out = value;
+    return 0;
+}
+
+/* getattr(owner, name) as an int64. */
+static int
+int_attr(PyObject *owner, PyObject *name, long long *out)
+{
+    PyObject *value = PyObject_GetAttr(owner, name);
+    if (value == NULL)
+        return -1;
+    int failed = as_int64(value, out);
+    Py_DECREF(value);
+    return failed;
+}
+
+/* getattr(owner, name) as a 128-bit int: beyond it, the nearest end (the emitted-to time is
+ * a window close time, stream time - grace, which may be below int64). */
+static int
+wide_attr(PyObject *owner, PyObject *name, wide *out)
+{
+    PyObject *value = PyObject_GetAttr(owner, name);
+    if (value == NULL)
+        return -1;
+    int overflow;
+    long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
+    Py_DECREF(value);
+    if (number == -1 && PyErr_Occurred())
+        return -1;
+    *out = overflow > 0 ? ((wide)LLONG_MAX) * 4 : overflow < 0 ? ((wide)LLONG_MIN) * 4 : number;
+    return 0;
+}
+
+/* A Python int of any 128-bit value (a new reference). */
+static PyObject *
+wide_number(wide value)
+{
+    if (value >= LLONG_MIN && value <= LLONG_MAX)
+        return PyLong_FromLongLong((long long)value);
+    PyObject *high = PyLong_FromLongLong((long long)(value >> 32));
+    PyObject *low = PyLong_FromUnsignedLongLong((unsigned long long)(value & 0xffffffff));
+    PyObject *shift = PyLong_FromLong(32), *shifted = NULL, *out = NULL;
+    if (high != NULL && low != NULL && shift != NULL)
+        shifted = PyNumber_Lshift(high, shift);
+    if (shifted != NULL)
+        out = PyNumber_Add(shifted, low);
+    Py_XDECREF(high);
+    Py_XDECREF(low);
+    Py_XDECREF(shift);
+    Py_XDECREF(shifted);
+    return out;
+}
+
+static int
+set_int_attr(PyObject *owner, PyObject *name, wide value)
+{
+    PyObject *number = wide_number(value);
+    if (number == NULL)
+        return -1;
+    int failed = PyObject_SetAttr(owner, name, number);
+    Py_DECREF(number);
+    return failed;
+}
+
+static int
+count_dropped(Core *self)
+{
+    long long dropped;
+    if (int_attr(self->aggregation, str_dropped_records, &dropped) < 0)
+        return -1;
+    return set_int_attr(self->aggregation, str_dropped_records, (wide)dropped + 1);
+}
+
+static long long
+read_int64(const char *data)
+{
+    const unsigned char *bytes = (const unsigned char *)data;
+    unsigned long long value = 0;
+    for (int i = 0; i < 8; i++)
+        value = (value << 8) | bytes[i];
+    return (long long)value;
+}
+
+static void
+write_int64(char *data, long long number)
+{
+    unsigned char *bytes = (unsigned char *)data;
+    unsigned long long value = (unsigned long long)number;
+    for (int i = 7; i >= 0; i--) {
+        bytes[i] = (unsigned char)(value & 0xff);
+        value >>= 8;
+    }
+}
+
+/* `_TIMESTAMP.unpack_from(data, offset)[0]` where `data` is too short: its struct.error. */
+static int
+raise_short(PyObject *data, Py_ssize_t offset)
+{
+    PyObject *at = PyLong_FromSsize_t(offset);
+    if (at == NULL)
+        return -1;
+    PyObject *out = PyObject_CallMethodObjArgs(timestamp_struct, str_unpack_from, data, at, NULL);
+    Py_DECREF(at);
+    Py_XDECREF(out);
+    if (out != NULL)
+        PyErr_SetString(PyExc_ValueError, "a time in the store is too short");
+    return -1;
+}
+
+/* The int64 at `offset` of the bytes `data`, as `_TIMESTAMP.unpack_from(data, offset)[0]`. */
+static int
+unpack_at(PyObject *data, Py_ssize_t offset, long long *out)
+{
+    if (!PyBytes_Check(data)) {
+        PyErr_SetString(PyExc_TypeError, "a store key or value is not bytes");
+        return -1;
+    }
+    if (PyBytes_GET_SIZE(data) < offset + 8)
+        return raise_short(data, offset);
+    *out = read_int64(PyBytes_AS_STRING(data) + offset);
+    return 0;
+}
+
+/* `prefix + _TIMESTAMP.pack(time)` (a new reference): a window's store key, or a bound. */
+static PyObject *
+prefixed(PyObject *prefix, wide time)
+{
+    if (time < LLONG_MIN || time > LLONG_MAX) { /* struct says what is wrong */
+        PyObject *number = wide_number(time);
+        if (number == NULL)
+            return NULL;
+        PyObject *out = PyObject_CallMethodOneArg(timestamp_struct, str_pack, number);
+        Py_DECREF(number);
+        Py_XDECREF(out);
+        if (out != NULL)
+            PyErr_SetString(PyExc_OverflowError, "window time out of the int64 range");
+        return NULL;
+    }
+    Py_ssize_t length = PyBytes_GET_SIZE(prefix);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, length + 8);
+    if (out == NULL)
+        return NULL;
+    memcpy(PyBytes_AS_STRING(out), PyBytes_AS_STRING(prefix), length);
+    write_int64(PyBytes_AS_STRING(out) + length, (long long)time);
+    return out;
+}
+
+/* `keyed_prefix(self.key_serde.serialize(key) or b"")` (a new reference). */
+static PyObject *
+key_prefix(Core *self, PyObject *key)
+{
+    PyObject *data;
+    if (self->string_keys && PyUnicode_CheckExact(key))
+        data = PyUnicode_AsUTF8String(key);
+    else
+        data = PyObject_CallOneArg(self->key_serialize, key);
+    if (data == NULL)
+        return NULL;
+    Py_ssize_t length = 0;
+    if (data != Py_None) {
+        if (!PyBytes_Check(data)) { /* keyed_prefix takes bytes: len() and + */
+            Py_DECREF(data);
+            PyErr_SetString(PyExc_TypeError, "the key serde did not give bytes");
+            return NULL;
+        }
+        length = PyBytes_GET_SIZE(data);
+    }
+    if ((unsigned long long)length > 0xffffffffULL) { /* len(key).to_bytes(4, "big") */
+        Py_DECREF(data);
+        PyErr_SetString(PyExc_OverflowError, "int too big to convert");
+        return NULL;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, PREFIX_HEAD + length);
+    if (out != NULL) {
+        unsigned char *bytes = (unsigned char *)PyBytes_AS_STRING(out);
+        bytes[0] = KEYED_PREFIX;
+        for (int i = 4; i >= 1; i--) {
+            bytes[i] = (unsigned char)(length & 0xff);
+            length >>= 8;
+        }
+        if (data != Py_None)
+            memcpy(bytes + PREFIX_HEAD, PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data));
+    }
+    Py_DECREF(data);
+    return out;
+}
+
+/* A frozen dataclass instance with these fields, as its __init__ would make it. */
+static PyObject *
+frozen(PyObject *type, PyObject *first_name, PyObject *first, PyObject *second_name,
+       PyObject *second)
+{
+    PyObject *out = PyBaseObject_Type.tp_new((PyTypeObject *)type, empty_tuple, NULL);
+    if (out == NULL)
+        return NULL;
+    if (PyObject_GenericSetAttr(out, first_name, first) < 0
+        || PyObject_GenericSetAttr(out, second_name, second) < 0) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* Window(start, start + difference) (a new reference). */
+static PyObject *
+window_of(Core *self, long long start)
+{
+    PyObject *low = PyLong_FromLongLong(start);
+    PyObject *high = wide_number((wide)start + self->difference), *out = NULL;
+    if (low != NULL && high != NULL)
+        out = frozen(self->window_type, str_start, low, str_end, high);
+    Py_XDECREF(low);
+    Py_XDECREF(high);
+    return out;
+}
+
+/* `self.initializer()` as `_initial` calls it (a new reference): None for a reduce. */
+static PyObject *
+initial(Core *self)
+{
+    if (self->count) { /* zero() */
+        Py_INCREF(zero);
+        return zero;
+    }
+    if (self->initializer == Py_None)
+        Py_RETURN_NONE;
+    return PyObject_CallNoArgs(self->initializer);
+}
+
+/* A stored value, timestamp (8 bytes) + result: (deserialize(raw[8:]), timestamp), in that
+ * order, as `_key_windows` reads it (a new reference). */
+static PyObject *
+stored_pair(Core *self, PyObject *raw)
+{
+    if (!PyBytes_Check(raw)) {
+        PyErr_SetString(PyExc_TypeError, "a stored value is not bytes");
+        return NULL;
+    }
+    Py_ssize_t length = PyBytes_GET_SIZE(raw);
+    PyObject *data = PyBytes_FromStringAndSize(PyBytes_AS_STRING(raw) + (length < 8 ? length : 8),
+                                               length < 8 ? 0 : length - 8);
+    if (data == NULL)
+        return NULL;
+    PyObject *result = PyObject_CallOneArg(self->result_deserialize, data);
+    Py_DECREF(data);
+    if (result == NULL)
+        return NULL;
+    long long timestamp;
+    PyObject *latest = NULL, *pair = NULL;
+    if (unpack_at(raw, 0, &timestamp) == 0 && (latest = PyLong_FromLongLong(timestamp)) != NULL)
+        pair = PyTuple_Pack(2, result, latest);
+    Py_DECREF(result);
+    Py_XDECREF(latest);
+    return pair;
+}
+
+/* KeyedWindowAggregation._key_windows(prefix, low, high): the key's windows whose start is in
+ * [low, high) and still seen, in time order, as a new list of (store key, result, timestamp):
+ * the cache's over the store's, those whose result is None left out. */
+static PyObject *
+key_windows(Core *self, PyObject *prefix, wide low, wide high)
+{
+    long long store_time;
+    if (int_attr(self->store_time, str_time, &store_time) < 0)
+        return NULL;
+    /* _visible_from: store time - retention + 1 (+ 0 in the time-first store), at least 0 */
+    wide visible = (wide)store_time - self->retention + (self->time_first ? 0 : 1);
+    if (low < visible)
+        low = visible;
+    if (low < 0)
+        low = 0;
+    if (high <= low)
+        return PyList_New(0);
+    PyObject *low_key = NULL, *high_key = NULL, *transaction = NULL, *scan = NULL;
+    PyObject *found = NULL, *keys = NULL, *out = NULL, *item = NULL, *members = NULL;
+    if ((low_key = prefixed(prefix, low)) == NULL || (high_key = prefixed(prefix, high)) == NULL)
+        goto done;
+    if ((found = PyDict_New()) == NULL)
+        goto done;
+    if ((transaction = PyObject_GetAttr(self->store, str_transaction)) == NULL)
+        goto done;
+    PyObject *range = PyObject_CallMethodObjArgs(transaction, str_range, low_key, high_key, NULL);
+    if (range == NULL)
+        goto done;
+    scan = PyObject_GetIter(range);
+    Py_DECREF(range);
+    if (scan == NULL)
+        goto done;
+    while ((item = PyIter_Next(scan)) != NULL) {
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) {
+            PyErr_SetString(PyExc_TypeError, "the store's range did not give (key, value)");
+            goto done;
+        }
+        PyObject *pair = stored_pair(self, PyTuple_GET_ITEM(item, 1));
+        if (pair == NULL)
+            goto done;
+        int set = PyDict_SetItem(found, PyTuple_GET_ITEM(item, 0), pair);
+        Py_DECREF(pair);
+        if (set < 0)
+            goto done;
+        Py_CLEAR(item);
+    }
+    if (PyErr_Occurred())
+        goto done;
+    /* the cache's windows of the key (its index, by_prefix), over the store's */
+    PyObject *cached = PyDict_GetItemWithError(self->by_prefix, prefix);
+    if (cached == NULL && PyErr_Occurred())
+        goto done;
+    if (cached != NULL) {
+        Py_ssize_t at = PyBytes_GET_SIZE(prefix);
+        if ((members = PyObject_GetIter(cached)) == NULL)
+            goto done;
+        while ((item = PyIter_Next(members)) != NULL) {
+            long long start;
+            if (unpack_at(item, at, &start) < 0)
+                goto done;
+            if (low <= start && start < high) {
+                PyObject *entry = PyDict_GetItemWithError(self->entries, item);
+                if (entry == NULL) {
+                    if (!PyErr_Occurred())
+                        PyErr_SetObject(PyExc_KeyError, item);
+                    goto done;
+                }
+                if (!PyList_Check(entry) || PyList_GET_SIZE(entry) < 2) {
+                    PyErr_SetString(PyExc_TypeError, "a record cache entry is not a list");
+                    goto done;
+                }
+                PyObject *pair =
+                    PyTuple_Pack(2, PyList_GET_ITEM(entry, 0), PyList_GET_ITEM(entry, 1));
+                if (pair == NULL)
+                    goto done;
+                int set = PyDict_SetItem(found, item, pair);
+                Py_DECREF(pair);
+                if (set < 0)
+                    goto done;
+            }
+            Py_CLEAR(item);
+        }
+        if (PyErr_Occurred())
+            goto done;
+    }
+    if ((keys = PyDict_Keys(found)) == NULL || PyList_Sort(keys) < 0)
+        goto done;
+    if ((out = PyList_New(0)) == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys); i++) {
+        PyObject *store_key = PyList_GET_ITEM(keys, i);
+        PyObject *pair = PyDict_GetItemWithError(found, store_key); /* borrowed */
+        if (pair == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_KeyError, "a window went missing");
+            Py_CLEAR(out);
+            goto done;
+        }
+        if (PyTuple_GET_ITEM(pair, 0) == Py_None)
+            continue; /* a deleted window in the cache hides the store's */
+        PyObject *window = PyTuple_Pack(3, store_key, PyTuple_GET_ITEM(pair, 0),
+                                        PyTuple_GET_ITEM(pair, 1));
+        int appended = window == NULL ? -1 : PyList_Append(out, window);
+        Py_XDECREF(window);
+        if (appended < 0) {
+            Py_CLEAR(out);
+            goto done;
+        }
+    }
+done:
+    Py_XDECREF(low_key);
+    Py_XDECREF(high_key);
+    Py_XDECREF(transaction);
+    Py_XDECREF(scan);
+    Py_XDECREF(members);
+    Py_XDECREF(item);
+    Py_XDECREF(found);
+    Py_XDECREF(keys);
+    return out;
+}
+
+/* KeyedWindowCache.put(store_key, result, timestamp, forwarded, window) with a cache of its
+ * own (max_bytes > 0): a new window is indexed under its key's prefix, then added last. */
+static int
+cache_put(Core *self, PyObject *prefix, PyObject *store_key, PyObject *result,
+          PyObject *timestamp, PyObject *forwarded, PyObject *window)
+{
+    PyObject *source;
+    if (self->task == Py_None) {
+        Py_INCREF(Py_None);
+        source = Py_None;
+    }
+    /* The task's current record: dsl.processor.EngineTask.current. */
+    else if ((source = PyObject_GetAttr(self->task, str_current)) == NULL)
+        return -1;
+    PyObject *items[6] = {result, timestamp, forwarded, window, Py_True, source};
+    PyObject *entry = PyDict_GetItemWithError(self->entries, store_key);
+    if (entry != NULL) { /* rewritten in place, and last: the order is the write order */
+        Py_INCREF(entry);
+        PyObject *moved = PyObject_CallMethodOneArg(self->entries, str_move_to_end, store_key);
+        int failed = moved == NULL || !PyList_Check(entry) || PyList_GET_SIZE(entry) != 6;
+        Py_XDECREF(moved);
+        if (!failed) {
+            for (int i = 0; i < 6; i++) {
+                Py_INCREF(items[i]);
+                PyList_SetItem(entry, i, items[i]); /* steals; drops the old item */
+            }
+        }
+        else if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "a record cache entry is not a list of 6");
+        Py_DECREF(entry);
+        Py_DECREF(source);
+        return failed ? -1 : 0;
+    }
+    int failed = -1;
+    long long held;
+    if (PyErr_Occurred())
+        goto done;
+    /* by_prefix.setdefault(_prefix_of(key), set()).add(key) */
+    PyObject *keys = PyDict_GetItemWithError(self->by_prefix, prefix);
+    if (keys == NULL) {
+        if (PyErr_Occurred() || (keys = PySet_New(NULL)) == NULL)
+            goto done;
+        int set = PyDict_SetItem(self->by_prefix, prefix, keys);
+        Py_DECREF(keys); /* the index holds it */
+        if (set < 0)
+            goto done;
+    }
+    if (PySet_Add(keys, store_key) < 0)
+        goto done;
+    if (int_attr(self->cache, str_bytes, &held) < 0)
+        goto done;
+    held += PyBytes_GET_SIZE(store_key) + self->entry_bytes;
+    if (set_int_attr(self->cache, str_bytes, held) < 0)
+        goto done;
+    if ((entry = PyList_New(6)) == NULL)
+        goto done;
+    for (int i = 0; i < 6; i++) {
+        Py_INCREF(items[i]);
+        PyList_SET_ITEM(entry, i, items[i]); /* steals the reference */
+    }
+    int set = PyObject_SetItem(self->entries, store_key, entry);
+    Py_DECREF(entry);
+    if (set < 0)
+        goto done;
+    if (held > self->max_bytes) {
+        PyObject *evicted = PyObject_CallMethodNoArgs(self->cache, str_evict);
+        if (evicted == NULL)
+            goto done;
+        Py_DECREF(evicted);
+    }
+    failed = 0;
+done:
+    Py_DECREF(source);
+    return failed;
+}
+
+/* KeyedWindowAggregation._put: the window starting at `start` gets `result` (its update
+ * forwarded unless only final results are). */
+static int
+put(Core *self, Step *step, long long start, PyObject *result, PyObject *timestamp)
+{
+    /* Kafka Streams' store counts the window's time at every write reaching it: with a cache,
+     * a deletion of a window the store never had does not. */
+    if (result != Py_None || self->max_bytes <= 0) {
+        long long store_time;
+        if (int_attr(self->store_time, str_time, &store_time) < 0)
+            return -1;
+        if (start > store_time && set_int_attr(self->store_time, str_time, start) < 0)
+            return -1;
+    }
+    PyObject *store_key = prefixed(step->prefix, start);
+    if (store_key == NULL)
+        return -1;
+    PyObject *window = window_of(self, start);
+    if (window == NULL) {
+        Py_DECREF(store_key);
+        return -1;
+    }
+    PyObject *forwarded = self->emit_final ? Py_None : step->record;
+    int failed;
+    if (self->max_bytes > 0)
+        failed = cache_put(self, step->prefix, store_key, result, timestamp, forwarded, window);
+    else {
+        PyObject *args[6] = {self->cache, store_key, result, timestamp, forwarded, window};
+        PyObject *done = PyObject_VectorcallMethod(str_put, args, 6, NULL);
+        failed = done == NULL ? -1 : 0;
+        Py_XDECREF(done);
+    }
+    Py_DECREF(store_key);
+    Py_DECREF(window);
+    return failed;
+}
+
+/* SlidingWindowAggregate._update: the record into the window starting at `start` (whose
+ * result is `aggregate`, timestamp `old_timestamp`), unless the window has closed. */
+static int
+update(Core *self, Step *step, long long start, PyObject *aggregate, PyObject *old_timestamp)
+{
+    if ((wide)start + self->difference < step->close)
+        return count_dropped(self);
+    PyObject *result;
+    if (aggregate == Py_None && self->initializer == Py_None) {
+        Py_INCREF(step->value);
+        result = step->value; /* a reduce's first value is its result */
+    }
+    else if (self->count)
+        result = PyNumber_Add(aggregate, one); /* count_one */
+    else {
+        PyObject *args[3] = {step->key, step->value, aggregate};
+        result = PyObject_Vectorcall(self->aggregator, args, 3, NULL);
+    }
+    if (result == NULL)
+        return -1;
+    PyObject *timestamp = step->timestamp_object;
+    if (aggregate != Py_None) { /* max(record.timestamp, old[1]): the first of equal ones */
+        int later = PyObject_RichCompareBool(old_timestamp, timestamp, Py_GT);
+        if (later < 0) {
+            Py_DECREF(result);
+            return -1;
+        }
+        if (later)
+            timestamp = old_timestamp;
+    }
+    int failed = put(self, step, start, result, timestamp);
+    Py_DECREF(result);
+    return failed;
+}
+
+/* _update with the record's own timestamp and a new initial result: a window made for it. */
+static int
+update_new(Core *self, Step *step, long long start)
+{
+    PyObject *made = initial(self);
+    if (made == NULL)
+        return -1;
+    int failed = update(self, step, start, made, step->timestamp_object);
+    Py_DECREF(made);
+    return failed;
+}
+
+/* _create_right_window: the record's right window, with the records after it (`right`), made
+ * even if it has closed. */
+static int
+create_right_window(Core *self, Step *step, Found *right)
+{
+    return put(self, step, step->timestamp + 1, right->result, right->latest);
+}
+
+/* One of the list `key_windows` gave: its start (from its store key) and its timestamp. */
+static int
+window_item(PyObject *windows, Py_ssize_t i, Py_ssize_t at, long long *start, Found *found)
+{
+    PyObject *item = PyList_GET_ITEM(windows, i);
+    found->result = PyTuple_GET_ITEM(item, 1);
+    found->latest = PyTuple_GET_ITEM(item, 2);
+    if (unpack_at(PyTuple_GET_ITEM(item, 0), at, start) < 0)
+        return -1;
+    return as_int64(found->latest, &found->latest_time);
+}
+
+static int
+seen(const long long *starts, Py_ssize_t count, long long start)
+{
+    for (Py_ssize_t i = 0; i < count; i++)
+        if (starts[i] == start)
+            return 1;
+    return 0;
+}
+
+/* SlidingWindowAggregate._process and _create_windows: the key's windows from the record's
+ * right window back to the first one ending before the record. */
+static int
+process_late(Core *self, Step *step)
+{
+    long long timestamp = step->timestamp;
+    wide low = (wide)timestamp - 2 * (wide)self->difference;
+    PyObject *windows = key_windows(self, step->prefix, low > 0 ? low : 0, (wide)timestamp + 2);
+    if (windows == NULL)
+        return -1;
+    Py_ssize_t count = PyList_GET_SIZE(windows), seen_count = 0;
+    long long *starts = PyMem_Malloc((count > 0 ? count : 1) * sizeof(long long));
+    Found left = {NULL}, right = {NULL};
+    int left_exists = 0, right_exists = 0, has_previous = 0, failed = -1;
+    long long previous = 0; /* the timestamp of the key's previous record */
+    Py_ssize_t at = PyBytes_GET_SIZE(step->prefix);
+    if (starts == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = count - 1; i >= 0; i--) { /* latest first */
+        long long start;
+        Found window;
+        if (window_item(windows, i, at, &start, &window) < 0)
+            goto done;
+        starts[seen_count++] = start;
+        wide end = (wide)start + self->difference;
+        if ((wide)start == (wide)timestamp + 1)
+            right_exists = 1;
+        else if (end > timestamp) {
+            if (right.result == NULL)
+                right = window;
+            if (update(self, step, start, window.result, window.latest) < 0)
+                goto done;
+        }
+        else if (end == timestamp) {
+            left_exists = 1;
+            if (update(self, step, start, window.result, window.latest) < 0)
+                goto done;
+            if (window.latest_time >= timestamp) {
+                failed = 0; /* every window the record needs exists */
+                goto done;
+            }
+            previous = window.latest_time;
+            has_previous = 1;
+        }
+        else {
+            left = window;
+            previous = window.latest_time;
+            has_previous = 1;
+            break;
+        }
+    }
+    /* _create_windows */
+    if (has_previous) { /* the previous record's right window, if the record is in it */
+        wide start = (wide)previous + 1; /* previous < timestamp: it fits */
+        if (!seen(starts, seen_count, (long long)start)
+            && start + self->difference >= timestamp
+            && update_new(self, step, (long long)start) < 0)
+            goto done;
+    }
+    if (!left_exists) {
+        long long start = (long long)((wide)timestamp - self->difference); /* >= 0 here */
+        if (left.result != NULL && has_previous
+            && (wide)timestamp - self->difference <= previous) {
+            if (update(self, step, start, left.result, step->timestamp_object) < 0)
+                goto done;
+        }
+        else if (update_new(self, step, start) < 0)
+            goto done;
+    }
+    if (!right_exists && right.result != NULL && right.latest_time > timestamp
+        && create_right_window(self, step, &right) < 0)
+        goto done;
+    failed = 0;
+done:
+    PyMem_Free(starts);
+    Py_DECREF(windows);
+    return failed;
+}
+
+/* SlidingWindowAggregate._process_early: a record before the time difference goes into the
+ * window [0, d], which holds every early record. */
+static int
+process_early(Core *self, Step *step)
+{
+    long long timestamp = step->timestamp;
+    PyObject *windows = key_windows(self, step->prefix, 0, (wide)timestamp + 2);
+    if (windows == NULL)
+        return -1;
+    Py_ssize_t count = PyList_GET_SIZE(windows), seen_count = 0;
+    long long *starts = PyMem_Malloc((count > 0 ? count : 1) * sizeof(long long));
+    PyObject *made = NULL; /* a new [0, d] window's initial result */
+    Found combined = {NULL}, right = {NULL};
+    int right_exists = 0, has_previous = 0, failed = -1;
+    long long previous = 0;
+    Py_ssize_t at = PyBytes_GET_SIZE(step->prefix);
+    if (starts == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) { /* earliest first */
+        long long start;
+        Found window;
+        if (window_item(windows, i, at, &start, &window) < 0)
+            goto done;
+        starts[seen_count++] = start;
+        if (start == 0) {
+            combined = window;
+            if (window.latest_time < timestamp) {
+                previous = window.latest_time;
+                has_previous = 1;
+            }
+        }
+        else if (start <= timestamp) {
+            right = window;
+            if (update(self, step, start, window.result, window.latest) < 0)
+                goto done;
+        }
+        else
+            right_exists = 1; /* starts at timestamp + 1 */
+    }
+    if (right.result == NULL && combined.result != NULL && combined.latest_time > timestamp)
+        right = combined; /* holds only records after this one: its right window's */
+    if (!right_exists && right.result != NULL && right.latest_time > timestamp
+        && create_right_window(self, step, &right) < 0)
+        goto done;
+    if (has_previous && !seen(starts, seen_count, previous + 1) /* previous < timestamp */
+        && update_new(self, step, previous + 1) < 0)
+        goto done;
+    if (combined.result == NULL) {
+        if ((made = initial(self)) == NULL)
+            goto done;
+        combined.result = made;
+        combined.latest = step->timestamp_object;
+    }
+    if (update(self, step, 0, combined.result, combined.latest) < 0)
+        goto done;
+    failed = 0;
+done:
+    PyMem_Free(starts);
+    Py_XDECREF(made);
+    Py_DECREF(windows);
+    return failed;
+}
+
+/* The key of a window's final result, decoded from its bytes (a new reference). */
+static PyObject *
+decoded_key(Core *self, PyObject *data)
+{
+    if (self->string_keys && PyBytes_CheckExact(data)) {
+        PyObject *key = PyUnicode_DecodeUTF8(PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data),
+                                             NULL);
+        if (key != NULL || !PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+            return key;
+        PyErr_Clear(); /* the serde says what is wrong with it */
+    }
+    return PyObject_CallOneArg(self->key_deserialize, data);
+}
+
+/* Record(Windowed(key, window), result, timestamp, headers), forwarded. */
+static int
+forward_final(Core *self, PyObject *record, PyObject *key, PyObject *window, PyObject *result,
+              PyObject *timestamp)
+{
+    PyObject *windowed = frozen(self->windowed_type, str_key, key, str_window, window);
+    if (windowed == NULL)
+        return -1;
+    PyObject *items = PyTuple_Pack(4, windowed, result, timestamp, PyTuple_GET_ITEM(record, 3));
+    Py_DECREF(windowed);
+    if (items == NULL)
+        return -1;
+    PyObject *args = PyTuple_Pack(1, items);
+    Py_DECREF(items);
+    if (args == NULL)
+        return -1;
+    PyObject *out = PyTuple_Type.tp_new((PyTypeObject *)self->record_type, args, NULL);
+    Py_DECREF(args);
+    if (out == NULL)
+        return -1;
+    PyObject *done = PyObject_CallOneArg(self->forward, out);
+    Py_DECREF(out);
+    if (done == NULL)
+        return -1;
+    Py_DECREF(done);
+    return 0;
+}
+
+/* One closed window of `_closed_windows`, (key bytes, suffix, result, timestamp): its final
+ * result goes on keyed Windowed(key, Window(start, start + d)). */
+static int
+forward_closed(Core *self, PyObject *record, PyObject *closed)
+{
+    if (!PyTuple_Check(closed) || PyTuple_GET_SIZE(closed) != 4) {
+        PyErr_SetString(PyExc_TypeError, "_closed_windows did not give 4-tuples");
+        return -1;
+    }
+    PyObject *suffix = PyTuple_GET_ITEM(closed, 1);
+    long long start;
+    if (!PyBytes_Check(suffix) || PyBytes_GET_SIZE(suffix) != 8) { /* _TIMESTAMP.unpack */
+        PyErr_SetString(PyExc_ValueError, "a sliding window's suffix is not 8 bytes");
+        return -1;
+    }
+    if (unpack_at(suffix, 0, &start) < 0)
+        return -1;
+    PyObject *window = window_of(self, start);
+    if (window == NULL)
+        return -1;
+    PyObject *key = decoded_key(self, PyTuple_GET_ITEM(closed, 0));
+    int failed = key == NULL ? -1
+                             : forward_final(self, record, key, window,
+                                             PyTuple_GET_ITEM(closed, 2),
+                                             PyTuple_GET_ITEM(closed, 3));
+    Py_XDECREF(key);
+    Py_DECREF(window);
+    return failed;
+}
+
+/* SlidingWindowAggregate._emit_final: on window close, the windows that ended before `close`
+ * since the last time go on, with their results' timestamps. */
+static int
+emit_final(Core *self, PyObject *record, wide close)
+{
+    wide emitted;
+    if (wide_attr(self->emitted_to, str_time, &emitted) < 0)
+        return -1;
+    if (emitted != -1 && emitted >= close)
+        return 0;
+    wide upper = close - self->difference - 1; /* a window [start, start + d] ends before */
+    if (upper < 0)
+        return 0;
+    wide lower = emitted == -1 ? 0 : emitted - self->difference;
+    if (lower < 0)
+        lower = 0;
+    PyObject *low = wide_number(lower), *high = wide_number(upper), *closed = NULL;
+    if (low != NULL && high != NULL) {
+        PyObject *args[3] = {self->aggregation, low, high};
+        closed = PyObject_VectorcallMethod(str_closed_windows, args, 3, NULL);
+    }
+    Py_XDECREF(low);
+    Py_XDECREF(high);
+    if (closed == NULL)
+        return -1;
+    int failed = 0;
+    if (!PyList_Check(closed)) {
+        PyErr_SetString(PyExc_TypeError, "_closed_windows did not give a list");
+        failed = -1;
+    }
+    for (Py_ssize_t i = 0; failed == 0 && i < PyList_GET_SIZE(closed); i++)
+        failed = forward_closed(self, record, PyList_GET_ITEM(closed, i)); /* the list holds it */
+    if (failed == 0)
+        failed = set_int_attr(self->emitted_to, str_time, close);
+    Py_DECREF(closed);
+    return failed;
+}
+
+/* SlidingWindowAggregate.process(record). */
+static PyObject *
+Core_process(Core *self, PyObject *record)
+{
+    if (!PyTuple_Check(record) || PyTuple_GET_SIZE(record) < 4) {
+        PyErr_SetString(PyExc_TypeError, "process takes a Record");
+        return NULL;
+    }
+    Step step = {record, PyTuple_GET_ITEM(record, 0), PyTuple_GET_ITEM(record, 1),
+                 PyTuple_GET_ITEM(record, 2), NULL, 0, 0};
+    if (step.key == Py_None || step.value == Py_None) {
+        if (count_dropped(self) < 0)
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    long long stream_time;
+    if (as_int64(step.timestamp_object, &step.timestamp) < 0
+        || int_attr(self->stream_time, str_time, &stream_time) < 0)
+        return NULL;
+    if (step.timestamp > stream_time) {
+        if (PyObject_SetAttr(self->stream_time, str_time, step.timestamp_object) < 0)
+            return NULL;
+        stream_time = step.timestamp;
+    }
+    step.close = (wide)stream_time - self->grace;
+    if ((wide)step.timestamp + self->difference < step.close) {
+        if (count_dropped(self) < 0) /* even its left window has closed: too late */
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    if ((step.prefix = key_prefix(self, step.key)) == NULL)
+        return NULL;
+    int failed;
+    if (step.timestamp < self->difference)
+        failed = process_early(self, &step); /* no final results looked for after it */
+    else {
+        failed = process_late(self, &step);
+        if (failed == 0 && self->emit_final)
+            failed = emit_final(self, record, step.close);
+    }
+    Py_DECREF(step.prefix);
+    if (failed < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+#define REFERENCES(X)                                                                          \
+    X(aggregation) X(cache) X(entries) X(by_prefix) X(store) X(stream_time) X(store_time)     \
+    X(emitted_to) X(task) X(key_serialize) X(key_deserialize) X(result_deserialize)            \
+    X(initializer) X(aggregator) X(forward) X(record_type) X(windowed_type) X(window_type)
+
+/* getattr(owner, name), which must be a dict (an OrderedDict is one): a new reference. */
+static PyObject *
+dict_attr(PyObject *owner, PyObject *name)
+{
+    PyObject *value = PyObject_GetAttr(owner, name);
+    if (value != NULL && !PyDict_Check(value)) {
+        PyErr_Format(PyExc_TypeError, "cache.%U must be a dict", name);
+        Py_CLEAR(value);
+    }
+    return value;
+}
+
+static int
+Core_init(Core *self, PyObject *args, PyObject *kwargs)
+{
+    static char *names[] = {
+        "aggregation", "cache", "store", "stream_time", "store_time", "emitted_to", "task",
+        "key_serialize", "key_deserialize", "string_keys", "result_deserialize", "initializer",
+        "aggregator", "count", "difference", "grace", "retention", "time_first", "emit_final",
+        "forward", "record_type", "windowed_type", "window_type", NULL};
+    PyObject *aggregation, *cache, *store, *stream_time, *store_time, *emitted_to, *task,
+        *key_serialize, *key_deserialize, *result_deserialize, *initializer, *aggregator,
+        *forward, *record_type, *windowed_type, *window_type;
+    long long difference, grace, retention;
+    int string_keys, count, time_first, emit_final;
+    if (!PyArg_ParseTupleAndKeywords(
+            args, kwargs, "$OOOOOOOOOpOOOpLLLppOO!O!O!", names, &aggregation, &cache, &store,
+            &stream_time, &store_time, &emitted_to, &task, &key_serialize, &key_deserialize,
+            &string_keys, &result_deserialize, &initializer, &aggregator, &count, &difference,
+            &grace, &retention, &time_first, &emit_final, &forward, &PyType_Type, &record_type,
+            &PyType_Type, &windowed_type, &PyType_Type, &window_type))
+        return -1;
+    if (difference < 0 || grace < 0 || retention < 0) {
+        PyErr_SetString(PyExc_ValueError, "sliding windows need difference, grace >= 0");
+        return -1;
+    }
+    if (!PyType_IsSubtype((PyTypeObject *)record_type, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "record_type must be a tuple type");
+        return -1;
+    }
+    long long max_bytes, entry_bytes;
+    if (int_attr(cache, str_max_bytes, &max_bytes) < 0
+        || int_attr(cache, str_entry_bytes, &entry_bytes) < 0)
+        return -1;
+    PyObject *entries = dict_attr(cache, str_entries);
+    if (entries == NULL)
+        return -1;
+    PyObject *by_prefix = dict_attr(cache, str_by_prefix);
+    if (by_prefix == NULL) {
+        Py_DECREF(entries);
+        return -1;
+    }
+#define TAKE(name)                                                                             \
+    Py_INCREF(name);                                                                           \
+    Py_XSETREF(self->name, name);
+    REFERENCES(TAKE)
+#undef TAKE
+    Py_DECREF(entries); /* the references getattr gave */
+    Py_DECREF(by_prefix);
+    self->difference = difference;
+    self->grace = grace;
+    self->retention = retention;
+    self->max_bytes = max_bytes;
+    self->entry_bytes = entry_bytes;
+    self->string_keys = string_keys;
+    self->count = count;
+    self->time_first = time_first;
+    self->emit_final = emit_final;
+    return 0;
+}
+
+/* The aggregation, its cache and the task refer to one another and to this object: the
+ * cycle collector has to see these references. */
+static int
+Core_traverse(Core *self, visitproc visit, void *arg)
+{
+#define VISIT(name) Py_VISIT(self->name);
+    REFERENCES(VISIT)
+#undef VISIT
+    return 0;
+}
+
+static int
+Core_clear(Core *self)
+{
+#define CLEAR(name) Py_CLEAR(self->name);
+    REFERENCES(CLEAR)
+#undef CLEAR
+    return 0;
+}
+
+static void
+Core_dealloc(Core *self)
+{
+    PyObject_GC_UnTrack(self);
+    Core_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* A Core whose __init__ has not run (or failed), or was cleared, holds NULL references:
+ * refuse its methods rather than crash. */
+static PyObject *
+Core_process_checked(Core *self, PyObject *record)
+{
+    if (self->window_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Core was not initialised");
+        return NULL;
+    }
+    return Core_process(self, record);
+}
+
+static PyMethodDef Core_methods[] = {
+    {"process", (PyCFunction)Core_process_checked, METH_O,
+     "One record into its sliding windows (SlidingWindowAggregate.process)."},
+    {NULL},
+};
+
+static PyTypeObject CoreType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "streamplatform.dsl._sliding_core.Core",
+    .tp_doc = "The per-record path of SlidingWindowAggregate (see sliding_aggregate.py).",
+    .tp_basicsize = sizeof(Core),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Core_init,
+    .tp_dealloc = (destructor)Core_dealloc,
+    .tp_free = PyObject_GC_Del,
+    .tp_traverse = (traverseproc)Core_traverse,
+    .tp_clear = (inquiry)Core_clear,
+    .tp_methods = Core_methods,
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_sliding_core", "SlidingWindowAggregate's per-record path in C.",
+    -1,
+};
+
+PyMODINIT_FUNC
+PyInit__sliding_core(void)
+{
+#define INTERN(variable, text)                                                                 \
+    if ((variable = PyUnicode_InternFromString(text)) == NULL)                                 \
+        return NULL;
+    INTERN(str_time, "time")
+    INTERN(str_current, "current")
+    INTERN(str_bytes, "bytes")
+    INTERN(str_dropped_records, "dropped_records")
+    INTERN(str_key, "key")
+    INTERN(str_window, "window")
+    INTERN(str_start, "start")
+    INTERN(str_end, "end")
+    INTERN(str_max_bytes, "max_bytes")
+    INTERN(str_entry_bytes, "_ENTRY_BYTES")
+    INTERN(str_entries, "entries")
+    INTERN(str_by_prefix, "by_prefix")
+    INTERN(str_transaction, "transaction")
+    INTERN(str_range, "range")
+    INTERN(str_closed_windows, "_closed_windows")
+    INTERN(str_put, "put")
+    INTERN(str_evict, "evict_over_budget")
+    INTERN(str_move_to_end, "move_to_end")
+    INTERN(str_pack, "pack")
+    INTERN(str_unpack_from, "unpack_from")
+#undef INTERN
+    empty_tuple = PyTuple_New(0);
+    one = PyLong_FromLong(1);
+    zero = PyLong_FromLong(0);
+    if (empty_tuple == NULL || one == NULL || zero == NULL)
+        return NULL;
+    PyObject *structs = PyImport_ImportModule("struct");
+    if (structs == NULL)
+        return NULL;
+    timestamp_struct = PyObject_CallMethod(structs, "Struct", "s", ">q");
+    Py_DECREF(structs);
+    if (timestamp_struct == NULL)
+        return NULL;
+    if (PyType_Ready(&CoreType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&CoreType);
+    if (PyModule_AddObject(m, "Core", (PyObject *)&CoreType) < 0) {
+        Py_DECREF(&CoreType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
