@@ -133,6 +133,11 @@ def test_the_dedup_job_on_an_s3_root_equals_the_test_driver_and_restores_from_it
                             delta_sinks=["deduplicated"])  # fmt: skip
 
     job = new_job()
+    # On a local master the tasks' side files stay on this host's disk (the job's state
+    # directory), as Spark keeps its shuffle files: scratch read once by the driver.
+    staging = job.context.staging_root()
+    assert staging == str((tmp_path / app / "state").absolute() / app / "_staging")
+    assert storage.join(root, app, "_staging") in job.context.staging_roots()  # cleaned too
     first = job.run(max_batches=2)
     job.close()
     assert {r.path for r in first} == paths
@@ -162,8 +167,9 @@ def test_the_dedup_job_on_an_s3_root_equals_the_test_driver_and_restores_from_it
 def test_a_spill_file_missing_on_s3_fails_the_batch_uncommitted_and_the_re_run_loses_nothing(
     spark, kafka_settings, s3_server, source_topic, tmp_path, monkeypatch
 ):
-    """Task 0_2's spill file (its sink rows too) is deleted from the bucket before the driver
-    lists the files: the batch fails with nothing committed or appended, and runs again."""
+    """Task 0_2's spill file (its sink rows too) is deleted before the driver lists the files
+    (on a local master they are on this host's disk, the tables on S3): the batch fails with
+    nothing committed or appended, and runs again."""
     from streamplatform import MissingTaskOutputs
 
     source, sent = source_topic

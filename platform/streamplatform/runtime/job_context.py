@@ -160,13 +160,32 @@ class JobContext:
         return f"{self.root}/_changelog"
 
     def staging_root(self) -> str:
-        """Where runs keep their side files, one directory per run (claim.run), beside the
-        tables: a local path (absolute: executors have other working directories) or a URI
-        on the same object storage (storage.py)."""
-        root = self.root
-        if storage.is_local(root):
-            root = str(Path(storage.local_path(root)).absolute())
-        return storage.join(root, "_staging")
+        """Where runs keep their side files, one directory per run (claim.run): beside the
+        tables, a local path (absolute: executors have other working directories) or a URI
+        on the same object storage (storage.py). With tables on object storage and a local
+        master, on this host's disk instead (``local_staging_root``)."""
+        if storage.is_local(self.root):
+            return storage.join(str(Path(storage.local_path(self.root)).absolute()), "_staging")
+        if self.local_slots() > 0:
+            return self.local_staging_root()
+        return storage.join(self.root, "_staging")
+
+    def local_staging_root(self) -> str:
+        """The staging directory of a local master when the tables are on object storage:
+        under the job's state directory. Side files are scratch (a task writes them, the
+        driver reads them once before the commit, and a replay writes them anew), and a local
+        master's executors share this host's disk, so they need not go to object storage and
+        back, as Spark keeps its own shuffle files in ``spark.local.dir``."""
+        from streamplatform.home import default_state_dir
+
+        state = Path(self.config["state.dir"] or default_state_dir()).absolute()
+        return str(state / self.app / "_staging")
+
+    def staging_roots(self) -> list[str]:
+        """Every staging directory runs of this job may have used (for their cleanup)."""
+        if storage.is_local(self.root):
+            return [self.staging_root()]
+        return [storage.join(self.root, "_staging"), self.local_staging_root()]
 
     def side_dir(self) -> str:
         """This run's side-output directory."""

@@ -374,10 +374,10 @@ class StreamingJob:
         except BaseException:
             self.claim.release()
             raise
-        staging = self.context.staging_root()
-        for run in storage.list_directories(staging):
-            if run != self.claim.run:
-                storage.remove_tree(storage.join(staging, run))
+        for staging in self.context.staging_roots():
+            for run in storage.list_directories(staging):
+                if run != self.claim.run:
+                    storage.remove_tree(storage.join(staging, run))
 
     # The spine -------------------------------------------------------------------------------
 
