@@ -19,11 +19,17 @@ of 2 cores the server competes with the tasks, so the ratio is the price of this
 here, not of S3.
 
     .venv/bin/python bench/s3_bench.py [--records 2000000] [--repeats 3]
+
+On a local master the tasks' side files stay on this host's disk whatever the root
+(JobContext.staging_root). ``--cluster``: the same on the two-worker standalone cluster
+(streamplatform.local_cluster), where the local-master shortcuts are off: the side files go to
+the root too, so the S3 runs upload and fetch them through the S3 API.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import tempfile
@@ -37,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from e2e_bench import (  # noqa: E402
     PARTITIONS,
     PHASES,
+    bench_master,
     dedup_topology,
     format_phases,
     job_config,
@@ -70,13 +77,19 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=2_000_000)
     parser.add_argument("--repeats", type=int, default=3, help="timed runs of each, alternating")
     parser.add_argument("--warmup-records", type=int, help="default: --records")
+    parser.add_argument("--cluster", action="store_true",
+                        help="a standalone master with two one-core workers instead of "
+                             "local[2] (the local-master shortcuts off)")  # fmt: skip
     args = parser.parse_args()
     warmup = args.warmup_records or args.records
     runs: dict[str, list[dict]] = {"local": [], "s3": []}
     server_cpu: list[float] = []
     with tempfile.TemporaryDirectory() as directory:
         tmp = Path(directory)
-        with LocalBroker(tmp / "broker") as broker, LocalS3(tmp / "s3") as s3:
+        with (
+            LocalBroker(tmp / "broker") as broker, LocalS3(tmp / "s3") as s3,
+            contextlib.ExitStack() as stack,
+        ):  # fmt: skip
             settings = {"bootstrap.servers": broker.bootstrap_servers}
             create_topics(settings, [TopicSpec(t, PARTITIONS) for t in ("bench", "warmup")])
             produce(settings, "bench", args.records)
@@ -86,7 +99,12 @@ def main() -> None:
                 "s3": {"platform.delta.root": f"s3://{s3.bucket}/bench", **s3.settings},
             }
             server = psutil.Process(s3.state.pid)
-            spark = spark_session(master="local[2]", app_name="s3-bench")
+            master = bench_master(stack, tmp, args.cluster)
+            spark = spark_session(master=master, app_name="s3-bench")
+            if args.cluster:  # this driver reads the S3 tables too (row counts)
+                from streamplatform import storage
+
+                storage.configure_spark(spark, roots["s3"])
             for where in ("local", "s3"):  # the JVM's and S3A's warm-up charged to neither
                 run(spark, settings, "warmup", tmp, warmup, f"warmup-{where}", roots[where])
             for repeat in range(args.repeats):
@@ -102,7 +120,8 @@ def main() -> None:
                           f"path {', '.join(sorted(result['paths']))})", flush=True)  # fmt: skip
             spark.stop()
     n = args.records
-    print(f"{n:,} records, {PARTITIONS} partitions, local[2], one batch, median of "
+    where_run = "a standalone master, 2 workers of 1 core" if args.cluster else "local[2]"
+    print(f"{n:,} records, {PARTITIONS} partitions, {where_run}, one batch, median of "
           f"{args.repeats} runs each (alternating order, after a warm-up of both)")  # fmt: skip
     for where in ("local", "s3"):
         seconds = [r["seconds"] for r in runs[where]]

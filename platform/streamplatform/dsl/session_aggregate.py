@@ -13,6 +13,13 @@ A record with a None key is dropped and counted; a None value is aggregated, as 
 does. A record is dropped and counted when the session it would make ends before stream time
 - gap - grace. Sessions whose end is more than gap + grace behind the latest session end written
 are no longer seen (Kafka Streams' retention), and leave the store.
+
+``SessionWindowAggregate.process`` (with ``_emit_final``) below is the reference.
+``_session_core.Core`` (C, built with the package where a C compiler is available) does the
+same per record, and ``tests/dsl/test_session_core.py`` holds the two to the same results. What
+C saves is the interpreter's work around the same Python objects (the record cache's
+OrderedDict, its entries and its index of a key's sessions, the store's transaction, the
+aggregation's helpers).
 """
 
 from __future__ import annotations
@@ -24,10 +31,20 @@ from streamplatform.dsl.aggregate import (
     _LATEST,
     _TIMESTAMP,
     KeyedWindowAggregation,
+    is_count,
     keyed_prefix,
 )
-from streamplatform.dsl.windows import EmitStrategy, SessionWindows, Window
+from streamplatform.dsl.processor import ProcessorContext, single_forward
+from streamplatform.dsl.windows import EmitStrategy, SessionWindows, Window, Windowed
 from streamplatform.records import Record
+from streamplatform.serdes import Serdes
+
+try:  # the C per-record path, built with the package where a C compiler is available
+    from streamplatform.dsl import _session_core as _native
+except ImportError:  # pragma: no cover - depends on the build
+    _native = None  # type: ignore[assignment]
+# Tests set this to False to run the Python reference where the C core would run.
+NATIVE_CORE = True
 
 
 class SessionWindowAggregate(KeyedWindowAggregation):
@@ -49,6 +66,35 @@ class SessionWindowAggregate(KeyedWindowAggregation):
         self.merger = merger
         self.retention_ms = windows.retention_ms
         self.emit_final = emit == EmitStrategy.on_window_close()
+        self._core: Any = None
+
+    def init(self, context: ProcessorContext) -> None:
+        super().init(context)
+        self._core = self._native_core(context)
+        if self._core is not None:
+            self.process = self._core.process  # type: ignore[method-assign]
+
+    def _native_core(self, context: ProcessorContext) -> Any:
+        """The C core doing what ``process`` does, or None (not built, or switched off by a
+        test)."""
+        if _native is None or not NATIVE_CORE:
+            return None
+        from streamplatform.dsl.grouped import _add  # grouped.py imports this module
+
+        return _native.Core(
+            aggregation=self, cache=self.cache, store=self.store, stream_time=self.stream_time,
+            store_time=self.store_time, emitted_to=self.emitted_to, task=self.cache.task,
+            key_serialize=self.key_serde.serialize, key_deserialize=self.key_serde.deserialize,
+            string_keys=self.key_serde is Serdes.string(),
+            result_deserialize=self.result_serde.deserialize, initializer=self.initializer,
+            aggregator=self.aggregator, merger=self.merger,
+            # count(): C counts and adds merged counts (its merger is grouped._add) itself
+            count=is_count(self.initializer, self.aggregator) and self.merger is _add,
+            gap=self.windows.inactivity_gap_ms, grace=self.windows.grace_ms,
+            retention=self.retention_ms, emit_final=self.emit_final,
+            forward=single_forward(context), record_type=Record, windowed_type=Windowed,
+            window_type=Window,
+        )  # fmt: skip
 
     def process(self, record: Record) -> None:
         if record.key is None:

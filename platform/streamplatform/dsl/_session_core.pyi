@@ -1,0 +1,36 @@
+# The C extension's interface (_session_core.c); session_aggregate.SessionWindowAggregate is its
+# reference.
+from collections.abc import Callable
+from typing import Any
+
+from streamplatform.records import Record
+
+class Core:
+    def __init__(
+        self,
+        *,
+        aggregation: Any,
+        cache: Any,
+        store: Any,
+        stream_time: Any,
+        store_time: Any,
+        emitted_to: Any,
+        task: Any,
+        key_serialize: Callable[[Any], bytes | None],
+        key_deserialize: Callable[[bytes], Any],
+        string_keys: bool,
+        result_deserialize: Callable[[bytes], Any],
+        initializer: Callable[[], Any] | None,
+        aggregator: Callable[[Any, Any, Any], Any],
+        merger: Callable[[Any, Any, Any], Any],
+        count: bool,
+        gap: int,
+        grace: int,
+        retention: int,
+        emit_final: bool,
+        forward: Callable[[Record], None],
+        record_type: type,
+        windowed_type: type,
+        window_type: type,
+    ) -> None: ...
+    def process(self, record: Record) -> None: ...
