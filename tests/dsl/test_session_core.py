@@ -138,6 +138,7 @@ def _run(directory, topology, cache_bytes, rows, native):
 
 
 @needs_c_core
+@pytest.mark.slow  # the differential property test: make test-all (~15 s)
 @settings(max_examples=150, deadline=None)
 @given(
     kind=st.sampled_from(["count", "reduce", "aggregate"]),

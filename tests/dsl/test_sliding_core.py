@@ -155,6 +155,7 @@ def _run(directory, topology, cache_bytes, rows, native):
 
 
 @needs_c_core
+@pytest.mark.slow  # the differential property test: make test-all (~15 s)
 @settings(max_examples=150, deadline=None)
 @given(
     kind=st.sampled_from(["count", "reduce", "aggregate"]),
@@ -197,6 +198,7 @@ def _one_key(*times: int) -> list[tuple[bytes, str, int, bool]]:
 
 
 @needs_c_core
+@pytest.mark.slow  # the differential property test: make test-all (~15 s)
 @settings(max_examples=150, deadline=None)
 @given(
     kind=st.sampled_from(["count", "aggregate"]),

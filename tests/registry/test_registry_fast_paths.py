@@ -224,3 +224,72 @@ def test_unchanged_values_are_written_as_read(kind: str, monkeypatch) -> None:
         written = [record.value for record in out.read_records_to_list()]
     assert written == raw[:4]  # ids 0-3 once each, the bytes read
     assert encoded["calls"] == 1  # only the first was encoded (it learns the framing)
+
+
+# What a review found: each case goes the way confluent-kafka's serializers go -----------
+
+
+def test_json_schema_refuses_an_invalid_mapping_of_a_subclass_after_a_valid_one() -> None:
+    """Only plain dicts and lists have shapes: an OrderedDict's verdict is never kept."""
+    from collections import OrderedDict
+
+    required = '{"type": "object", "required": ["a"]}'
+    serde = _serde("json_schema", "js-subclass", required)
+    serde.serialize(OrderedDict(a=1), _context())
+    serde.serialize(OrderedDict(a=2), _context())
+    with pytest.raises(SerializationError, match="json_schema: cannot serialize"):
+        serde.serialize(OrderedDict(b="x"), _context())
+
+
+def test_json_schema_reads_deep_and_big_values_as_confluent_does() -> None:
+    scope = "js-deep"
+    serde = _serde("json_schema", scope, '{"type": "array"}')
+    _, reader = _confluent_json(scope, '{"type": "array"}')
+    prefix = serde.serialize([1], _context())[:5]
+    ctx = SerializationContext("tx", MessageField.VALUE, [])
+    for value in (b"[" * 900 + b"]" * 900, orjson.dumps(list(range(5000)))):
+        for _ in range(2):  # the second time, a verdict would be known
+            assert serde.deserialize(prefix + value, _context()) == reader(prefix + value, ctx)
+
+
+def test_schemas_of_odd_keyword_values_get_no_shape_verdicts() -> None:
+    assert not _shape_only({"dependencies": []})
+    assert not _shape_only({"$schema": "http://json-schema.org/draft-03/schema#",
+                            "type": [{"enum": [1]}]})  # fmt: skip
+    assert _shape_only({"type": ["string", "null"]})
+
+
+def test_protobuf_refuses_a_message_index_count_confluent_refuses() -> None:
+    serde = _serde("protobuf", "pb-count", Payment)
+    good = serde.serialize(Payment(id=1, amount=2.0), _context())
+    bad = good[:5] + b"\x01" + good[6:]  # a count of -1 (zigzag)
+    _, reader = _confluent_protobuf("pb-count", Payment)
+    with pytest.raises(Exception, match="msgidx"):
+        reader(bad, SerializationContext("tx", MessageField.VALUE, []))
+    with pytest.raises(SerializationError, match="msgidx"):
+        serde.deserialize(bad, _context())
+
+
+def test_no_bytes_written_as_read_from_another_registry_or_a_branching_path() -> None:
+    """A schema id of another registry may name another schema; a decoded message another
+    branch may change in place."""
+    one = Serdes.protobuf(Payment, registry={"schema.registry.url": "mock://one"})
+    other = Serdes.protobuf(Payment, registry={"schema.registry.url": "mock://other"})
+    assert one.writes_back_reads_of(Serdes.protobuf(Payment, registry={
+        "schema.registry.url": "mock://one"}))  # fmt: skip
+    assert not one.writes_back_reads_of(other)
+
+    b = StreamsBuilder()
+    values = b.stream("tx", Serdes.string(), _serde("protobuf", "branch", Payment))
+    values.foreach(lambda key, message: setattr(message, "amount", -1.0))  # in place
+    values.to("out")
+    raw = _serde("protobuf", "branch", Payment).serialize(Payment(id=1, amount=2.0), _context())
+    with TopologyTestDriver(
+        b.build(), {"application.id": "branch", "schema.registry.url": "mock://branch"}
+    ) as driver:
+        topic = driver.create_input_topic("tx", Serdes.bytes(), Serdes.bytes())
+        for n in range(3):
+            topic.pipe_raw(b"k", raw, timestamp=n)
+        out = driver.create_output_topic("out", Serdes.string(), _serde("protobuf", "branch",
+                                                                          Payment))  # fmt: skip
+        assert [m.amount for m in out.read_values_to_list()] == [-1.0] * 3  # serialized

@@ -416,6 +416,12 @@ class RegistrySerde:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._options or ''})"
 
+    def _same_registry(self, other: RegistrySerde) -> bool:
+        """Whether ``other`` reaches the same registry (so a schema id means the same schema
+        to both)."""
+        url = "schema.registry.url"
+        return self._settings().get(url) == other._settings().get(url)
+
 
 class AvroSerde(RegistrySerde):
     """Avro values (dicts, or your objects through ``to_dict``/``from_dict``).
@@ -592,6 +598,7 @@ class AvroSerde(RegistrySerde):
             type(other) is AvroSerde and self.schema is not None
             and self.schema == self.reader_schema == other.schema == other.reader_schema
             and self._to_dict is None and other._from_dict is None
+            and self._same_registry(other)
         )  # fmt: skip
 
     def _plans(self) -> _AvroPlans:
@@ -687,11 +694,15 @@ class _AvroPlans:
 def _past_message_indexes(data: bytes, at: int) -> int | None:
     """Where a Protobuf payload's message starts: past the message indexes at ``at`` (a
     zigzag varint count, then that many varints; a lone 0 stands for [0]), or None when they
-    run past the end."""
+    run past the end or their count is out of confluent's bounds (0 to 100,000: its
+    deserializer refuses the rest)."""
     count, at = _varint(data, at)
     if count is None:
         return None
-    for _ in range((count >> 1) ^ -(count & 1)):  # zigzag-decoded
+    count = (count >> 1) ^ -(count & 1)  # zigzag-decoded
+    if not 0 <= count <= 100_000:
+        return None
+    for _ in range(count):
         index, at = _varint(data, at)
         if index is None:
             return None
@@ -833,7 +844,10 @@ class ProtobufSerde(RegistrySerde):
     def writes_back_reads_of(self, other: Any) -> bool:
         """Whether a message ``other`` reads is one this serde writes under the same framing:
         both read and write messages of the same generated class."""
-        return type(other) is ProtobufSerde and other.message_type is self.message_type
+        return (
+            type(other) is ProtobufSerde and other.message_type is self.message_type
+            and self._same_registry(other)
+        )  # fmt: skip
 
     def _new_deserializer(self) -> Callable[[bytes, Any], Any]:
         from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
@@ -932,14 +946,9 @@ class JsonSchemaSerde(RegistrySerde):
         shapes = self._shapes() if self._from_dict is None else None
 
         def deserialize(data: bytes, ctx: Any) -> Any:
-            # What confluent's deserializer says of a value's shape holds for every value of
-            # that shape (_ValueShapes): learnt here, for _fast_read.
-            try:
-                value = deserializer(data, ctx)
-            except SerializationError:
-                if shapes is not None and _plain_prefix(self, data, ctx):
-                    shapes.learn(_json_or_none(data[5:]), False)
-                raise
+            # A value confluent's deserializer read (and validated) makes every value of its
+            # shape valid (_ValueShapes): learnt here, for _fast_read.
+            value = deserializer(data, ctx)
             if shapes is not None and _plain_prefix(self, data, ctx):
                 shapes.learn(value, True)
             return value
@@ -1004,6 +1013,7 @@ class JsonSchemaSerde(RegistrySerde):
             type(other) is JsonSchemaSerde and self.schema is not None
             and other.schema == self.schema
             and self._to_dict is None and other._from_dict is None
+            and self._same_registry(other)
         )  # fmt: skip
 
 
@@ -1037,13 +1047,6 @@ def _plain_prefix(serde: RegistrySerde, data: bytes, context: Any) -> bool:
     return plain  # type: ignore[no-any-return]
 
 
-def _json_or_none(data: bytes) -> Any:
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return _NOT_FAST  # not JSON at all: no shape to learn
-
-
 class _ValueShapes:
     """A JSON Schema's verdicts on the shapes of values, for a schema whose verdict depends on
     nothing but a value's shape: the keys of its objects, the lengths of its arrays and the
@@ -1074,11 +1077,14 @@ class _ValueShapes:
         return cls() if _shape_only(schema) else None
 
     def valid(self, value: Any) -> bool | None:
-        return self._verdicts.get(_shape(value))
+        shape = _shape_of(value)
+        return None if shape is None else self._verdicts.get(shape)
 
     def learn(self, value: Any, valid: bool) -> None:
-        if value is not _NOT_FAST and len(self._verdicts) < self.MAX_SHAPES:
-            self._verdicts[_shape(value)] = valid
+        if len(self._verdicts) < self.MAX_SHAPES:
+            shape = _shape_of(value)
+            if shape is not None:
+                self._verdicts[shape] = valid
 
 
 def _shape_only(schema: Any) -> bool:
@@ -1093,6 +1099,8 @@ def _shape_only(schema: Any) -> bool:
         if keyword in ("properties", "patternProperties", "dependentSchemas"):
             subschemas = list(value.values()) if isinstance(value, dict) else [None]
         elif keyword == "dependencies":
+            if not isinstance(value, dict):
+                return False
             subschemas = [v for v in value.values() if not isinstance(v, list)]
         elif keyword in ("allOf", "anyOf", "oneOf", "prefixItems") or (
             keyword == "items" and isinstance(value, list)
@@ -1101,23 +1109,51 @@ def _shape_only(schema: Any) -> bool:
         elif keyword in ("additionalProperties", "propertyNames", "items", "additionalItems",
                          "contains", "not", "if", "then", "else"):  # fmt: skip
             subschemas = [value]
+        elif keyword == "type":  # names only (draft 3 also allowed schemas in the list)
+            names = value if isinstance(value, list) else [value]
+            if not all(isinstance(name, str) for name in names):
+                return False
+            continue
         else:
-            continue  # an annotation, a count, a type name, required names
+            continue  # an annotation, a count, required names
         if not all(_shape_only(subschema) for subschema in subschemas):
             return False
     return True
 
 
-def _shape(value: Any) -> Any:
+class _Unshaped(Exception):
+    """A value ``_shape`` gives no shape: not plain JSON, or too big to keep."""
+
+
+_LEAF_KINDS = frozenset({str, int, float, bool, type(None)})
+_MAX_SHAPE_NODES = 256  # a bigger value is validated by confluent's serializers each time
+
+
+def _shape_of(value: Any) -> Any:
+    """``_shape`` of ``value``, or None: it has none (its verdict is never kept)."""
+    try:
+        return _shape(value, [_MAX_SHAPE_NODES])
+    except _Unshaped:
+        return None
+
+
+def _shape(value: Any, budget: list[int]) -> Any:
     """A JSON value's shape (``_ValueShapes``): hashable, equal for values no shape-only
-    schema tells apart."""
+    schema tells apart. Plain JSON values only (dict, list, str, int, float, bool, None, and
+    not their subclasses, which validators and encoders may take differently), of at most
+    ``budget`` nodes, which also bounds the depth; raises ``_Unshaped`` otherwise."""
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise _Unshaped
     kind = type(value)
     if kind is dict:
-        return (dict, tuple((key, _shape(item)) for key, item in value.items()))
+        return (dict, tuple((key, _shape(item, budget)) for key, item in value.items()))
     if kind is list:
-        return (list, tuple(_shape(item) for item in value))
+        return (list, tuple(_shape(item, budget) for item in value))
     if kind is float and value.is_integer():
         return "whole float"  # JSON Schema's "integer" takes 1.0
+    if kind not in _LEAF_KINDS:
+        raise _Unshaped
     return kind
 
 

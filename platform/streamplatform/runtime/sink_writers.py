@@ -241,17 +241,22 @@ def registry_values_as_read(task: Any, sink: SinkNode) -> frozenset[str]:
     serde: Any = sink.value_serde
     if sink.topic_extractor is not None or not hasattr(serde, "written_prefix"):
         return frozenset()
+    # Only along paths that do not branch: a decoded Avro dict or Protobuf message is mutable,
+    # and a processor on another branch could change it in place before it reaches this sink.
     return unchanged_sources(
-        task, sink, lambda source: serde.writes_back_reads_of(source.value_serde), True
-    )
+        task, sink, lambda source: serde.writes_back_reads_of(source.value_serde), True,
+        unbranched=True,
+    )  # fmt: skip
 
 
 def unchanged_sources(
-    task: Any, sink: SinkNode, same_serdes: Callable[[SourceNode], bool], values_only: bool
-) -> frozenset[str]:
+    task: Any, sink: SinkNode, same_serdes: Callable[[SourceNode], bool], values_only: bool,
+    unbranched: bool = False,
+) -> frozenset[str]:  # fmt: skip
     """The source topics of every path into ``sink``, when each path comes from a source
     ``same_serdes`` accepts through processors that forward their record unchanged (or, with
-    ``values_only``, with its value unchanged); empty when any path does not."""
+    ``values_only``, with its value unchanged); empty when any path does not. With
+    ``unbranched``, also empty when a node on a path has another child."""
     topics: set[str] = set()
     pending, seen = list(sink.parents), set()
     while pending:
@@ -260,6 +265,8 @@ def unchanged_sources(
             continue
         seen.add(name)
         node = task.topology.nodes[name]
+        if unbranched and len(node.children) != 1:
+            return frozenset()
         if isinstance(node, SourceNode):
             if not same_serdes(node):
                 return frozenset()
