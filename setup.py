@@ -30,6 +30,7 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 OPT_OUT = "STREAMPLATFORM_NO_C_CORE"
+CORES_H = "platform/streamplatform/dsl/_cores.h"  # what the DSL's cores share
 
 
 def _opted_out() -> bool:
@@ -68,22 +69,27 @@ setup(
         Extension(
             "streamplatform.dsl._dedup_core",
             sources=["platform/streamplatform/dsl/_dedup_core.c"],
+            depends=[CORES_H],
         ),
         Extension(
             "streamplatform.dsl._window_core",
             sources=["platform/streamplatform/dsl/_window_core.c"],
+            depends=[CORES_H],
         ),
         Extension(
             "streamplatform.dsl._join_core",
             sources=["platform/streamplatform/dsl/_join_core.c"],
+            depends=[CORES_H],
         ),
         Extension(
             "streamplatform.dsl._session_core",
             sources=["platform/streamplatform/dsl/_session_core.c"],
+            depends=[CORES_H],
         ),
         Extension(
             "streamplatform.dsl._sliding_core",
             sources=["platform/streamplatform/dsl/_sliding_core.c"],
+            depends=[CORES_H],
         ),
         Extension(
             "streamplatform.runtime._kafka_rows",

@@ -18,7 +18,8 @@
 #include <Python.h>
 #include <structmember.h>
 
-typedef __int128 wide;
+#include "_cores.h"
+
 
 static PyObject *str_stream_time, *str_current, *no_offset;
 
@@ -31,16 +32,6 @@ typedef struct {
     long long forwarded, dropped, late, pending_entries, pending_bytes;
     int per_key;
 } Core;
-
-static int
-as_int64(PyObject *number, long long *out)
-{
-    long long value = PyLong_AsLongLong(number);
-    if (value == -1 && PyErr_Occurred())
-        return -1;
-    *out = value;
-    return 0;
-}
 
 static long long
 clamp(wide value)

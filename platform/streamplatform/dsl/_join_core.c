@@ -22,7 +22,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-typedef __int128 wide;
+#include "_cores.h"
+
 
 static PyObject *str_time, *str_min_time, *str_next_drop_at, *str_drop_expired,
     *str_dropped_records, *outer_prefix_bytes;
@@ -61,16 +62,6 @@ typedef struct {
     Py_ssize_t offset, length, order;
 } Partner;
 
-static int
-as_int64(PyObject *number, long long *out)
-{
-    long long value = PyLong_AsLongLong(number);
-    if (value == -1 && PyErr_Occurred())
-        return -1;
-    *out = value;
-    return 0;
-}
-
 /* owner.time (a KeptStreamTime's) as an int64. */
 static int
 time_of(PyObject *kept, long long *out)
@@ -81,23 +72,6 @@ time_of(PyObject *kept, long long *out)
     int failed = as_int64(value, out);
     Py_DECREF(value);
     return failed;
-}
-
-/* getattr(owner, name) as a 128-bit int: beyond it, the nearest end (a bound compared to
- * int64 times, which Python keeps as a big int). */
-static int
-wide_attr(PyObject *owner, PyObject *name, wide *out)
-{
-    PyObject *value = PyObject_GetAttr(owner, name);
-    if (value == NULL)
-        return -1;
-    int overflow;
-    long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
-    Py_DECREF(value);
-    if (number == -1 && PyErr_Occurred())
-        return -1;
-    *out = overflow > 0 ? ((wide)LLONG_MAX) * 4 : overflow < 0 ? ((wide)LLONG_MIN) * 4 : number;
-    return 0;
 }
 
 /* Python's a // b for b > 0. */

@@ -21,7 +21,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-typedef __int128 wide;
+#include "_cores.h"
+
 
 static PyObject *str_time, *str_current, *str_bytes, *str_dropped_records, *str_transaction,
     *str_range, *str_put, *str_evict, *str_move_to_end, *str_closed_windows, *str_key,
@@ -42,39 +43,6 @@ typedef struct {
     long long gap, grace, retention, max_bytes, entry_bytes;
     int string_keys, count, emit_final;
 } Core;
-
-static int
-as_int64(PyObject *number, long long *out)
-{
-    long long value = PyLong_AsLongLong(number);
-    if (value == -1 && PyErr_Occurred())
-        return -1;
-    *out = value;
-    return 0;
-}
-
-/* getattr(owner, name) as an int64. */
-static int
-int_attr(PyObject *owner, PyObject *name, long long *out)
-{
-    PyObject *value = PyObject_GetAttr(owner, name);
-    if (value == NULL)
-        return -1;
-    int failed = as_int64(value, out);
-    Py_DECREF(value);
-    return failed;
-}
-
-static int
-set_int_attr(PyObject *owner, PyObject *name, long long value)
-{
-    PyObject *number = PyLong_FromLongLong(value);
-    if (number == NULL)
-        return -1;
-    int failed = PyObject_SetAttr(owner, name, number);
-    Py_DECREF(number);
-    return failed;
-}
 
 /* self.dropped_records += 1 (a Python int: no bound). */
 static int

@@ -18,7 +18,8 @@
 #include <Python.h>
 #include <structmember.h>
 
-typedef __int128 wide;
+#include "_cores.h"
+
 
 static PyObject *str_time, *str_current, *str_bytes, *str_next_end, *str_closed_to,
     *str_gone_below, *str_dropped_records, *str_pending_close, *str_key, *str_window,
@@ -38,76 +39,6 @@ typedef struct {
     long long size, advance, grace, max_bytes, entry_bytes;
     int string_keys, count, emit_final;
 } Core;
-
-static int
-as_int64(PyObject *number, long long *out)
-{
-    long long value = PyLong_AsLongLong(number);
-    if (value == -1 && PyErr_Occurred())
-        return -1;
-    *out = value;
-    return 0;
-}
-
-/* getattr(owner, name) as an int64. */
-static int
-int_attr(PyObject *owner, PyObject *name, long long *out)
-{
-    PyObject *value = PyObject_GetAttr(owner, name);
-    if (value == NULL)
-        return -1;
-    int failed = as_int64(value, out);
-    Py_DECREF(value);
-    return failed;
-}
-
-/* getattr(owner, name) as a 128-bit int: beyond it, the nearest end (a bound compared to
- * int64 times, such as next_end past the last window, which Python keeps as a big int). */
-static int
-wide_attr(PyObject *owner, PyObject *name, wide *out)
-{
-    PyObject *value = PyObject_GetAttr(owner, name);
-    if (value == NULL)
-        return -1;
-    int overflow;
-    long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
-    Py_DECREF(value);
-    if (number == -1 && PyErr_Occurred())
-        return -1;
-    *out = overflow > 0 ? ((wide)LLONG_MAX) * 4 : overflow < 0 ? ((wide)LLONG_MIN) * 4 : number;
-    return 0;
-}
-
-/* A Python int of any 128-bit value (a new reference). */
-static PyObject *
-wide_number(wide value)
-{
-    if (value >= LLONG_MIN && value <= LLONG_MAX)
-        return PyLong_FromLongLong((long long)value);
-    PyObject *high = PyLong_FromLongLong((long long)(value >> 32));
-    PyObject *low = PyLong_FromUnsignedLongLong((unsigned long long)(value & 0xffffffff));
-    PyObject *shift = PyLong_FromLong(32), *shifted = NULL, *out = NULL;
-    if (high != NULL && low != NULL && shift != NULL)
-        shifted = PyNumber_Lshift(high, shift);
-    if (shifted != NULL)
-        out = PyNumber_Add(shifted, low);
-    Py_XDECREF(high);
-    Py_XDECREF(low);
-    Py_XDECREF(shift);
-    Py_XDECREF(shifted);
-    return out;
-}
-
-static int
-set_int_attr(PyObject *owner, PyObject *name, wide value)
-{
-    PyObject *number = wide_number(value);
-    if (number == NULL)
-        return -1;
-    int failed = PyObject_SetAttr(owner, name, number);
-    Py_DECREF(number);
-    return failed;
-}
 
 /* Python's a // b for b > 0. */
 static wide
