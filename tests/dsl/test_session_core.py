@@ -19,11 +19,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamplatform import EmitStrategy, SessionWindows, StreamsBuilder
-from streamplatform.config import StreamsConfig
 from streamplatform.dsl import session_aggregate
 from streamplatform.records import ConsumedRecord
-from streamplatform.runtime.task import Task
 from streamplatform.serdes import Serdes
+from tests.dsl.cores import core_task, only_processor
 
 MINUTE = 60_000
 needs_c_core = pytest.mark.skipif(
@@ -63,21 +62,6 @@ def _topology(kind, windows, final, string_keys):
     return builder.build()
 
 
-def _task(directory, topology, cache_bytes):
-    config = StreamsConfig({
-        "application.id": "core", "processing.guarantee": "exactly_once_v2",
-        "errors.dead.letter.queue.topic.name": "dlq",
-        "processing.exception.handler": "log_and_continue",
-        "statestore.cache.max.bytes": cache_bytes,
-    })  # fmt: skip
-    return Task(topology, topology.subtopologies[0], 0, config, directory, lambda topic: 1)
-
-
-def _processor(task):
-    (processor,) = task.processors.values()
-    return processor
-
-
 def _cache_state(processor):
     cache = processor.cache
     entries = [(key, entry[0], entry[1], entry[3], entry[4], entry[2] is not None)
@@ -113,21 +97,21 @@ def _run(directory, topology, cache_bytes, rows, native):
     and a reopen after the first of those. Returns everything the two must agree on."""
     seen = []
     with patch.object(session_aggregate, "NATIVE_CORE", native):
-        task = _task(directory, topology, cache_bytes)
+        task = core_task(directory, topology, cache_bytes)
         reopened = False
         try:
             expected = session_aggregate._native.Core if native else type(None)
-            assert type(_processor(task)._core) is expected
+            assert type(only_processor(task)._core) is expected
             for offset, (key, value, timestamp, commit) in enumerate(rows):
                 data = None if value is None else value.encode()
                 task.process(ConsumedRecord("in", 0, offset, timestamp, key, data, []))
-                seen.append(_cache_state(_processor(task)))
+                seen.append(_cache_state(only_processor(task)))
                 if commit:
                     seen.append(("commit", task.commit(), task.metrics()))
-                    seen.append(_cache_state(_processor(task)))
+                    seen.append(_cache_state(only_processor(task)))
                     if not reopened:
                         task.close()
-                        task, reopened = _task(directory, topology, cache_bytes), True
+                        task, reopened = core_task(directory, topology, cache_bytes), True
             seen.append(("end", task.commit(), task.metrics()))
             seen.append([(r.topic, r.key, r.value, r.timestamp) for r in task.take_output()])
             (store,) = task.stores.values()
@@ -206,7 +190,7 @@ def test_the_c_core_gives_the_session_keys_the_reference_gives(tmp_path):
          .emit_strategy(EmitStrategy.on_window_close()).count()
          .to_stream().peek(lambda key, value, seen=out[native]: seen.append((key, value))))  # fmt: skip
         with patch.object(session_aggregate, "NATIVE_CORE", native):
-            task = _task(tmp_path / str(native), builder.build(), 10_000_000)
+            task = core_task(tmp_path / str(native), builder.build(), 10_000_000)
         try:
             for offset, timestamp in enumerate([0, 10, 70_000, 200_000, 400_000]):
                 task.process(ConsumedRecord("in", 0, offset, timestamp, "ké".encode(), b"x", []))
@@ -225,9 +209,9 @@ def test_the_c_core_is_the_one_that_runs(tmp_path):
     aggregation per record."""
     topology = _topology("aggregate", SessionWindows.of_inactivity_gap_with_no_grace(MINUTE),
                          False, True)  # fmt: skip
-    task = _task(tmp_path, topology, 10_000_000)
+    task = core_task(tmp_path, topology, 10_000_000)
     try:
-        processor = _processor(task)
+        processor = only_processor(task)
         assert type(processor._core) is session_aggregate._native.Core
         assert processor.process == processor._core.process
         with patch.object(session_aggregate.SessionWindowAggregate, "process",
@@ -245,11 +229,11 @@ def test_a_closed_task_with_the_c_core_is_freed(tmp_path):
     only the cycle collector can free them, so the core must show it its references."""
     topology = _topology("count", SessionWindows.of_inactivity_gap_with_no_grace(MINUTE), True,
                          True)  # fmt: skip
-    task = _task(tmp_path, topology, 10_000_000)
+    task = core_task(tmp_path, topology, 10_000_000)
     for offset in range(100):
         task.process(ConsumedRecord("in", 0, offset, 30_000 * offset, b"k", b"x", []))
     task.commit()
-    processor = _processor(task)
+    processor = only_processor(task)
     assert type(processor._core) is session_aggregate._native.Core
     task_ref, processor_ref = weakref.ref(task), weakref.ref(processor)
     task.close()
@@ -288,7 +272,7 @@ def test_the_core_leaves_no_reference_behind(tmp_path, core, final, kind, held_s
 
     counts = references()
     with patch.object(session_aggregate, "NATIVE_CORE", core == "c"):
-        task = _task(tmp_path, topology, 10_000_000)
+        task = core_task(tmp_path, topology, 10_000_000)
     try:
         for offset in range(300):
             key, value = f"k{offset % 3}".encode(), f"v{offset % 4}".encode()

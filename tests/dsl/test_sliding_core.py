@@ -21,11 +21,10 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from streamplatform import EmitStrategy, StreamsBuilder
-from streamplatform.config import StreamsConfig
 from streamplatform.dsl import SlidingWindows, sliding_aggregate
 from streamplatform.records import ConsumedRecord
-from streamplatform.runtime.task import Task
 from streamplatform.serdes import Serdes
+from tests.dsl.cores import core_task, only_processor
 
 NO_C_CORE = os.environ.get("STREAMPLATFORM_NO_C_CORE", "").strip().lower() in {"1", "true", "yes"}
 needs_c_core = pytest.mark.skipif(
@@ -85,21 +84,6 @@ def _topology(kind, windows, final, string_keys):
     return builder.build()
 
 
-def _task(directory, topology, cache_bytes):
-    config = StreamsConfig({
-        "application.id": "core", "processing.guarantee": "exactly_once_v2",
-        "errors.dead.letter.queue.topic.name": "dlq",
-        "processing.exception.handler": "log_and_continue",
-        "statestore.cache.max.bytes": cache_bytes,
-    })  # fmt: skip
-    return Task(topology, topology.subtopologies[0], 0, config, directory, lambda topic: 1)
-
-
-def _processor(task):
-    (processor,) = task.processors.values()
-    return processor
-
-
 def _state(processor):
     cache = processor.cache
     entries = [(key, entry[0], entry[1], entry[3], entry[4], entry[2] is not None)
@@ -131,20 +115,20 @@ def _run(directory, topology, cache_bytes, rows, native):
     and a reopen after the first of those. Returns everything the two must agree on."""
     seen = []
     with patch.object(sliding_aggregate, "NATIVE_CORE", native):
-        task = _task(directory, topology, cache_bytes)
+        task = core_task(directory, topology, cache_bytes)
         reopened = False
         try:
             expected = sliding_aggregate._native.Core if native else type(None)
-            assert type(_processor(task)._core) is expected
+            assert type(only_processor(task)._core) is expected
             for offset, (key, value, timestamp, commit) in enumerate(rows):
                 raw = None if value is None else value.encode()
                 task.process(ConsumedRecord("in", 0, offset, timestamp, key, raw, []))
-                seen.append(_state(_processor(task)))
+                seen.append(_state(only_processor(task)))
                 if commit:
                     seen.append(("commit", task.commit(), task.metrics()))
                     if not reopened:
                         task.close()
-                        task, reopened = _task(directory, topology, cache_bytes), True
+                        task, reopened = core_task(directory, topology, cache_bytes), True
             seen.append(("end", task.commit(), task.metrics()))
             seen.append([(r.topic, r.key, r.value, r.timestamp) for r in task.take_output()])
             (store,) = task.stores.values()
@@ -244,7 +228,7 @@ def test_the_c_core_gives_the_windowed_keys_the_reference_gives(tmp_path, final)
             lambda key, value, seen=out[native]: seen.append((key, value))
         )
         with patch.object(sliding_aggregate, "NATIVE_CORE", native):
-            task = _task(tmp_path / str(native), builder.build(), 0)
+            task = core_task(tmp_path / str(native), builder.build(), 0)
         try:
             for offset, timestamp in enumerate([3, 12, 15, 40, 70]):
                 task.process(ConsumedRecord("in", 0, offset, timestamp, "ké".encode(), b"x", []))
@@ -261,11 +245,11 @@ def test_a_closed_task_with_the_c_core_is_freed(tmp_path):
     """The core refers to the aggregation, its cache and the task, which refer back to it:
     only the cycle collector can free them, so the core must show it its references."""
     windows = SlidingWindows.of_time_difference_with_no_grace(5_000)
-    task = _task(tmp_path, _topology("count", windows, False, True), 10_000_000)
+    task = core_task(tmp_path, _topology("count", windows, False, True), 10_000_000)
     for offset in range(100):
         task.process(ConsumedRecord("in", 0, offset, 1_000 * offset, b"k", b"x", []))
     task.commit()
-    processor = _processor(task)
+    processor = only_processor(task)
     assert type(processor._core) is sliding_aggregate._native.Core
     task_ref, processor_ref = weakref.ref(task), weakref.ref(processor)
     task.close()
@@ -304,9 +288,9 @@ def test_the_core_leaves_no_reference_behind(tmp_path, core, kind, final, held_s
 
     counts = references()
     with patch.object(sliding_aggregate, "NATIVE_CORE", core == "c"):
-        task = _task(tmp_path, topology, 10_000_000)
+        task = core_task(tmp_path, topology, 10_000_000)
     try:
-        assert (_processor(task)._core is not None) is (core == "c")
+        assert (only_processor(task)._core is not None) is (core == "c")
         for offset in range(300):
             key, value = f"k{offset % 3}".encode(), f"v{offset % 4}".encode()
             task.process(ConsumedRecord("in", 0, offset, 1_000 * offset, key, value, []))

@@ -18,11 +18,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamplatform import EmitStrategy, StreamsBuilder, TimeWindows
-from streamplatform.config import StreamsConfig
 from streamplatform.dsl import window_aggregate
 from streamplatform.records import ConsumedRecord
-from streamplatform.runtime.task import Task
 from streamplatform.serdes import Serdes
+from tests.dsl.cores import core_task, only_processor
 
 MINUTE = 60_000
 needs_c_core = pytest.mark.skipif(
@@ -54,21 +53,6 @@ def _topology(kind, windows, final, string_keys):
     return builder.build()
 
 
-def _task(directory, topology, cache_bytes):
-    config = StreamsConfig({
-        "application.id": "core", "processing.guarantee": "exactly_once_v2",
-        "errors.dead.letter.queue.topic.name": "dlq",
-        "processing.exception.handler": "log_and_continue",
-        "statestore.cache.max.bytes": cache_bytes,
-    })  # fmt: skip
-    return Task(topology, topology.subtopologies[0], 0, config, directory, lambda topic: 1)
-
-
-def _processor(task):
-    (processor,) = task.processors.values()
-    return processor
-
-
 def _cache_state(processor):
     cache = processor.cache
     entries = [(key, entry[0], entry[1], entry[3], entry[4], entry[2] is not None)
@@ -95,20 +79,20 @@ def _run(directory, topology, cache_bytes, rows, native):
     and a reopen after the first of those. Returns everything the two must agree on."""
     seen = []
     with patch.object(window_aggregate, "NATIVE_CORE", native):
-        task = _task(directory, topology, cache_bytes)
+        task = core_task(directory, topology, cache_bytes)
         reopened = False
         try:
             expected = window_aggregate._native.Core if native else type(None)
-            assert type(_processor(task)._core) is expected
+            assert type(only_processor(task)._core) is expected
             for offset, (key, value, timestamp, commit) in enumerate(rows):
                 task.process(ConsumedRecord("in", 0, offset, timestamp, key,
                                             value.encode(), []))  # fmt: skip
-                seen.append(_cache_state(_processor(task)))
+                seen.append(_cache_state(only_processor(task)))
                 if commit:
                     seen.append(("commit", task.commit(), task.metrics()))
                     if not reopened:
                         task.close()
-                        task, reopened = _task(directory, topology, cache_bytes), True
+                        task, reopened = core_task(directory, topology, cache_bytes), True
             seen.append(("end", task.commit(), task.metrics()))
             seen.append([(r.topic, r.key, r.value, r.timestamp) for r in task.take_output()])
             (store,) = task.stores.values()
@@ -155,7 +139,7 @@ def test_the_c_core_gives_the_windowed_keys_the_reference_gives(tmp_path):
          .emit_strategy(EmitStrategy.on_window_close()).count()
          .to_stream().peek(lambda key, value, seen=out[native]: seen.append((key, value))))  # fmt: skip
         with patch.object(window_aggregate, "NATIVE_CORE", native):
-            task = _task(tmp_path / str(native), builder.build(), 10_000_000)
+            task = core_task(tmp_path / str(native), builder.build(), 10_000_000)
         try:
             for offset, timestamp in enumerate([0, 10, 70_000, 130_000]):
                 task.process(ConsumedRecord("in", 0, offset, timestamp, "ké".encode(), b"x", []))
@@ -179,9 +163,9 @@ def test_closed_counts_are_written_by_the_core_where_the_sink_allows(
     core itself (the indistinguishability test above holds its bytes to the sink's); other
     results are forwarded to the sink."""
     windows = TimeWindows.of_size_with_no_grace(MINUTE)
-    task = _task(tmp_path, _topology(kind, windows, True, string_keys), 10_000_000)
+    task = core_task(tmp_path, _topology(kind, windows, True, string_keys), 10_000_000)
     try:
-        processor = _processor(task)
+        processor = only_processor(task)
         assert (processor._direct_sink(processor.context) is not None) is direct
     finally:
         task.close()
@@ -192,11 +176,11 @@ def test_a_closed_task_with_the_c_core_is_freed(tmp_path):
     """The core refers to the aggregation, its cache and the task, which refer back to it:
     only the cycle collector can free them, so the core must show it its references."""
     topology = _topology("count", TimeWindows.of_size_with_no_grace(MINUTE), True, True)
-    task = _task(tmp_path, topology, 10_000_000)
+    task = core_task(tmp_path, topology, 10_000_000)
     for offset in range(100):
         task.process(ConsumedRecord("in", 0, offset, 1_000 * offset, b"k", b"x", []))
     task.commit()
-    processor = _processor(task)
+    processor = only_processor(task)
     assert type(processor._core) is window_aggregate._native.Core
     task_ref, processor_ref = weakref.ref(task), weakref.ref(processor)
     task.close()
@@ -233,7 +217,7 @@ def test_the_core_leaves_no_reference_behind(tmp_path, core, kind, held_serde):
 
     counts = references()
     with patch.object(window_aggregate, "NATIVE_CORE", core == "c"):
-        task = _task(tmp_path, topology, 10_000_000)
+        task = core_task(tmp_path, topology, 10_000_000)
     try:
         for offset in range(300):
             key, value = f"k{offset % 3}".encode(), f"v{offset % 4}".encode()
