@@ -84,4 +84,46 @@ set_int_attr(PyObject *owner, PyObject *name, wide value)
     return failed;
 }
 
+/* A new entry of a record cache (aggregate.py, ResultCache): the list ``items`` (six references; the
+ * last, the source record, is taken over in every case) under ``store_key`` in ``entries``,
+ * its bytes added to the cache's ``bytes_name`` count, then the cache's ``evict_name`` called
+ * when the count is over ``max_bytes``: what the cache's put does for a key it does not hold. */
+static CORES_UNUSED int
+add_cache_entry(PyObject *cache, PyObject *entries, PyObject *store_key, PyObject *items[6],
+                long long entry_bytes, long long max_bytes, PyObject *bytes_name,
+                PyObject *evict_name)
+{
+    long long held;
+    if (int_attr(cache, bytes_name, &held) < 0) {
+        Py_DECREF(items[5]);
+        return -1;
+    }
+    held += PyBytes_GET_SIZE(store_key) + entry_bytes;
+    if (set_int_attr(cache, bytes_name, held) < 0) {
+        Py_DECREF(items[5]);
+        return -1;
+    }
+    PyObject *entry = PyList_New(6);
+    if (entry == NULL) {
+        Py_DECREF(items[5]);
+        return -1;
+    }
+    for (int i = 0; i < 6; i++) {
+        if (i != 5)
+            Py_INCREF(items[i]);
+        PyList_SET_ITEM(entry, i, items[i]); /* steals the reference */
+    }
+    int failed = PyObject_SetItem(entries, store_key, entry);
+    Py_DECREF(entry);
+    if (failed)
+        return -1;
+    if (held > max_bytes) {
+        PyObject *done = PyObject_CallMethodNoArgs(cache, evict_name);
+        if (done == NULL)
+            return -1;
+        Py_DECREF(done);
+    }
+    return 0;
+}
+
 #endif

@@ -390,37 +390,12 @@ cache_put(Core *self, PyObject *store_key, PyObject *prefix, PyObject *result,
         indexed = -1;
     }
     Py_DECREF(keys);
-    long long held;
-    if (indexed < 0 || int_attr(self->cache, str_bytes, &held) < 0) {
+    if (indexed < 0) {
         Py_DECREF(source);
         return -1;
     }
-    held += PyBytes_GET_SIZE(store_key) + self->entry_bytes;
-    if (set_int_attr(self->cache, str_bytes, held) < 0) {
-        Py_DECREF(source);
-        return -1;
-    }
-    entry = PyList_New(6);
-    if (entry == NULL) {
-        Py_DECREF(source);
-        return -1;
-    }
-    for (int i = 0; i < 6; i++) {
-        if (i != 5)
-            Py_INCREF(items[i]);
-        PyList_SET_ITEM(entry, i, items[i]); /* steals the reference */
-    }
-    int failed = PyObject_SetItem(self->entries, store_key, entry);
-    Py_DECREF(entry);
-    if (failed)
-        return -1;
-    if (held > self->max_bytes) {
-        PyObject *done = PyObject_CallMethodNoArgs(self->cache, str_evict);
-        if (done == NULL)
-            return -1;
-        Py_DECREF(done);
-    }
-    return 0;
+    return add_cache_entry(self->cache, self->entries, store_key, items, self->entry_bytes,
+                           self->max_bytes, str_bytes, str_evict);
 }
 
 /* KeyedWindowAggregation._put(store_key, time, result, time, record, window): a session's
