@@ -126,4 +126,142 @@ add_cache_entry(PyObject *cache, PyObject *entries, PyObject *store_key, PyObjec
     return 0;
 }
 
+/* A min-heap of int64 times in C memory: the window ends (or starts) a core wrote, so that it
+ * can tell, without a scan of the store, that no window closed since the last final results. */
+typedef struct {
+    long long *items;
+    Py_ssize_t size, capacity;
+} TimeHeap;
+
+static CORES_UNUSED int
+heap_push(TimeHeap *heap, long long time)
+{
+    if (heap->size == heap->capacity) {
+        Py_ssize_t capacity = heap->capacity ? heap->capacity * 2 : 1024;
+        long long *items = PyMem_Realloc(heap->items, capacity * sizeof(long long));
+        if (items == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        heap->items = items;
+        heap->capacity = capacity;
+    }
+    Py_ssize_t at = heap->size++;
+    while (at > 0 && heap->items[(at - 1) / 2] > time) {
+        heap->items[at] = heap->items[(at - 1) / 2];
+        at = (at - 1) / 2;
+    }
+    heap->items[at] = time;
+    return 0;
+}
+
+/* The smallest time out (the heap must not be empty). */
+static CORES_UNUSED long long
+heap_pop(TimeHeap *heap)
+{
+    long long top = heap->items[0], last = heap->items[--heap->size];
+    Py_ssize_t at = 0;
+    for (;;) {
+        Py_ssize_t child = 2 * at + 1;
+        if (child >= heap->size)
+            break;
+        if (child + 1 < heap->size && heap->items[child + 1] < heap->items[child])
+            child++;
+        if (heap->items[child] >= last)
+            break;
+        heap->items[at] = heap->items[child];
+        at = child;
+    }
+    if (heap->size > 0)
+        heap->items[at] = last;
+    return top;
+}
+
+static CORES_UNUSED void
+heap_free(TimeHeap *heap)
+{
+    PyMem_Free(heap->items);
+    heap->items = NULL;
+    heap->size = heap->capacity = 0;
+}
+
+/* counts[time] += by (a dict of Python ints; a count reaching 0 leaves it). */
+static CORES_UNUSED int
+count_time(PyObject *counts, long long time, long by)
+{
+    PyObject *key = PyLong_FromLongLong(time);
+    if (key == NULL)
+        return -1;
+    PyObject *held = PyDict_GetItemWithError(counts, key);
+    long count = held == NULL ? 0 : PyLong_AsLong(held);
+    int failed = (held == NULL && PyErr_Occurred()) || (count == -1 && PyErr_Occurred());
+    if (!failed) {
+        count += by;
+        if (count > 0) {
+            PyObject *number = PyLong_FromLong(count);
+            failed = number == NULL || PyDict_SetItem(counts, key, number) < 0;
+            Py_XDECREF(number);
+        }
+        else if (held != NULL)
+            failed = PyDict_DelItem(counts, key) < 0;
+    }
+    Py_DECREF(key);
+    return failed ? -1 : 0;
+}
+
+/* Takes every time <= ``upper`` out of the heap and of ``counts``: 1 when one of them was
+ * still counted (a window there may have closed), 0 when none, -1 on error. */
+static CORES_UNUSED int
+heap_take_upto(TimeHeap *heap, PyObject *counts, long long upper)
+{
+    int found = 0;
+    while (heap->size > 0 && heap->items[0] <= upper) {
+        long long time = heap_pop(heap);
+        PyObject *key = PyLong_FromLongLong(time);
+        if (key == NULL)
+            return -1;
+        PyObject *held = PyDict_GetItemWithError(counts, key);
+        if (held != NULL) {
+            found = 1;
+            if (PyDict_DelItem(counts, key) < 0) {
+                Py_DECREF(key);
+                return -1;
+            }
+        }
+        Py_DECREF(key);
+        if (held == NULL && PyErr_Occurred())
+            return -1;
+    }
+    return found;
+}
+
+/* A result a core may keep between records and hand out again: of a type whose value no
+ * aggregator can change in place (a count's int, a str, bytes, a float, a bool, None). */
+static CORES_UNUSED int
+immutable_result(PyObject *result)
+{
+    return result == Py_None || PyLong_CheckExact(result) || PyUnicode_CheckExact(result)
+           || PyBytes_CheckExact(result) || PyFloat_CheckExact(result) || PyBool_Check(result);
+}
+
+/* result_serde.serialize(result): Serdes.long()'s 8 bytes in C for an int64 (``long_results``),
+ * else the serde's call (a new reference; None for a deleted result). */
+static CORES_UNUSED PyObject *
+serialize_result(PyObject *serialize, int long_results, PyObject *result)
+{
+    if (long_results && PyLong_CheckExact(result)) {
+        int overflow;
+        long long value = PyLong_AsLongLongAndOverflow(result, &overflow);
+        if (!overflow && !(value == -1 && PyErr_Occurred())) {
+            unsigned char bytes[8];
+            unsigned long long number = (unsigned long long)value;
+            for (int i = 7; i >= 0; i--, number >>= 8)
+                bytes[i] = (unsigned char)(number & 0xff);
+            return PyBytes_FromStringAndSize((const char *)bytes, 8);
+        }
+        PyErr_Clear(); /* the serde raises its own error */
+    }
+    return PyObject_CallOneArg(serialize, result);
+}
+
 #endif

@@ -27,21 +27,37 @@
 static PyObject *str_time, *str_current, *str_bytes, *str_dropped_records, *str_transaction,
     *str_range, *str_put, *str_evict, *str_move_to_end, *str_closed_windows, *str_key,
     *str_window, *str_start, *str_end, *str_max_bytes, *str_entry_bytes, *empty_tuple, *zero,
-    *one, *struct_error;
+    *one, *struct_error, *empty_bytes;
 
 #define KEYED_PREFIX 'k'
 #define PREFIX_HEAD 5 /* b"k" + the key's length, 4 bytes big-endian, then the key */
 #define SUFFIX 16     /* a session's suffix: its end, then its start, 8 bytes big-endian each */
 #define LATEST LLONG_MAX /* aggregate._LATEST: the upper bound of a key's sessions */
 
+/* What memory holds per session a core keeps between records (`known`), in bytes: its store
+ * key, its slot in its key's dict, and that dict and the key's prefix shared by the key's
+ * sessions (one or two a key). An estimate, as the record cache's _ENTRY_BYTES. */
+#define KNOWN_SESSION_BYTES 400
+
 typedef struct {
     PyObject_HEAD
     PyObject *aggregation, *cache, *entries, *by_prefix, *store, *stream_time, *store_time;
     PyObject *emitted_to, *task, *key_serialize, *key_deserialize, *result_deserialize;
     PyObject *initializer, *aggregator, *merger, *forward, *record_type, *windowed_type;
-    PyObject *window_type;
-    long long gap, grace, retention, max_bytes, entry_bytes;
-    int string_keys, count, emit_final;
+    PyObject *window_type, *result_serialize;
+    /* A key's sessions as _key_windows sees them (the cache's over the store's), kept between
+     * records so that the store is read once per key: prefix -> {store key: result}. Every
+     * write of a session goes through `put`, which keeps it up to date. Only immutable results
+     * are kept (a stored result is read as a fresh copy; a kept one is handed out again), and
+     * at most `known_budget` bytes of them: over it, all are dropped. NULL: off (no budget). */
+    PyObject *known;
+    /* On window close, without a cache: the ends of the sessions written since the ends in
+     * the store were read (`ends`, with the count of live sessions per end in `live_ends`), so
+     * that a record after which no session closed skips the scan for final results. */
+    PyObject *live_ends;
+    TimeHeap ends;
+    long long gap, grace, retention, max_bytes, entry_bytes, known_budget, known_sessions;
+    int string_keys, count, emit_final, long_results, ends_read;
 } Core;
 
 /* self.dropped_records += 1 (a Python int: no bound). */
@@ -208,25 +224,15 @@ window_of(Core *self, long long start, long long end)
     return window;
 }
 
-/* _key_windows(prefix, low, _LATEST): the key's sessions ending at or after `low` and still
- * seen, the cache's over the store's. Gives their store keys in order (a new list) and
- * store key -> result in *found (a new dict); a None result (a deleted session) is left in,
- * for the caller to skip, as the reference's list leaves it out. */
+/* _key_windows(prefix, low, _LATEST) as read from the cache and the store, `low` already
+ * bounded below by what is still seen: the key's sessions ending at or after `low`, the
+ * cache's over the store's. Gives their store keys in order (a new list) and store key ->
+ * result in *found (a new dict); a None result (a deleted session) is left in, for the caller
+ * to skip, as the reference's list leaves it out. */
 static PyObject *
-key_windows(Core *self, PyObject *prefix, wide low, PyObject **found)
+stored_windows(Core *self, PyObject *prefix, wide low, PyObject **found)
 {
     *found = NULL;
-    long long store_time;
-    if (int_attr(self->store_time, str_time, &store_time) < 0)
-        return NULL;
-    /* _visible_from(): max(0, store time - retention + 1); sessions are not time-first */
-    wide visible = (wide)store_time - self->retention + 1;
-    if (visible > low)
-        low = visible;
-    if (low < 0)
-        low = 0;
-    if (low >= LATEST) /* high <= low: nothing */
-        return PyList_New(0);
     PyObject *out = NULL, *transaction = NULL, *iterator = NULL, *bounds[3] = {NULL};
     PyObject *items = PyDict_New(), *pair = NULL, *cached = NULL;
     if (items == NULL)
@@ -335,6 +341,125 @@ done:
     return out;
 }
 
+/* The kept sessions of a key (`kept`, store key -> result) ending at or after `low` (and
+ * before LATEST), as stored_windows gives them; those no longer seen (ending before
+ * `visible`) leave `kept`. */
+static PyObject *
+kept_windows(Core *self, PyObject *prefix, PyObject *kept, wide low, wide visible,
+             PyObject **found)
+{
+    *found = NULL;
+    PyObject *items = PyDict_New(), *gone = PyList_New(0), *out = NULL;
+    if (items == NULL || gone == NULL)
+        goto done;
+    Py_ssize_t at = PyBytes_GET_SIZE(prefix), position = 0;
+    PyObject *store_key, *result;
+    while (PyDict_Next(kept, &position, &store_key, &result)) {
+        long long end;
+        if (time_at(store_key, at, &end) < 0)
+            goto done;
+        if ((wide)end < visible) {
+            if (PyList_Append(gone, store_key) < 0)
+                goto done;
+        }
+        else if ((wide)end >= low && end < LATEST && PyDict_SetItem(items, store_key, result) < 0)
+            goto done;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(gone); i++) {
+        if (PyDict_DelItem(kept, PyList_GET_ITEM(gone, i)) < 0)
+            goto done;
+        self->known_sessions--;
+    }
+    out = PyDict_Keys(items);
+    if (out != NULL && PyList_Sort(out) < 0) /* by end, then start */
+        Py_CLEAR(out);
+done:
+    Py_XDECREF(gone);
+    if (out == NULL)
+        Py_XDECREF(items);
+    else
+        *found = items;
+    return out;
+}
+
+/* Forget every kept session (over the budget, or after a write that failed half-way). */
+static void
+forget_known(Core *self)
+{
+    if (self->known != NULL)
+        PyDict_Clear(self->known);
+    self->known_sessions = 0;
+}
+
+/* Keep the key's sessions read from the store and the cache (`items`, from what is still
+ * seen), unless one of their results could change in place; within the budget. */
+static int
+keep_sessions(Core *self, PyObject *prefix, PyObject *items)
+{
+    PyObject *kept = PyDict_New();
+    if (kept == NULL)
+        return -1;
+    Py_ssize_t position = 0;
+    PyObject *store_key, *result;
+    while (PyDict_Next(items, &position, &store_key, &result)) {
+        if (result == Py_None)
+            continue; /* deleted */
+        if (!immutable_result(result)) {
+            Py_DECREF(kept);
+            return 0;
+        }
+        if (PyDict_SetItem(kept, store_key, result) < 0) {
+            Py_DECREF(kept);
+            return -1;
+        }
+    }
+    Py_ssize_t size = PyDict_Size(kept);
+    if ((self->known_sessions + size + 1) * KNOWN_SESSION_BYTES > self->known_budget)
+        forget_known(self);
+    int failed = PyDict_SetItem(self->known, prefix, kept);
+    Py_DECREF(kept);
+    if (!failed)
+        self->known_sessions += size;
+    return failed;
+}
+
+/* _key_windows(prefix, low, _LATEST): the key's sessions ending at or after `low` and still
+ * seen, the cache's over the store's (see stored_windows), from the kept ones when the key's
+ * are kept. */
+static PyObject *
+key_windows(Core *self, PyObject *prefix, wide low, PyObject **found)
+{
+    *found = NULL;
+    long long store_time;
+    if (int_attr(self->store_time, str_time, &store_time) < 0)
+        return NULL;
+    /* _visible_from(): max(0, store time - retention + 1); sessions are not time-first */
+    wide visible = (wide)store_time - self->retention + 1;
+    if (visible < 0)
+        visible = 0;
+    if (visible > low)
+        low = visible;
+    if (low >= LATEST) /* high <= low: nothing */
+        return PyList_New(0);
+    if (self->known == NULL)
+        return stored_windows(self, prefix, low, found);
+    PyObject *kept = PyDict_GetItemWithError(self->known, prefix);
+    if (kept != NULL)
+        return kept_windows(self, prefix, kept, low, visible, found);
+    if (PyErr_Occurred())
+        return NULL;
+    /* every session of the key still seen, kept, then those from `low` on */
+    PyObject *every = NULL, *sessions = stored_windows(self, prefix, visible, &every);
+    if (sessions == NULL)
+        return NULL;
+    Py_DECREF(sessions);
+    PyObject *out = NULL;
+    if (keep_sessions(self, prefix, every) == 0)
+        out = kept_windows(self, prefix, every, low, visible, found);
+    Py_DECREF(every);
+    return out;
+}
+
 /* KeyedWindowCache.put(store_key, result, timestamp, forwarded, window) with a cache of its
  * own (max_bytes > 0): `prefix` is the key's, what _prefix_of(store_key) gives. */
 static int
@@ -398,11 +523,123 @@ cache_put(Core *self, PyObject *store_key, PyObject *prefix, PyObject *result,
                            self->max_bytes, str_bytes, str_evict);
 }
 
+/* What KeyedWindowAggregation._write does for a session (on window close, without a cache,
+ * where nothing is forwarded on update): its result under its store key, with its end as
+ * timestamp, and its key in the time index (b"t" + end + start + key), in the store's
+ * transaction; None deletes both. */
+static int
+write_session(Core *self, PyObject *store_key, PyObject *prefix, long long time,
+              PyObject *result)
+{
+    PyObject *data = serialize_result(self->result_serialize, self->long_results, result);
+    if (data == NULL)
+        return -1;
+    if (data != Py_None && !PyBytes_Check(data)) {
+        Py_DECREF(data);
+        PyErr_SetString(PyExc_TypeError, "the result serde did not give bytes");
+        return -1;
+    }
+    Py_ssize_t at = PyBytes_GET_SIZE(prefix), length = PyBytes_GET_SIZE(store_key);
+    PyObject *value = Py_None, *index_value = Py_None, *index = NULL, *transaction = NULL;
+    int failed = -1;
+    if (data != Py_None) {
+        value = PyBytes_FromStringAndSize(NULL, 8 + PyBytes_GET_SIZE(data));
+        if (value == NULL)
+            goto done;
+        put_int64((unsigned char *)PyBytes_AS_STRING(value), time);
+        memcpy(PyBytes_AS_STRING(value) + 8, PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data));
+        index_value = empty_bytes;
+    }
+    else
+        Py_INCREF(value);
+    if (check_holds(store_key, at, SUFFIX) < 0)
+        goto done;
+    /* _time_key(store_key): b"t" + the suffix (end, start) + the key's bytes */
+    index = PyBytes_FromStringAndSize(NULL, 1 + SUFFIX + (at - PREFIX_HEAD));
+    if (index == NULL)
+        goto done;
+    char *bytes = PyBytes_AS_STRING(index);
+    bytes[0] = 't';
+    memcpy(bytes + 1, PyBytes_AS_STRING(store_key) + at, SUFFIX);
+    memcpy(bytes + 1 + SUFFIX, PyBytes_AS_STRING(store_key) + PREFIX_HEAD, at - PREFIX_HEAD);
+    (void)length;
+    transaction = PyObject_GetAttr(self->store, str_transaction);
+    if (transaction == NULL)
+        goto done;
+    PyObject *args[3] = {transaction, store_key, value};
+    PyObject *written = PyObject_VectorcallMethod(str_put, args, 3, NULL);
+    if (written == NULL)
+        goto done;
+    Py_DECREF(written);
+    PyObject *index_args[3] = {transaction, index, index_value};
+    written = PyObject_VectorcallMethod(str_put, index_args, 3, NULL);
+    if (written == NULL)
+        goto done;
+    Py_DECREF(written);
+    failed = 0;
+done:
+    Py_DECREF(data);
+    Py_XDECREF(value);
+    Py_XDECREF(index);
+    Py_XDECREF(transaction);
+    return failed;
+}
+
+/* After a session's write: the kept sessions of its key, and the ends of live sessions, as
+ * the write left them. */
+static int
+note_write(Core *self, PyObject *store_key, PyObject *prefix, long long end, PyObject *result)
+{
+    if (self->emit_final && self->ends_read
+        && (result == Py_None ? count_time(self->live_ends, end, -1)
+                              : (heap_push(&self->ends, end) < 0
+                                 || count_time(self->live_ends, end, 1) < 0)) < 0)
+        return -1;
+    if (self->known == NULL)
+        return 0;
+    PyObject *kept = PyDict_GetItemWithError(self->known, prefix);
+    if (kept == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    Py_ssize_t before = PyDict_Size(kept);
+    int failed;
+    if (result == Py_None) {
+        int held = PyDict_Contains(kept, store_key);
+        failed = held < 0 || (held && PyDict_DelItem(kept, store_key) < 0);
+    }
+    else if (immutable_result(result))
+        failed = PyDict_SetItem(kept, store_key, result) < 0;
+    else /* a result that could change in place: the key's are read from the store again */
+        failed = PyDict_DelItem(self->known, prefix) < 0;
+    if (failed)
+        return -1;
+    self->known_sessions += (result == Py_None || immutable_result(result))
+                                ? PyDict_Size(kept) - before
+                                : -before;
+    if (self->known_sessions * KNOWN_SESSION_BYTES > self->known_budget)
+        forget_known(self);
+    return 0;
+}
+
+static int put_session(Core *self, PyObject *store_key, PyObject *prefix, long long time,
+                       PyObject *result, PyObject *record, long long start);
+
 /* KeyedWindowAggregation._put(store_key, time, result, time, record, window): a session's
  * result (None: its deletion), with its end as its time and timestamp. */
 static int
 put(Core *self, PyObject *store_key, PyObject *prefix, long long time, PyObject *result,
     PyObject *record, long long start)
+{
+    if (put_session(self, store_key, prefix, time, result, record, start) < 0) {
+        forget_known(self); /* what the store holds of the key is not known any more */
+        return -1;
+    }
+    return note_write(self, store_key, prefix, time, result);
+}
+
+/* put(), the write itself. */
+static int
+put_session(Core *self, PyObject *store_key, PyObject *prefix, long long time, PyObject *result,
+            PyObject *record, long long start)
 {
     /* Kafka Streams' store counts the session's end at every write reaching it: with a
      * cache, a deletion of a session the store never had does not. */
@@ -413,7 +650,9 @@ put(Core *self, PyObject *store_key, PyObject *prefix, long long time, PyObject 
         if (time > store_time && set_int_attr(self->store_time, str_time, time) < 0)
             return -1;
     }
-    PyObject *forwarded = self->emit_final ? Py_None : record; /* on close: nothing on update */
+    if (self->emit_final && self->max_bytes <= 0) /* on close: nothing on update */
+        return write_session(self, store_key, prefix, time, result);
+    PyObject *forwarded = self->emit_final ? Py_None : record;
     PyObject *timestamp = PyLong_FromLongLong(time);
     PyObject *window = timestamp == NULL ? NULL : window_of(self, start, time);
     int failed = -1;
@@ -470,6 +709,13 @@ emit_final(Core *self, PyObject *record, wide close)
     long long lower = emitted > 0 ? emitted : 0;
     if (upper < 0 || upper < lower)
         return 0;
+    if (self->ends_read) { /* no session ended by `upper` since the last scan: none to find */
+        int closed = heap_take_upto(&self->ends, self->live_ends, (long long)upper);
+        if (closed < 0)
+            return -1;
+        if (!closed)
+            return set_int_attr(self->emitted_to, str_time, (long long)close);
+    }
     /* here 1 <= close <= stream time: an int64 */
     PyObject *args[3] = {self->aggregation, PyLong_FromLongLong(lower),
                          PyLong_FromLongLong((long long)upper)};
@@ -525,6 +771,54 @@ done:
     return failed;
 }
 
+/* On window close, without a cache: the ends of the sessions in the store not yet emitted
+ * (ending at or after the time emitted to), read once, before the first record; from then on
+ * `note_write` counts each session written and deleted. */
+static int
+read_ends(Core *self)
+{
+    long long emitted;
+    if (int_attr(self->emitted_to, str_time, &emitted) < 0)
+        return -1;
+    PyObject *transaction = PyObject_GetAttr(self->store, str_transaction);
+    if (transaction == NULL)
+        return -1;
+    PyObject *low = PyBytes_FromStringAndSize(NULL, 9), *range = NULL, *iterator = NULL;
+    PyObject *pair = NULL, *high = PyBytes_FromStringAndSize("u", 1);
+    int failed = -1;
+    if (low == NULL || high == NULL)
+        goto done;
+    PyBytes_AS_STRING(low)[0] = 't';
+    put_int64((unsigned char *)PyBytes_AS_STRING(low) + 1, emitted > 0 ? emitted : 0);
+    PyObject *args[3] = {transaction, low, high};
+    if ((range = PyObject_VectorcallMethod(str_range, args, 3, NULL)) == NULL
+        || (iterator = PyObject_GetIter(range)) == NULL)
+        goto done;
+    while ((pair = PyIter_Next(iterator)) != NULL) {
+        long long end;
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_SetString(PyExc_TypeError, "the store's range did not give (key, value)");
+            goto done;
+        }
+        if (time_at(PyTuple_GET_ITEM(pair, 0), 1, &end) < 0 || heap_push(&self->ends, end) < 0
+            || count_time(self->live_ends, end, 1) < 0)
+            goto done;
+        Py_CLEAR(pair);
+    }
+    if (!PyErr_Occurred()) {
+        self->ends_read = 1;
+        failed = 0;
+    }
+done:
+    Py_DECREF(transaction);
+    Py_XDECREF(low);
+    Py_XDECREF(high);
+    Py_XDECREF(range);
+    Py_XDECREF(iterator);
+    Py_XDECREF(pair);
+    return failed;
+}
+
 /* SessionWindowAggregate.process(record). */
 static PyObject *
 Core_process(Core *self, PyObject *record)
@@ -535,6 +829,8 @@ Core_process(Core *self, PyObject *record)
     }
     PyObject *key = PyTuple_GET_ITEM(record, 0), *value = PyTuple_GET_ITEM(record, 1);
     PyObject *timestamp_object = PyTuple_GET_ITEM(record, 2);
+    if (self->emit_final && self->max_bytes <= 0 && !self->ends_read && read_ends(self) < 0)
+        return NULL;
     if (key == Py_None) {
         if (count_dropped(self) < 0)
             return NULL;
@@ -658,7 +954,7 @@ done:
     X(aggregation) X(cache) X(entries) X(by_prefix) X(store) X(stream_time) X(store_time)      \
     X(emitted_to) X(task) X(key_serialize) X(key_deserialize) X(result_deserialize)           \
     X(initializer) X(aggregator) X(merger) X(forward) X(record_type) X(windowed_type)         \
-    X(window_type)
+    X(window_type) X(result_serialize)
 
 static int
 Core_init(Core *self, PyObject *args, PyObject *kwargs)
@@ -667,18 +963,20 @@ Core_init(Core *self, PyObject *args, PyObject *kwargs)
         "aggregation", "cache", "store", "stream_time", "store_time", "emitted_to", "task",
         "key_serialize", "key_deserialize", "string_keys", "result_deserialize", "initializer",
         "aggregator", "merger", "count", "gap", "grace", "retention", "emit_final", "forward",
-        "record_type", "windowed_type", "window_type", NULL};
+        "record_type", "windowed_type", "window_type", "result_serialize", "long_results",
+        "memory_bytes", NULL};
     PyObject *aggregation, *cache, *store, *stream_time, *store_time, *emitted_to, *task,
         *key_serialize, *key_deserialize, *result_deserialize, *initializer, *aggregator,
-        *merger, *forward, *record_type, *windowed_type, *window_type;
-    long long gap, grace, retention;
-    int string_keys, count, emit_final;
+        *merger, *forward, *record_type, *windowed_type, *window_type, *result_serialize;
+    long long gap, grace, retention, memory_bytes;
+    int string_keys, count, emit_final, long_results;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwargs, "$OOOOOOOOOpOOOOpLLLpOO!O!O!", names, &aggregation, &cache, &store,
-            &stream_time, &store_time, &emitted_to, &task, &key_serialize, &key_deserialize,
-            &string_keys, &result_deserialize, &initializer, &aggregator, &merger, &count, &gap,
-            &grace, &retention, &emit_final, &forward, &PyType_Type, &record_type,
-            &PyType_Type, &windowed_type, &PyType_Type, &window_type))
+            args, kwargs, "$OOOOOOOOOpOOOOpLLLpOO!O!O!OpL", names, &aggregation, &cache,
+            &store, &stream_time, &store_time, &emitted_to, &task, &key_serialize,
+            &key_deserialize, &string_keys, &result_deserialize, &initializer, &aggregator,
+            &merger, &count, &gap, &grace, &retention, &emit_final, &forward, &PyType_Type,
+            &record_type, &PyType_Type, &windowed_type, &PyType_Type, &window_type,
+            &result_serialize, &long_results, &memory_bytes))
         return -1;
     if (gap <= 0 || grace < 0 || retention < 0) {
         PyErr_SetString(PyExc_ValueError, "sessions need gap > 0, grace >= 0, retention >= 0");
@@ -717,6 +1015,17 @@ Core_init(Core *self, PyObject *args, PyObject *kwargs)
     self->string_keys = string_keys;
     self->count = count;
     self->emit_final = emit_final;
+    self->long_results = long_results;
+    self->known_budget = memory_bytes;
+    self->known_sessions = 0;
+    Py_CLEAR(self->known);
+    if (memory_bytes > 0 && (self->known = PyDict_New()) == NULL)
+        return -1;
+    Py_XSETREF(self->live_ends, PyDict_New());
+    if (self->live_ends == NULL)
+        return -1;
+    heap_free(&self->ends);
+    self->ends_read = 0;
     return 0;
 }
 
@@ -727,6 +1036,8 @@ Core_traverse(Core *self, visitproc visit, void *arg)
 {
 #define VISIT(name) Py_VISIT(self->name);
     REFERENCES(VISIT)
+    VISIT(known)
+    VISIT(live_ends)
 #undef VISIT
     return 0;
 }
@@ -736,6 +1047,8 @@ Core_clear(Core *self)
 {
 #define CLEAR(name) Py_CLEAR(self->name);
     REFERENCES(CLEAR)
+    CLEAR(known)
+    CLEAR(live_ends)
 #undef CLEAR
     return 0;
 }
@@ -745,6 +1058,7 @@ Core_dealloc(Core *self)
 {
     PyObject_GC_UnTrack(self);
     Core_clear(self);
+    heap_free(&self->ends);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -808,6 +1122,9 @@ PyInit__session_core(void)
     INTERN(str_max_bytes, "max_bytes")
     INTERN(str_entry_bytes, "_ENTRY_BYTES")
 #undef INTERN
+    empty_bytes = PyBytes_FromStringAndSize(NULL, 0);
+    if (empty_bytes == NULL)
+        return NULL;
     empty_tuple = PyTuple_New(0);
     zero = PyLong_FromLong(0);
     one = PyLong_FromLong(1);

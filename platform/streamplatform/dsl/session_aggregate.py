@@ -31,6 +31,7 @@ from streamplatform.dsl.aggregate import (
     _LATEST,
     _TIMESTAMP,
     KeyedWindowAggregation,
+    _cache_bytes,
     is_count,
     keyed_prefix,
 )
@@ -93,7 +94,10 @@ class SessionWindowAggregate(KeyedWindowAggregation):
             gap=self.windows.inactivity_gap_ms, grace=self.windows.grace_ms,
             retention=self.retention_ms, emit_final=self.emit_final,
             forward=single_forward(context), record_type=Record, windowed_type=Windowed,
-            window_type=Window,
+            window_type=Window, result_serialize=self.result_serde.serialize,
+            long_results=self.result_serde is Serdes.long(),
+            # a key's sessions kept between records, within the task's cache share
+            memory_bytes=_cache_bytes(context),
         )  # fmt: skip
 
     def process(self, record: Record) -> None:

@@ -3,8 +3,10 @@
 rocksdict has no WriteBatchWithIndex, so a transaction keeps its writes in plain dicts
 (`Overlay`, one per column family) and builds the RocksDB WriteBatch only at commit. The
 dict makes puts and point reads O(1). Its keys are sorted only when a range scan needs
-them: a transaction that never scans never pays for ordering, and keys added after a scan
-are appended and merged by the next scan's sort (one pass over two sorted runs).
+them: a transaction that never scans never pays for ordering. Keys added after a scan wait
+in a list; the next scan puts a few of them into place (`SortedKeys`: chunks of a few
+hundred keys, so an insertion moves one chunk, not every key staged) or sorts everything
+again when many came.
 """
 
 from __future__ import annotations
@@ -17,8 +19,11 @@ import rocksdict
 
 __all__ = ["ABSENT", "Overlay", "StagedWrites", "merge_with_stored"]
 
-# Keys added since the last scan that the next scan inserts one by one (more: one sort).
+# Keys added since the last scan that the next scan inserts one by one; more than this (and
+# more than 1/8 of the keys already in order) are sorted in with everything in one sort.
 _INSERT_AT_MOST = 64
+# SortedKeys' chunk size: a chunk splits in two above twice this.
+_CHUNK = 256
 
 ABSENT = object()
 """Marks a key a transaction did not touch (None in `Overlay.writes` is a staged delete)."""
@@ -47,18 +52,85 @@ class StagedWrites(Protocol):
     def clear(self) -> None: ...
 
 
+class SortedKeys:
+    """Keys in order, as a list of sorted chunks: inserting or removing a key moves the keys
+    of one chunk (at most 2 x ``_CHUNK``), where one flat list moved half the staged keys.
+    Staging hundreds of thousands of keys with a scan between writes (a windowed aggregation
+    on window close writes its store and reads a key's windows per record) made a flat list
+    quadratic."""
+
+    __slots__ = ("_chunks", "_lasts")
+
+    def __init__(self, keys: list[bytes]) -> None:
+        """``keys``: sorted, no duplicates."""
+        self._chunks = [keys[at : at + _CHUNK] for at in range(0, len(keys), _CHUNK)]
+        self._lasts = [chunk[-1] for chunk in self._chunks]  # each chunk's largest key
+
+    def insert(self, key: bytes) -> None:
+        """Put ``key`` (not yet here) into place."""
+        lasts, chunks = self._lasts, self._chunks
+        if not chunks:
+            chunks.append([key])
+            lasts.append(key)
+            return
+        at = bisect_left(lasts, key)
+        if at == len(lasts):  # above every key: the last chunk grows
+            at -= 1
+        chunk = chunks[at]
+        insort(chunk, key)
+        lasts[at] = chunk[-1]
+        if len(chunk) > 2 * _CHUNK:
+            chunks.insert(at + 1, chunk[_CHUNK:])
+            del chunk[_CHUNK:]
+            lasts.insert(at, chunk[-1])
+
+    def remove(self, key: bytes) -> bool:
+        """Take ``key`` out; False when it is not here."""
+        lasts = self._lasts
+        at = bisect_left(lasts, key)
+        if at == len(lasts):
+            return False
+        chunk = self._chunks[at]
+        index = bisect_left(chunk, key)
+        if index == len(chunk) or chunk[index] != key:
+            return False
+        del chunk[index]
+        if chunk:
+            lasts[at] = chunk[-1]
+        else:
+            del self._chunks[at], lasts[at]
+        return True
+
+    def between(self, start: bytes | None, end: bytes | None) -> list[bytes]:
+        """The keys with start <= key < end, in order (None: that side open)."""
+        chunks = self._chunks
+        at = 0 if start is None else bisect_left(self._lasts, start)
+        out: list[bytes] = []
+        while at < len(chunks):
+            chunk = chunks[at]
+            low = 0 if start is None else bisect_left(chunk, start)
+            start = None  # the chunks after this one are all above start
+            if end is not None and chunk[-1] >= end:
+                out += chunk[low : bisect_left(chunk, end)]
+                break
+            out += chunk[low:]
+            at += 1
+        return out
+
+
 class Overlay:
     """Staged puts and deletes of one column family: key -> value, None for a delete."""
 
-    __slots__ = ("column_family", "writes", "num_bytes", "_sorted_keys", "_sorted_upto")
+    __slots__ = ("column_family", "writes", "num_bytes", "_sorted", "_added", "_in_order")
 
     def __init__(self, column_family: str) -> None:
         self.column_family = column_family
         self.writes: dict[bytes, bytes | None] = {}
         self.num_bytes = 0
         """Key plus value sizes of the staged writes; a delete counts its key."""
-        self._sorted_keys: list[bytes] | None = None
-        self._sorted_upto = 0  # _sorted_keys[:_sorted_upto] is in order, the rest appended
+        self._sorted: SortedKeys | None = None  # None until a scan needs the order
+        self._added: list[bytes] = []  # keys staged since the last scan, not yet in _sorted
+        self._in_order = 0  # how many keys _sorted holds
 
     def __len__(self) -> int:
         return len(self.writes)
@@ -68,8 +140,8 @@ class Overlay:
         old = writes.get(key, ABSENT)
         if old is ABSENT:
             self.num_bytes += len(key) if value is None else len(key) + len(value)
-            if self._sorted_keys is not None:
-                self._sorted_keys.append(key)
+            if self._sorted is not None:
+                self._added.append(key)
         else:
             self.num_bytes += (0 if value is None else len(value)) - (
                 0 if old is None else len(old)  # type: ignore[arg-type]
@@ -82,34 +154,30 @@ class Overlay:
         if old is ABSENT:
             return
         self.num_bytes -= len(key) if old is None else len(key) + len(old)  # type: ignore[arg-type]
-        if self._sorted_keys is not None:  # sorted again by the next scan
-            self._sorted_keys = None
-            self._sorted_upto = 0
+        if self._sorted is not None:
+            if self._sorted.remove(key):
+                self._in_order -= 1
+            else:
+                self._added.remove(key)
 
     def sorted_items(
         self, start: bytes | None, end: bytes | None
     ) -> list[tuple[bytes, bytes | None]]:
         """A copy of the staged writes with start <= key < end, in key order."""
-        keys = self._sorted_keys
-        if keys is None:
-            keys = self._sorted_keys = sorted(self.writes)
-        elif self._sorted_upto < len(keys):
-            added = len(keys) - self._sorted_upto
-            if added <= _INSERT_AT_MOST:
-                # A few keys since the last scan (a scan after every write or so, as a
-                # stream-stream join's): each into place by bisection, not a pass over all
-                # the staged keys, which made a batch of such scans quadratic.
-                appended = keys[self._sorted_upto :]
-                del keys[self._sorted_upto :]
-                for key in appended:
-                    insort(keys, key)
-            else:
-                keys.sort()
-        self._sorted_upto = len(keys)
-        lo = 0 if start is None else bisect_left(keys, start)
-        hi = len(keys) if end is None else bisect_left(keys, end)
+        ordered, added = self._sorted, self._added
+        if ordered is None or (len(added) > _INSERT_AT_MOST and len(added) > self._in_order // 8):
+            ordered = self._sorted = SortedKeys(sorted(self.writes))
+            self._in_order = len(self.writes)
+            added.clear()
+        elif added:
+            # A few keys since the last scan (a scan after every write or so, as a windowed
+            # aggregation's or a stream-stream join's): each into place.
+            for key in added:
+                ordered.insert(key)
+            self._in_order += len(added)
+            added.clear()
         writes = self.writes
-        return [(key, writes[key]) for key in keys[lo:hi]]
+        return [(key, writes[key]) for key in ordered.between(start, end)]
 
     def entries(self) -> Iterable[tuple[str, bytes, bytes | None]]:
         name = self.column_family
@@ -129,8 +197,9 @@ class Overlay:
     def clear(self) -> None:
         self.writes = {}
         self.num_bytes = 0
-        self._sorted_keys = None
-        self._sorted_upto = 0
+        self._sorted = None
+        self._added = []
+        self._in_order = 0
 
 
 def merge_with_stored(
