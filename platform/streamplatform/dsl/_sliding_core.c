@@ -32,7 +32,7 @@
 static PyObject *str_time, *str_current, *str_bytes, *str_dropped_records, *str_key,
     *str_window, *str_start, *str_end, *str_max_bytes, *str_entry_bytes, *str_entries,
     *str_by_prefix, *str_transaction, *str_range, *str_closed_windows, *str_put, *str_evict,
-    *str_move_to_end, *str_pack, *str_unpack_from, *empty_tuple, *one, *zero;
+    *str_move_to_end, *str_pack, *str_unpack_from, *empty_tuple, *one, *zero, *empty_bytes;
 /* struct.Struct(">q"), as aggregate.py's _TIMESTAMP: it raises what Python raises for a time
  * that does not fit, or a store value too short to hold one. */
 static PyObject *timestamp_struct;
@@ -45,9 +45,14 @@ typedef struct {
     PyObject *aggregation, *cache, *entries, *by_prefix, *store, *stream_time, *store_time,
         *emitted_to, *task;
     PyObject *key_serialize, *key_deserialize, *result_deserialize, *initializer, *aggregator;
-    PyObject *forward, *record_type, *windowed_type, *window_type;
+    PyObject *forward, *record_type, *windowed_type, *window_type, *result_serialize;
+    /* On window close, without a cache: the starts of the windows written since the starts in
+     * the store were read (`starts`, with the count per start in `live_starts`), so that a
+     * record after which no window closed skips the scan for final results. */
+    PyObject *live_starts;
+    TimeHeap starts;
     long long difference, grace, retention, max_bytes, entry_bytes;
-    int string_keys, count, time_first, emit_final;
+    int string_keys, count, time_first, emit_final, long_results, starts_read;
 } Core;
 
 /* What one record's path shares. */
@@ -454,6 +459,73 @@ done:
     return failed;
 }
 
+/* What KeyedWindowAggregation._write does for a window (on window close, without a cache,
+ * where nothing is forwarded on update): its result under `store_key`, with `timestamp`, and
+ * its key in the time index (b"t" + start + key), in the store's transaction; a None result
+ * deletes both. Then the start is counted among the windows not yet emitted. */
+static int
+write_window(Core *self, Step *step, PyObject *store_key, long long start, PyObject *result,
+             PyObject *timestamp)
+{
+    long long time;
+    if (as_int64(timestamp, &time) < 0)
+        return -1;
+    PyObject *data = serialize_result(self->result_serialize, self->long_results, result);
+    if (data == NULL)
+        return -1;
+    if (data != Py_None && !PyBytes_Check(data)) {
+        Py_DECREF(data);
+        PyErr_SetString(PyExc_TypeError, "the result serde did not give bytes");
+        return -1;
+    }
+    Py_ssize_t at = PyBytes_GET_SIZE(step->prefix);
+    PyObject *value = Py_None, *index_value = Py_None, *index = NULL, *transaction = NULL;
+    int failed = -1;
+    if (data != Py_None) {
+        Py_ssize_t length = PyBytes_GET_SIZE(data);
+        if ((value = PyBytes_FromStringAndSize(NULL, 8 + length)) == NULL)
+            goto done;
+        unsigned char *bytes = (unsigned char *)PyBytes_AS_STRING(value);
+        unsigned long long number = (unsigned long long)time;
+        for (int i = 7; i >= 0; i--, number >>= 8)
+            bytes[i] = (unsigned char)(number & 0xff);
+        memcpy(bytes + 8, PyBytes_AS_STRING(data), length);
+        index_value = empty_bytes;
+    }
+    else
+        Py_INCREF(value);
+    /* _time_key(store_key): b"t" + the start (8 bytes) + the key's bytes */
+    if ((index = PyBytes_FromStringAndSize(NULL, 1 + 8 + (at - PREFIX_HEAD))) == NULL)
+        goto done;
+    char *bytes = PyBytes_AS_STRING(index);
+    bytes[0] = 't';
+    memcpy(bytes + 1, PyBytes_AS_STRING(store_key) + at, 8);
+    memcpy(bytes + 9, PyBytes_AS_STRING(store_key) + PREFIX_HEAD, at - PREFIX_HEAD);
+    if ((transaction = PyObject_GetAttr(self->store, str_transaction)) == NULL)
+        goto done;
+    PyObject *args[3] = {transaction, store_key, value};
+    PyObject *written = PyObject_VectorcallMethod(str_put, args, 3, NULL);
+    if (written == NULL)
+        goto done;
+    Py_DECREF(written);
+    PyObject *index_args[3] = {transaction, index, index_value};
+    if ((written = PyObject_VectorcallMethod(str_put, index_args, 3, NULL)) == NULL)
+        goto done;
+    Py_DECREF(written);
+    if (self->starts_read
+        && (result == Py_None ? count_time(self->live_starts, start, -1)
+                              : (heap_push(&self->starts, start) < 0
+                                 || count_time(self->live_starts, start, 1) < 0)) < 0)
+        goto done;
+    failed = 0;
+done:
+    Py_DECREF(data);
+    Py_XDECREF(value);
+    Py_XDECREF(index);
+    Py_XDECREF(transaction);
+    return failed;
+}
+
 /* KeyedWindowAggregation._put: the window starting at `start` gets `result` (its update
  * forwarded unless only final results are). */
 static int
@@ -478,7 +550,9 @@ put(Core *self, Step *step, long long start, PyObject *result, PyObject *timesta
     }
     PyObject *forwarded = self->emit_final ? Py_None : step->record;
     int failed;
-    if (self->max_bytes > 0)
+    if (self->emit_final && self->max_bytes <= 0) /* on close: nothing forwarded on update */
+        failed = write_window(self, step, store_key, start, result, timestamp);
+    else if (self->max_bytes > 0)
         failed = cache_put(self, step->prefix, store_key, result, timestamp, forwarded, window);
     else {
         PyObject *args[6] = {self->cache, store_key, result, timestamp, forwarded, window};
@@ -801,6 +875,14 @@ emit_final(Core *self, PyObject *record, wide close)
     wide lower = emitted == -1 ? 0 : emitted - self->difference;
     if (lower < 0)
         lower = 0;
+    if (self->starts_read) { /* no window started by `upper` since the last scan: none to find */
+        int found = heap_take_upto(&self->starts, self->live_starts,
+                                   upper > LLONG_MAX ? LLONG_MAX : (long long)upper);
+        if (found < 0)
+            return -1;
+        if (!found)
+            return set_int_attr(self->emitted_to, str_time, close);
+    }
     PyObject *low = wide_number(lower), *high = wide_number(upper), *closed = NULL;
     if (low != NULL && high != NULL) {
         PyObject *args[3] = {self->aggregation, low, high};
@@ -823,6 +905,62 @@ emit_final(Core *self, PyObject *record, wide close)
     return failed;
 }
 
+/* On window close, without a cache: the starts of the windows in the store that a scan for
+ * final results may still find (from the time emitted to less the time difference), read
+ * once, before the first record; from then on `write_window` counts each window written. */
+static int
+read_starts(Core *self)
+{
+    wide emitted;
+    if (wide_attr(self->emitted_to, str_time, &emitted) < 0)
+        return -1;
+    wide lower = emitted == -1 ? 0 : emitted - self->difference;
+    if (lower < 0)
+        lower = 0;
+    if (lower > LLONG_MAX)
+        lower = LLONG_MAX;
+    PyObject *transaction = PyObject_GetAttr(self->store, str_transaction);
+    if (transaction == NULL)
+        return -1;
+    PyObject *low = PyBytes_FromStringAndSize(NULL, 9), *range = NULL, *iterator = NULL;
+    PyObject *pair = NULL, *high = PyBytes_FromStringAndSize("u", 1);
+    int failed = -1;
+    if (low == NULL || high == NULL)
+        goto done;
+    unsigned char *bytes = (unsigned char *)PyBytes_AS_STRING(low);
+    bytes[0] = 't';
+    unsigned long long number = (unsigned long long)(long long)lower;
+    for (int i = 8; i >= 1; i--, number >>= 8)
+        bytes[i] = (unsigned char)(number & 0xff);
+    PyObject *args[3] = {transaction, low, high};
+    if ((range = PyObject_VectorcallMethod(str_range, args, 3, NULL)) == NULL
+        || (iterator = PyObject_GetIter(range)) == NULL)
+        goto done;
+    while ((pair = PyIter_Next(iterator)) != NULL) {
+        long long start;
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_SetString(PyExc_TypeError, "the store's range did not give (key, value)");
+            goto done;
+        }
+        if (unpack_at(PyTuple_GET_ITEM(pair, 0), 1, &start) < 0
+            || heap_push(&self->starts, start) < 0 || count_time(self->live_starts, start, 1) < 0)
+            goto done;
+        Py_CLEAR(pair);
+    }
+    if (!PyErr_Occurred()) {
+        self->starts_read = 1;
+        failed = 0;
+    }
+done:
+    Py_DECREF(transaction);
+    Py_XDECREF(low);
+    Py_XDECREF(high);
+    Py_XDECREF(range);
+    Py_XDECREF(iterator);
+    Py_XDECREF(pair);
+    return failed;
+}
+
 /* SlidingWindowAggregate.process(record). */
 static PyObject *
 Core_process(Core *self, PyObject *record)
@@ -833,6 +971,8 @@ Core_process(Core *self, PyObject *record)
     }
     Step step = {record, PyTuple_GET_ITEM(record, 0), PyTuple_GET_ITEM(record, 1),
                  PyTuple_GET_ITEM(record, 2), NULL, 0, 0};
+    if (self->emit_final && self->max_bytes <= 0 && !self->starts_read && read_starts(self) < 0)
+        return NULL;
     if (step.key == Py_None || step.value == Py_None) {
         if (count_dropped(self) < 0)
             return NULL;
@@ -872,7 +1012,8 @@ Core_process(Core *self, PyObject *record)
 #define REFERENCES(X)                                                                          \
     X(aggregation) X(cache) X(entries) X(by_prefix) X(store) X(stream_time) X(store_time)     \
     X(emitted_to) X(task) X(key_serialize) X(key_deserialize) X(result_deserialize)            \
-    X(initializer) X(aggregator) X(forward) X(record_type) X(windowed_type) X(window_type)
+    X(initializer) X(aggregator) X(forward) X(record_type) X(windowed_type) X(window_type)     \
+    X(result_serialize)
 
 /* getattr(owner, name), which must be a dict (an OrderedDict is one): a new reference. */
 static PyObject *
@@ -893,18 +1034,20 @@ Core_init(Core *self, PyObject *args, PyObject *kwargs)
         "aggregation", "cache", "store", "stream_time", "store_time", "emitted_to", "task",
         "key_serialize", "key_deserialize", "string_keys", "result_deserialize", "initializer",
         "aggregator", "count", "difference", "grace", "retention", "time_first", "emit_final",
-        "forward", "record_type", "windowed_type", "window_type", NULL};
+        "forward", "record_type", "windowed_type", "window_type", "result_serialize",
+        "long_results", NULL};
     PyObject *aggregation, *cache, *store, *stream_time, *store_time, *emitted_to, *task,
         *key_serialize, *key_deserialize, *result_deserialize, *initializer, *aggregator,
-        *forward, *record_type, *windowed_type, *window_type;
+        *forward, *record_type, *windowed_type, *window_type, *result_serialize;
     long long difference, grace, retention;
-    int string_keys, count, time_first, emit_final;
+    int string_keys, count, time_first, emit_final, long_results;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwargs, "$OOOOOOOOOpOOOpLLLppOO!O!O!", names, &aggregation, &cache, &store,
+            args, kwargs, "$OOOOOOOOOpOOOpLLLppOO!O!O!Op", names, &aggregation, &cache, &store,
             &stream_time, &store_time, &emitted_to, &task, &key_serialize, &key_deserialize,
             &string_keys, &result_deserialize, &initializer, &aggregator, &count, &difference,
             &grace, &retention, &time_first, &emit_final, &forward, &PyType_Type, &record_type,
-            &PyType_Type, &windowed_type, &PyType_Type, &window_type))
+            &PyType_Type, &windowed_type, &PyType_Type, &window_type, &result_serialize,
+            &long_results))
         return -1;
     if (difference < 0 || grace < 0 || retention < 0) {
         PyErr_SetString(PyExc_ValueError, "sliding windows need difference, grace >= 0");
@@ -942,6 +1085,12 @@ Core_init(Core *self, PyObject *args, PyObject *kwargs)
     self->count = count;
     self->time_first = time_first;
     self->emit_final = emit_final;
+    self->long_results = long_results;
+    Py_XSETREF(self->live_starts, PyDict_New());
+    if (self->live_starts == NULL)
+        return -1;
+    heap_free(&self->starts);
+    self->starts_read = 0;
     return 0;
 }
 
@@ -952,6 +1101,7 @@ Core_traverse(Core *self, visitproc visit, void *arg)
 {
 #define VISIT(name) Py_VISIT(self->name);
     REFERENCES(VISIT)
+    VISIT(live_starts)
 #undef VISIT
     return 0;
 }
@@ -961,6 +1111,7 @@ Core_clear(Core *self)
 {
 #define CLEAR(name) Py_CLEAR(self->name);
     REFERENCES(CLEAR)
+    CLEAR(live_starts)
 #undef CLEAR
     return 0;
 }
@@ -970,6 +1121,7 @@ Core_dealloc(Core *self)
 {
     PyObject_GC_UnTrack(self);
     Core_clear(self);
+    heap_free(&self->starts);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -1037,6 +1189,8 @@ PyInit__sliding_core(void)
     INTERN(str_move_to_end, "move_to_end")
     INTERN(str_pack, "pack")
     INTERN(str_unpack_from, "unpack_from")
+    if ((empty_bytes = PyBytes_FromStringAndSize(NULL, 0)) == NULL)
+        return NULL;
 #undef INTERN
     empty_tuple = PyTuple_New(0);
     one = PyLong_FromLong(1);

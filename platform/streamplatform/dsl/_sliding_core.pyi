@@ -32,5 +32,7 @@ class Core:
         record_type: type,
         windowed_type: type,
         window_type: type,
+        result_serialize: Callable[[Any], bytes | None],
+        long_results: bool,
     ) -> None: ...
     def process(self, record: Record) -> None: ...

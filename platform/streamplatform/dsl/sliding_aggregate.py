@@ -86,6 +86,8 @@ class SlidingWindowAggregate(KeyedWindowAggregation):
             retention=self.retention_ms, time_first=self.time_first,
             emit_final=self.emit_final, forward=single_forward(context), record_type=Record,
             windowed_type=Windowed, window_type=Window,
+            result_serialize=self.result_serde.serialize,
+            long_results=self.result_serde is Serdes.long(),
         )  # fmt: skip
 
     def process(self, record: Record) -> None:

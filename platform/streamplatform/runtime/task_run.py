@@ -610,10 +610,5 @@ def _without_blind_deletes(
     deduplication store puts and expires most of its ids within one batch: without this,
     nearly all of its changelog would be deletes of ids that were never committed.
     """
-    deleted = [write[1] for write in writes if write[2] is None]
-    if not deleted:
-        return writes
-    # a key-value store reads committed data only; all the deletes' keys in one multi-get
-    held = {key for key, value in zip(deleted, store.get_many(deleted), strict=True)
-            if value is not None}  # fmt: skip
-    return [write for write in writes if write[2] is not None or write[1] in held]
+    committed = store.get  # a key-value store reads committed data only
+    return [write for write in writes if write[2] is not None or committed(write[1]) is not None]

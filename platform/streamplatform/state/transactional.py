@@ -79,15 +79,6 @@ class TransactionalKeyValueStore(StoreBase):
         self._check_open()
         return self._db.columns[DATA].get(key)
 
-    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
-        """The committed values of `keys`, in their order (None where absent): one RocksDB
-        multi-get, for many keys at once."""
-        for key in keys:
-            if not isinstance(key, bytes):
-                check_bytes("key", key)
-        self._check_open()
-        return self._db.columns[DATA].get(keys) if keys else []
-
     def range(
         self, start: bytes | None = None, end: bytes | None = None
     ) -> Iterator[tuple[bytes, bytes]]:
