@@ -126,113 +126,266 @@ add_cache_entry(PyObject *cache, PyObject *entries, PyObject *store_key, PyObjec
     return 0;
 }
 
-/* A min-heap of int64 times in C memory: the window ends (or starts) a core wrote, so that it
- * can tell, without a scan of the store, that no window closed since the last final results. */
+/* The windows a core on window close (without a cache) has not emitted yet, kept in memory so
+ * that a record's final results need no scan of the store's time index: each window's key in
+ * that index (b"t" + its time, 8 bytes big-endian, + the rest of its suffix + the key's
+ * bytes), in a min-heap by its time. They are read from the store once (`pending_read`), then
+ * every window the core writes is added; `pending_closed` takes those up to a time out and
+ * reads their results as `_closed_windows` does. Over `limit` windows memory drops them all
+ * and they are read again before the next record; a store that alone holds more than half of
+ * `limit` turns this off (state PENDING_OFF), and the core scans the store as before. */
+#define PENDING_UNREAD 0
+#define PENDING_READ 1
+#define PENDING_OFF (-1)
+/* What memory holds per window held, in bytes: its heap item, its slot in `held`, its key. */
+#define PENDING_WINDOW_BYTES 160
+
 typedef struct {
-    long long *items;
-    Py_ssize_t size, capacity;
-} TimeHeap;
+    long long time;
+    PyObject *key;
+} PendingItem;
+
+typedef struct {
+    PendingItem *items;
+    Py_ssize_t size, capacity, limit;
+    PyObject *held; /* the keys in the heap: each once */
+    int state;
+} PendingWindows;
+
+/* Every window dropped from memory (to be read again, or for good when `state` says so). */
+static CORES_UNUSED void
+pending_drop(PendingWindows *pending, int state)
+{
+    for (Py_ssize_t i = 0; i < pending->size; i++)
+        Py_DECREF(pending->items[i].key);
+    pending->size = 0;
+    if (pending->held != NULL)
+        PySet_Clear(pending->held);
+    pending->state = state;
+}
 
 static CORES_UNUSED int
-heap_push(TimeHeap *heap, long long time)
+pending_init(PendingWindows *pending, long long memory_bytes)
 {
-    if (heap->size == heap->capacity) {
-        Py_ssize_t capacity = heap->capacity ? heap->capacity * 2 : 1024;
-        long long *items = PyMem_Realloc(heap->items, capacity * sizeof(long long));
+    pending_drop(pending, PENDING_OFF); /* an __init__ called again */
+    pending->limit = memory_bytes > 0 ? (Py_ssize_t)(memory_bytes / PENDING_WINDOW_BYTES) : 0;
+    pending->state = pending->limit > 0 ? PENDING_UNREAD : PENDING_OFF;
+    pending->size = 0;
+    Py_XSETREF(pending->held, PySet_New(NULL));
+    return pending->held == NULL ? -1 : 0;
+}
+
+static CORES_UNUSED void
+pending_free(PendingWindows *pending)
+{
+    pending_drop(pending, PENDING_OFF);
+    Py_CLEAR(pending->held);
+    PyMem_Free(pending->items);
+    pending->items = NULL;
+    pending->capacity = 0;
+}
+
+/* The window whose time-index key is `key` (its time `time`) written: held until emitted. */
+static CORES_UNUSED int
+pending_add(PendingWindows *pending, long long time, PyObject *key)
+{
+    if (pending->state != PENDING_READ)
+        return 0;
+    int held = PySet_Contains(pending->held, key);
+    if (held != 0)
+        return held < 0 ? -1 : 0;
+    if (pending->size >= pending->limit) {
+        pending_drop(pending, PENDING_UNREAD); /* read again before the next record */
+        return 0;
+    }
+    if (pending->size == pending->capacity) {
+        Py_ssize_t capacity = pending->capacity ? pending->capacity * 2 : 1024;
+        PendingItem *items = PyMem_Realloc(pending->items, capacity * sizeof(PendingItem));
         if (items == NULL) {
             PyErr_NoMemory();
             return -1;
         }
-        heap->items = items;
-        heap->capacity = capacity;
+        pending->items = items;
+        pending->capacity = capacity;
     }
-    Py_ssize_t at = heap->size++;
-    while (at > 0 && heap->items[(at - 1) / 2] > time) {
-        heap->items[at] = heap->items[(at - 1) / 2];
+    if (PySet_Add(pending->held, key) < 0)
+        return -1;
+    Py_INCREF(key);
+    Py_ssize_t at = pending->size++;
+    while (at > 0 && pending->items[(at - 1) / 2].time > time) {
+        pending->items[at] = pending->items[(at - 1) / 2];
         at = (at - 1) / 2;
     }
-    heap->items[at] = time;
+    pending->items[at].time = time;
+    pending->items[at].key = key;
     return 0;
 }
 
-/* The smallest time out (the heap must not be empty). */
-static CORES_UNUSED long long
-heap_pop(TimeHeap *heap)
+/* The earliest window out of the heap (not empty); its key's reference goes to the caller. */
+static CORES_UNUSED PendingItem
+pending_pop(PendingWindows *pending)
 {
-    long long top = heap->items[0], last = heap->items[--heap->size];
+    PendingItem top = pending->items[0], last = pending->items[--pending->size];
     Py_ssize_t at = 0;
     for (;;) {
         Py_ssize_t child = 2 * at + 1;
-        if (child >= heap->size)
+        if (child >= pending->size)
             break;
-        if (child + 1 < heap->size && heap->items[child + 1] < heap->items[child])
+        if (child + 1 < pending->size && pending->items[child + 1].time < pending->items[child].time)
             child++;
-        if (heap->items[child] >= last)
+        if (pending->items[child].time >= last.time)
             break;
-        heap->items[at] = heap->items[child];
+        pending->items[at] = pending->items[child];
         at = child;
     }
-    if (heap->size > 0)
-        heap->items[at] = last;
+    if (pending->size > 0)
+        pending->items[at] = last;
     return top;
 }
 
-static CORES_UNUSED void
-heap_free(TimeHeap *heap)
+/* The big-endian int64 at `bytes`. */
+static CORES_UNUSED long long
+int64_at(const char *bytes)
 {
-    PyMem_Free(heap->items);
-    heap->items = NULL;
-    heap->size = heap->capacity = 0;
+    unsigned long long value = 0;
+    for (int i = 0; i < 8; i++)
+        value = (value << 8) | (unsigned char)bytes[i];
+    return (long long)value;
 }
 
-/* counts[time] += by (a dict of Python ints; a count reaching 0 leaves it). */
+/* Every window in the store's time index from time `low` on (PENDING_READ), or none when more
+ * than half the limit are there (PENDING_OFF). `transaction`: the store's. */
 static CORES_UNUSED int
-count_time(PyObject *counts, long long time, long by)
+pending_read(PendingWindows *pending, PyObject *transaction, PyObject *range_name, long long low)
 {
-    PyObject *key = PyLong_FromLongLong(time);
-    if (key == NULL)
-        return -1;
-    PyObject *held = PyDict_GetItemWithError(counts, key);
-    long count = held == NULL ? 0 : PyLong_AsLong(held);
-    int failed = (held == NULL && PyErr_Occurred()) || (count == -1 && PyErr_Occurred());
-    if (!failed) {
-        count += by;
-        if (count > 0) {
-            PyObject *number = PyLong_FromLong(count);
-            failed = number == NULL || PyDict_SetItem(counts, key, number) < 0;
-            Py_XDECREF(number);
+    pending_drop(pending, PENDING_READ);
+    PyObject *bounds[3] = {transaction, PyBytes_FromStringAndSize(NULL, 9),
+                           PyBytes_FromStringAndSize("u", 1)};
+    PyObject *range = NULL, *iterator = NULL, *pair = NULL;
+    int failed = -1;
+    if (bounds[1] == NULL || bounds[2] == NULL)
+        goto done;
+    char *bytes = PyBytes_AS_STRING(bounds[1]);
+    bytes[0] = 't';
+    unsigned long long number = (unsigned long long)low;
+    for (int i = 8; i >= 1; i--, number >>= 8)
+        bytes[i] = (char)(number & 0xff);
+    if ((range = PyObject_VectorcallMethod(range_name, bounds, 3, NULL)) == NULL
+        || (iterator = PyObject_GetIter(range)) == NULL)
+        goto done;
+    while ((pair = PyIter_Next(iterator)) != NULL) {
+        PyObject *key = PyTuple_Check(pair) && PyTuple_GET_SIZE(pair) == 2
+                            ? PyTuple_GET_ITEM(pair, 0) : NULL;
+        if (key == NULL || !PyBytes_Check(key) || PyBytes_GET_SIZE(key) < 9) {
+            PyErr_SetString(PyExc_TypeError, "the store's time index holds a bad key");
+            goto done;
         }
-        else if (held != NULL)
-            failed = PyDict_DelItem(counts, key) < 0;
+        if (pending->size * 2 >= pending->limit) { /* too many for memory: scan the store */
+            pending_drop(pending, PENDING_OFF);
+            break;
+        }
+        if (pending_add(pending, int64_at(PyBytes_AS_STRING(key) + 1), key) < 0)
+            goto done;
+        Py_CLEAR(pair);
     }
-    Py_DECREF(key);
-    return failed ? -1 : 0;
+    if (!PyErr_Occurred())
+        failed = 0;
+done:
+    Py_XDECREF(bounds[1]);
+    Py_XDECREF(bounds[2]);
+    Py_XDECREF(range);
+    Py_XDECREF(iterator);
+    Py_XDECREF(pair);
+    if (failed)
+        pending_drop(pending, PENDING_UNREAD);
+    return failed;
 }
 
-/* Takes every time <= ``upper`` out of the heap and of ``counts``: 1 when one of them was
- * still counted (a window there may have closed), 0 when none, -1 on error. */
-static CORES_UNUSED int
-heap_take_upto(TimeHeap *heap, PyObject *counts, long long upper)
+/* KeyedWindowAggregation._closed_windows(low, high) from the windows held: those with time
+ * in [low, high], in time-index order, as (key bytes, suffix, result, timestamp) read through
+ * the store's transaction (a window deleted since is left out); those up to `high` leave
+ * memory. `tail`: the suffix's bytes after the time (8 for sessions, 0 for sliding windows).
+ * A new list. */
+static CORES_UNUSED PyObject *
+pending_closed(PendingWindows *pending, PyObject *transaction, PyObject *get_name,
+               PyObject *deserialize, long long low, long long high, Py_ssize_t tail)
 {
-    int found = 0;
-    while (heap->size > 0 && heap->items[0] <= upper) {
-        long long time = heap_pop(heap);
-        PyObject *key = PyLong_FromLongLong(time);
-        if (key == NULL)
-            return -1;
-        PyObject *held = PyDict_GetItemWithError(counts, key);
-        if (held != NULL) {
-            found = 1;
-            if (PyDict_DelItem(counts, key) < 0) {
-                Py_DECREF(key);
-                return -1;
-            }
+    PyObject *keys = PyList_New(0), *out = NULL;
+    if (keys == NULL)
+        return NULL;
+    while (pending->size > 0 && pending->items[0].time <= high) {
+        PendingItem item = pending_pop(pending);
+        int failed = PySet_Discard(pending->held, item.key) < 0
+                     || (item.time >= low && PyList_Append(keys, item.key) < 0);
+        Py_DECREF(item.key);
+        if (failed) {
+            Py_DECREF(keys);
+            pending_drop(pending, PENDING_UNREAD);
+            return NULL;
         }
-        Py_DECREF(key);
-        if (held == NULL && PyErr_Occurred())
-            return -1;
     }
-    return found;
+    if (PyList_Sort(keys) < 0 || (out = PyList_New(0)) == NULL)
+        goto failed;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys); i++) {
+        PyObject *time_key = PyList_GET_ITEM(keys, i);
+        const char *bytes = PyBytes_AS_STRING(time_key);
+        Py_ssize_t suffix = 8 + tail, length = PyBytes_GET_SIZE(time_key) - 1 - suffix;
+        if (length < 0) {
+            PyErr_SetString(PyExc_ValueError, "a time index key is too short");
+            goto failed;
+        }
+        /* the store key: b"k" + the key's length (4 bytes) + the key + the suffix */
+        PyObject *store_key = PyBytes_FromStringAndSize(NULL, 5 + length + suffix);
+        if (store_key == NULL)
+            goto failed;
+        char *to = PyBytes_AS_STRING(store_key);
+        to[0] = 'k';
+        for (int j = 0; j < 4; j++)
+            to[1 + j] = (char)(((unsigned long long)length >> (8 * (3 - j))) & 0xff);
+        memcpy(to + 5, bytes + 1 + suffix, length);
+        memcpy(to + 5 + length, bytes + 1, suffix);
+        PyObject *args[2] = {transaction, store_key};
+        PyObject *raw = PyObject_VectorcallMethod(get_name, args, 2, NULL);
+        Py_DECREF(store_key);
+        if (raw == NULL)
+            goto failed;
+        if (raw == Py_None) {
+            Py_DECREF(raw);
+            continue;
+        }
+        if (!PyBytes_Check(raw) || PyBytes_GET_SIZE(raw) < 8) {
+            Py_DECREF(raw);
+            PyErr_SetString(PyExc_ValueError, "a stored window's value is too short");
+            goto failed;
+        }
+        PyObject *data = PyBytes_FromStringAndSize(PyBytes_AS_STRING(raw) + 8,
+                                                   PyBytes_GET_SIZE(raw) - 8);
+        PyObject *result = data == NULL ? NULL : PyObject_CallOneArg(deserialize, data);
+        PyObject *timestamp = PyLong_FromLongLong(int64_at(PyBytes_AS_STRING(raw)));
+        PyObject *key = PyBytes_FromStringAndSize(bytes + 1 + suffix, length);
+        PyObject *suffix_bytes = PyBytes_FromStringAndSize(bytes + 1, suffix);
+        PyObject *closed = result == NULL || timestamp == NULL || key == NULL
+                                   || suffix_bytes == NULL
+                               ? NULL : PyTuple_Pack(4, key, suffix_bytes, result, timestamp);
+        Py_DECREF(raw);
+        Py_XDECREF(data);
+        Py_XDECREF(result);
+        Py_XDECREF(timestamp);
+        Py_XDECREF(key);
+        Py_XDECREF(suffix_bytes);
+        int appended = closed == NULL ? -1 : PyList_Append(out, closed);
+        Py_XDECREF(closed);
+        if (appended < 0)
+            goto failed;
+    }
+    Py_DECREF(keys);
+    return out;
+failed:
+    Py_DECREF(keys);
+    Py_XDECREF(out);
+    /* windows taken out and not emitted: what memory holds is no longer every window */
+    pending_drop(pending, PENDING_UNREAD);
+    return NULL;
 }
 
 /* A result a core may keep between records and hand out again: of a type whose value no

@@ -27,7 +27,7 @@
 static PyObject *str_time, *str_current, *str_bytes, *str_dropped_records, *str_transaction,
     *str_range, *str_put, *str_evict, *str_move_to_end, *str_closed_windows, *str_key,
     *str_window, *str_start, *str_end, *str_max_bytes, *str_entry_bytes, *empty_tuple, *zero,
-    *one, *struct_error, *empty_bytes;
+    *one, *struct_error, *empty_bytes, *str_get;
 
 #define KEYED_PREFIX 'k'
 #define PREFIX_HEAD 5 /* b"k" + the key's length, 4 bytes big-endian, then the key */
@@ -51,13 +51,10 @@ typedef struct {
      * are kept (a stored result is read as a fresh copy; a kept one is handed out again), and
      * at most `known_budget` bytes of them: over it, all are dropped. NULL: off (no budget). */
     PyObject *known;
-    /* On window close, without a cache: the ends of the sessions written since the ends in
-     * the store were read (`ends`, with the count of live sessions per end in `live_ends`), so
-     * that a record after which no session closed skips the scan for final results. */
-    PyObject *live_ends;
-    TimeHeap ends;
+    /* On window close, without a cache: the sessions not emitted yet, by end (_cores.h). */
+    PendingWindows pending;
     long long gap, grace, retention, max_bytes, entry_bytes, known_budget, known_sessions;
-    int string_keys, count, emit_final, long_results, ends_read;
+    int string_keys, count, emit_final, long_results;
 } Core;
 
 /* self.dropped_records += 1 (a Python int: no bound). */
@@ -576,7 +573,7 @@ write_session(Core *self, PyObject *store_key, PyObject *prefix, long long time,
     if (written == NULL)
         goto done;
     Py_DECREF(written);
-    failed = 0;
+    failed = data != Py_None ? pending_add(&self->pending, time, index) : 0;
 done:
     Py_DECREF(data);
     Py_XDECREF(value);
@@ -590,11 +587,6 @@ done:
 static int
 note_write(Core *self, PyObject *store_key, PyObject *prefix, long long end, PyObject *result)
 {
-    if (self->emit_final && self->ends_read
-        && (result == Py_None ? count_time(self->live_ends, end, -1)
-                              : (heap_push(&self->ends, end) < 0
-                                 || count_time(self->live_ends, end, 1) < 0)) < 0)
-        return -1;
     if (self->known == NULL)
         return 0;
     PyObject *kept = PyDict_GetItemWithError(self->known, prefix);
@@ -709,13 +701,6 @@ emit_final(Core *self, PyObject *record, wide close)
     long long lower = emitted > 0 ? emitted : 0;
     if (upper < 0 || upper < lower)
         return 0;
-    if (self->ends_read) { /* no session ended by `upper` since the last scan: none to find */
-        int closed = heap_take_upto(&self->ends, self->live_ends, (long long)upper);
-        if (closed < 0)
-            return -1;
-        if (!closed)
-            return set_int_attr(self->emitted_to, str_time, (long long)close);
-    }
     /* here 1 <= close <= stream time: an int64 */
     PyObject *args[3] = {self->aggregation, PyLong_FromLongLong(lower),
                          PyLong_FromLongLong((long long)upper)};
@@ -723,7 +708,16 @@ emit_final(Core *self, PyObject *record, wide close)
     int failed = -1;
     if (args[1] == NULL || args[2] == NULL)
         goto done;
-    closed = PyObject_VectorcallMethod(str_closed_windows, args, 3, NULL);
+    if (self->pending.state == PENDING_READ) { /* the sessions held in memory */
+        PyObject *transaction = PyObject_GetAttr(self->store, str_transaction);
+        if (transaction == NULL)
+            goto done;
+        closed = pending_closed(&self->pending, transaction, str_get, self->result_deserialize,
+                                lower, (long long)upper, 8);
+        Py_DECREF(transaction);
+    }
+    else
+        closed = PyObject_VectorcallMethod(str_closed_windows, args, 3, NULL);
     if (closed == NULL || (iterator = PyObject_GetIter(closed)) == NULL)
         goto done;
     while ((item = PyIter_Next(iterator)) != NULL) {
@@ -771,11 +765,11 @@ done:
     return failed;
 }
 
-/* On window close, without a cache: the ends of the sessions in the store not yet emitted
- * (ending at or after the time emitted to), read once, before the first record; from then on
- * `note_write` counts each session written and deleted. */
+/* On window close, without a cache: the sessions in the store not yet emitted (ending at or
+ * after the time emitted to) into memory, before a record (the first, or the next after
+ * memory dropped them). */
 static int
-read_ends(Core *self)
+read_pending(Core *self)
 {
     long long emitted;
     if (int_attr(self->emitted_to, str_time, &emitted) < 0)
@@ -783,39 +777,8 @@ read_ends(Core *self)
     PyObject *transaction = PyObject_GetAttr(self->store, str_transaction);
     if (transaction == NULL)
         return -1;
-    PyObject *low = PyBytes_FromStringAndSize(NULL, 9), *range = NULL, *iterator = NULL;
-    PyObject *pair = NULL, *high = PyBytes_FromStringAndSize("u", 1);
-    int failed = -1;
-    if (low == NULL || high == NULL)
-        goto done;
-    PyBytes_AS_STRING(low)[0] = 't';
-    put_int64((unsigned char *)PyBytes_AS_STRING(low) + 1, emitted > 0 ? emitted : 0);
-    PyObject *args[3] = {transaction, low, high};
-    if ((range = PyObject_VectorcallMethod(str_range, args, 3, NULL)) == NULL
-        || (iterator = PyObject_GetIter(range)) == NULL)
-        goto done;
-    while ((pair = PyIter_Next(iterator)) != NULL) {
-        long long end;
-        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
-            PyErr_SetString(PyExc_TypeError, "the store's range did not give (key, value)");
-            goto done;
-        }
-        if (time_at(PyTuple_GET_ITEM(pair, 0), 1, &end) < 0 || heap_push(&self->ends, end) < 0
-            || count_time(self->live_ends, end, 1) < 0)
-            goto done;
-        Py_CLEAR(pair);
-    }
-    if (!PyErr_Occurred()) {
-        self->ends_read = 1;
-        failed = 0;
-    }
-done:
+    int failed = pending_read(&self->pending, transaction, str_range, emitted > 0 ? emitted : 0);
     Py_DECREF(transaction);
-    Py_XDECREF(low);
-    Py_XDECREF(high);
-    Py_XDECREF(range);
-    Py_XDECREF(iterator);
-    Py_XDECREF(pair);
     return failed;
 }
 
@@ -829,7 +792,7 @@ Core_process(Core *self, PyObject *record)
     }
     PyObject *key = PyTuple_GET_ITEM(record, 0), *value = PyTuple_GET_ITEM(record, 1);
     PyObject *timestamp_object = PyTuple_GET_ITEM(record, 2);
-    if (self->emit_final && self->max_bytes <= 0 && !self->ends_read && read_ends(self) < 0)
+    if (self->pending.state == PENDING_UNREAD && read_pending(self) < 0)
         return NULL;
     if (key == Py_None) {
         if (count_dropped(self) < 0)
@@ -1021,12 +984,9 @@ Core_init(Core *self, PyObject *args, PyObject *kwargs)
     Py_CLEAR(self->known);
     if (memory_bytes > 0 && (self->known = PyDict_New()) == NULL)
         return -1;
-    Py_XSETREF(self->live_ends, PyDict_New());
-    if (self->live_ends == NULL)
-        return -1;
-    heap_free(&self->ends);
-    self->ends_read = 0;
-    return 0;
+    /* on window close the cache is off (KeyedWindowAggregation.init): sessions go to the
+     * store as written, and the ones not emitted are held in memory within the budget */
+    return pending_init(&self->pending, emit_final && max_bytes <= 0 ? memory_bytes : 0);
 }
 
 /* The aggregation, its cache and the task refer to one another and to this object: the
@@ -1037,7 +997,6 @@ Core_traverse(Core *self, visitproc visit, void *arg)
 #define VISIT(name) Py_VISIT(self->name);
     REFERENCES(VISIT)
     VISIT(known)
-    VISIT(live_ends)
 #undef VISIT
     return 0;
 }
@@ -1048,8 +1007,8 @@ Core_clear(Core *self)
 #define CLEAR(name) Py_CLEAR(self->name);
     REFERENCES(CLEAR)
     CLEAR(known)
-    CLEAR(live_ends)
 #undef CLEAR
+    pending_drop(&self->pending, PENDING_OFF);
     return 0;
 }
 
@@ -1058,7 +1017,7 @@ Core_dealloc(Core *self)
 {
     PyObject_GC_UnTrack(self);
     Core_clear(self);
-    heap_free(&self->ends);
+    pending_free(&self->pending);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -1123,7 +1082,7 @@ PyInit__session_core(void)
     INTERN(str_entry_bytes, "_ENTRY_BYTES")
 #undef INTERN
     empty_bytes = PyBytes_FromStringAndSize(NULL, 0);
-    if (empty_bytes == NULL)
+    if (empty_bytes == NULL || (str_get = PyUnicode_InternFromString("get")) == NULL)
         return NULL;
     empty_tuple = PyTuple_New(0);
     zero = PyLong_FromLong(0);

@@ -32,7 +32,7 @@
 static PyObject *str_time, *str_current, *str_bytes, *str_dropped_records, *str_key,
     *str_window, *str_start, *str_end, *str_max_bytes, *str_entry_bytes, *str_entries,
     *str_by_prefix, *str_transaction, *str_range, *str_closed_windows, *str_put, *str_evict,
-    *str_move_to_end, *str_pack, *str_unpack_from, *empty_tuple, *one, *zero, *empty_bytes;
+    *str_move_to_end, *str_pack, *str_unpack_from, *empty_tuple, *one, *zero, *empty_bytes, *str_get;
 /* struct.Struct(">q"), as aggregate.py's _TIMESTAMP: it raises what Python raises for a time
  * that does not fit, or a store value too short to hold one. */
 static PyObject *timestamp_struct;
@@ -46,13 +46,10 @@ typedef struct {
         *emitted_to, *task;
     PyObject *key_serialize, *key_deserialize, *result_deserialize, *initializer, *aggregator;
     PyObject *forward, *record_type, *windowed_type, *window_type, *result_serialize;
-    /* On window close, without a cache: the starts of the windows written since the starts in
-     * the store were read (`starts`, with the count per start in `live_starts`), so that a
-     * record after which no window closed skips the scan for final results. */
-    PyObject *live_starts;
-    TimeHeap starts;
+    /* On window close, without a cache: the windows not emitted yet, by start (_cores.h). */
+    PendingWindows pending;
     long long difference, grace, retention, max_bytes, entry_bytes;
-    int string_keys, count, time_first, emit_final, long_results, starts_read;
+    int string_keys, count, time_first, emit_final, long_results;
 } Core;
 
 /* What one record's path shares. */
@@ -462,7 +459,7 @@ done:
 /* What KeyedWindowAggregation._write does for a window (on window close, without a cache,
  * where nothing is forwarded on update): its result under `store_key`, with `timestamp`, and
  * its key in the time index (b"t" + start + key), in the store's transaction; a None result
- * deletes both. Then the start is counted among the windows not yet emitted. */
+ * deletes both. Then the window is held among those not yet emitted. */
 static int
 write_window(Core *self, Step *step, PyObject *store_key, long long start, PyObject *result,
              PyObject *timestamp)
@@ -512,12 +509,7 @@ write_window(Core *self, Step *step, PyObject *store_key, long long start, PyObj
     if ((written = PyObject_VectorcallMethod(str_put, index_args, 3, NULL)) == NULL)
         goto done;
     Py_DECREF(written);
-    if (self->starts_read
-        && (result == Py_None ? count_time(self->live_starts, start, -1)
-                              : (heap_push(&self->starts, start) < 0
-                                 || count_time(self->live_starts, start, 1) < 0)) < 0)
-        goto done;
-    failed = 0;
+    failed = data != Py_None ? pending_add(&self->pending, start, index) : 0;
 done:
     Py_DECREF(data);
     Py_XDECREF(value);
@@ -875,16 +867,26 @@ emit_final(Core *self, PyObject *record, wide close)
     wide lower = emitted == -1 ? 0 : emitted - self->difference;
     if (lower < 0)
         lower = 0;
-    if (self->starts_read) { /* no window started by `upper` since the last scan: none to find */
-        int found = heap_take_upto(&self->starts, self->live_starts,
-                                   upper > LLONG_MAX ? LLONG_MAX : (long long)upper);
-        if (found < 0)
-            return -1;
-        if (!found)
-            return set_int_attr(self->emitted_to, str_time, close);
-    }
     PyObject *low = wide_number(lower), *high = wide_number(upper), *closed = NULL;
-    if (low != NULL && high != NULL) {
+    if (low == NULL || high == NULL)
+        ;
+    else if (self->pending.state == PENDING_READ) { /* the windows held in memory */
+        /* _closed_windows on the time-first store: from what is still seen */
+        long long store_time;
+        PyObject *transaction = NULL;
+        if (int_attr(self->store_time, str_time, &store_time) == 0
+            && (transaction = PyObject_GetAttr(self->store, str_transaction)) != NULL) {
+            wide visible = (wide)store_time - self->retention + (self->time_first ? 0 : 1);
+            wide from = visible > lower ? visible : lower;
+            closed = from > upper ? PyList_New(0)
+                                  : pending_closed(&self->pending, transaction, str_get,
+                                                   self->result_deserialize, (long long)from,
+                                                   upper > LLONG_MAX ? LLONG_MAX
+                                                                     : (long long)upper, 0);
+        }
+        Py_XDECREF(transaction);
+    }
+    else {
         PyObject *args[3] = {self->aggregation, low, high};
         closed = PyObject_VectorcallMethod(str_closed_windows, args, 3, NULL);
     }
@@ -905,59 +907,22 @@ emit_final(Core *self, PyObject *record, wide close)
     return failed;
 }
 
-/* On window close, without a cache: the starts of the windows in the store that a scan for
- * final results may still find (from the time emitted to less the time difference), read
- * once, before the first record; from then on `write_window` counts each window written. */
+/* On window close, without a cache: the windows in the store a scan for final results may
+ * still find (from the time emitted to less the time difference) into memory, before a record
+ * (the first, or the next after memory dropped them). */
 static int
-read_starts(Core *self)
+read_pending(Core *self)
 {
     wide emitted;
     if (wide_attr(self->emitted_to, str_time, &emitted) < 0)
         return -1;
     wide lower = emitted == -1 ? 0 : emitted - self->difference;
-    if (lower < 0)
-        lower = 0;
-    if (lower > LLONG_MAX)
-        lower = LLONG_MAX;
+    lower = lower < 0 ? 0 : lower > LLONG_MAX ? LLONG_MAX : lower;
     PyObject *transaction = PyObject_GetAttr(self->store, str_transaction);
     if (transaction == NULL)
         return -1;
-    PyObject *low = PyBytes_FromStringAndSize(NULL, 9), *range = NULL, *iterator = NULL;
-    PyObject *pair = NULL, *high = PyBytes_FromStringAndSize("u", 1);
-    int failed = -1;
-    if (low == NULL || high == NULL)
-        goto done;
-    unsigned char *bytes = (unsigned char *)PyBytes_AS_STRING(low);
-    bytes[0] = 't';
-    unsigned long long number = (unsigned long long)(long long)lower;
-    for (int i = 8; i >= 1; i--, number >>= 8)
-        bytes[i] = (unsigned char)(number & 0xff);
-    PyObject *args[3] = {transaction, low, high};
-    if ((range = PyObject_VectorcallMethod(str_range, args, 3, NULL)) == NULL
-        || (iterator = PyObject_GetIter(range)) == NULL)
-        goto done;
-    while ((pair = PyIter_Next(iterator)) != NULL) {
-        long long start;
-        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
-            PyErr_SetString(PyExc_TypeError, "the store's range did not give (key, value)");
-            goto done;
-        }
-        if (unpack_at(PyTuple_GET_ITEM(pair, 0), 1, &start) < 0
-            || heap_push(&self->starts, start) < 0 || count_time(self->live_starts, start, 1) < 0)
-            goto done;
-        Py_CLEAR(pair);
-    }
-    if (!PyErr_Occurred()) {
-        self->starts_read = 1;
-        failed = 0;
-    }
-done:
+    int failed = pending_read(&self->pending, transaction, str_range, (long long)lower);
     Py_DECREF(transaction);
-    Py_XDECREF(low);
-    Py_XDECREF(high);
-    Py_XDECREF(range);
-    Py_XDECREF(iterator);
-    Py_XDECREF(pair);
     return failed;
 }
 
@@ -971,7 +936,7 @@ Core_process(Core *self, PyObject *record)
     }
     Step step = {record, PyTuple_GET_ITEM(record, 0), PyTuple_GET_ITEM(record, 1),
                  PyTuple_GET_ITEM(record, 2), NULL, 0, 0};
-    if (self->emit_final && self->max_bytes <= 0 && !self->starts_read && read_starts(self) < 0)
+    if (self->pending.state == PENDING_UNREAD && read_pending(self) < 0)
         return NULL;
     if (step.key == Py_None || step.value == Py_None) {
         if (count_dropped(self) < 0)
@@ -1035,19 +1000,19 @@ Core_init(Core *self, PyObject *args, PyObject *kwargs)
         "key_serialize", "key_deserialize", "string_keys", "result_deserialize", "initializer",
         "aggregator", "count", "difference", "grace", "retention", "time_first", "emit_final",
         "forward", "record_type", "windowed_type", "window_type", "result_serialize",
-        "long_results", NULL};
+        "long_results", "memory_bytes", NULL};
     PyObject *aggregation, *cache, *store, *stream_time, *store_time, *emitted_to, *task,
         *key_serialize, *key_deserialize, *result_deserialize, *initializer, *aggregator,
         *forward, *record_type, *windowed_type, *window_type, *result_serialize;
-    long long difference, grace, retention;
+    long long difference, grace, retention, memory_bytes;
     int string_keys, count, time_first, emit_final, long_results;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwargs, "$OOOOOOOOOpOOOpLLLppOO!O!O!Op", names, &aggregation, &cache, &store,
+            args, kwargs, "$OOOOOOOOOpOOOpLLLppOO!O!O!OpL", names, &aggregation, &cache, &store,
             &stream_time, &store_time, &emitted_to, &task, &key_serialize, &key_deserialize,
             &string_keys, &result_deserialize, &initializer, &aggregator, &count, &difference,
             &grace, &retention, &time_first, &emit_final, &forward, &PyType_Type, &record_type,
             &PyType_Type, &windowed_type, &PyType_Type, &window_type, &result_serialize,
-            &long_results))
+            &long_results, &memory_bytes))
         return -1;
     if (difference < 0 || grace < 0 || retention < 0) {
         PyErr_SetString(PyExc_ValueError, "sliding windows need difference, grace >= 0");
@@ -1086,12 +1051,9 @@ Core_init(Core *self, PyObject *args, PyObject *kwargs)
     self->time_first = time_first;
     self->emit_final = emit_final;
     self->long_results = long_results;
-    Py_XSETREF(self->live_starts, PyDict_New());
-    if (self->live_starts == NULL)
-        return -1;
-    heap_free(&self->starts);
-    self->starts_read = 0;
-    return 0;
+    /* on window close the cache is off (KeyedWindowAggregation.init): windows go to the store
+     * as written, and the ones not emitted are held in memory within the budget */
+    return pending_init(&self->pending, emit_final && max_bytes <= 0 ? memory_bytes : 0);
 }
 
 /* The aggregation, its cache and the task refer to one another and to this object: the
@@ -1101,7 +1063,6 @@ Core_traverse(Core *self, visitproc visit, void *arg)
 {
 #define VISIT(name) Py_VISIT(self->name);
     REFERENCES(VISIT)
-    VISIT(live_starts)
 #undef VISIT
     return 0;
 }
@@ -1111,8 +1072,8 @@ Core_clear(Core *self)
 {
 #define CLEAR(name) Py_CLEAR(self->name);
     REFERENCES(CLEAR)
-    CLEAR(live_starts)
 #undef CLEAR
+    pending_drop(&self->pending, PENDING_OFF);
     return 0;
 }
 
@@ -1121,7 +1082,7 @@ Core_dealloc(Core *self)
 {
     PyObject_GC_UnTrack(self);
     Core_clear(self);
-    heap_free(&self->starts);
+    pending_free(&self->pending);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -1189,7 +1150,8 @@ PyInit__sliding_core(void)
     INTERN(str_move_to_end, "move_to_end")
     INTERN(str_pack, "pack")
     INTERN(str_unpack_from, "unpack_from")
-    if ((empty_bytes = PyBytes_FromStringAndSize(NULL, 0)) == NULL)
+    if ((empty_bytes = PyBytes_FromStringAndSize(NULL, 0)) == NULL
+        || (str_get = PyUnicode_InternFromString("get")) == NULL)
         return NULL;
 #undef INTERN
     empty_tuple = PyTuple_New(0);

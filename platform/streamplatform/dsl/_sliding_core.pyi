@@ -34,5 +34,6 @@ class Core:
         window_type: type,
         result_serialize: Callable[[Any], bytes | None],
         long_results: bool,
+        memory_bytes: int,
     ) -> None: ...
     def process(self, record: Record) -> None: ...

@@ -30,6 +30,7 @@ from typing import Any
 from streamplatform.dsl.aggregate import (
     _TIMESTAMP,
     KeyedWindowAggregation,
+    _cache_bytes,
     is_count,
     keyed_prefix,
 )
@@ -88,6 +89,8 @@ class SlidingWindowAggregate(KeyedWindowAggregation):
             windowed_type=Windowed, window_type=Window,
             result_serialize=self.result_serde.serialize,
             long_results=self.result_serde is Serdes.long(),
+            # on window close: the windows not emitted yet held within the task's cache share
+            memory_bytes=_cache_bytes(context),
         )  # fmt: skip
 
     def process(self, record: Record) -> None:
