@@ -299,8 +299,10 @@ SETTINGS: tuple[Setting, ...] = (
             "record cache works as Kafka Streams' (here per task): the latest update per key "
             "waits for the commit (on Spark, the end of the micro-batch), so a key updated many "
             "times in a batch is forwarded once. A deduplication keeps its ids in memory within "
-            "its share and in RocksDB past it. 0: every update is forwarded, and no id is kept "
-            "in memory past a commit.", "bytes"),
+            "its share and in RocksDB past it; session and sliding windows keep a key's "
+            "windows, and on window close the windows not yet emitted, within theirs. 0: every "
+            "update is forwarded, and no id or window is kept in memory past a commit.",
+            "bytes"),
     Setting("statestore.uncommitted.max.records", _optional_limit, None, "Commit early when a "
             "task's stores hold more uncommitted entries than this (KIP-892). -1: no limit.",
             "int or -1"),
