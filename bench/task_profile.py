@@ -77,6 +77,7 @@ def main() -> None:
                 "application.id": "task-profile", "bootstrap.servers": "unused:9092",
                 "processing.guarantee": "exactly_once_v2", "state.dir": f"{directory}/state",
                 "platform.task.cache.idle.ms": 0,  # no task kept past the directory
+                **({"statestore.cache.max.bytes": int(os.environ["CACHE_BYTES"])} if "CACHE_BYTES" in os.environ else {}),
             }  # fmt: skip
             runner = TaskBatchRunner(
                 topology, settings, batch_id=0, last_committed=None, changelog_files={},

@@ -84,6 +84,31 @@ set_int_attr(PyObject *owner, PyObject *name, wide value)
     return failed;
 }
 
+/* The big-endian int64 at `bytes`. */
+static CORES_UNUSED long long
+int64_at(const char *bytes)
+{
+    unsigned long long value = 0;
+    for (int i = 0; i < 8; i++)
+        value = (value << 8) | (unsigned char)bytes[i];
+    return (long long)value;
+}
+
+/* result_serde.deserialize(bytes[:length]): Serdes.long()'s int in C for 8 bytes
+ * (`long_results`), else the serde's call. A new reference. */
+static CORES_UNUSED PyObject *
+deserialize_result(PyObject *deserialize, int long_results, const char *bytes, Py_ssize_t length)
+{
+    if (long_results && length == 8)
+        return PyLong_FromLongLong(int64_at(bytes));
+    PyObject *data = PyBytes_FromStringAndSize(bytes, length);
+    if (data == NULL)
+        return NULL;
+    PyObject *result = PyObject_CallOneArg(deserialize, data);
+    Py_DECREF(data);
+    return result;
+}
+
 /* A new entry of a record cache (aggregate.py, ResultCache): the list ``items`` (six references; the
  * last, the source record, is taken over in every case) under ``store_key`` in ``entries``,
  * its bytes added to the cache's ``bytes_name`` count, then the cache's ``evict_name`` called
@@ -243,15 +268,6 @@ pending_pop(PendingWindows *pending)
     return top;
 }
 
-/* The big-endian int64 at `bytes`. */
-static CORES_UNUSED long long
-int64_at(const char *bytes)
-{
-    unsigned long long value = 0;
-    for (int i = 0; i < 8; i++)
-        value = (value << 8) | (unsigned char)bytes[i];
-    return (long long)value;
-}
 
 /* Every window in the store's time index from time `low` on (PENDING_READ), or none when more
  * than half the limit are there (PENDING_OFF). `transaction`: the store's. */
@@ -308,7 +324,8 @@ done:
  * A new list. */
 static CORES_UNUSED PyObject *
 pending_closed(PendingWindows *pending, PyObject *transaction, PyObject *get_name,
-               PyObject *deserialize, long long low, long long high, Py_ssize_t tail)
+               PyObject *deserialize, int long_results, long long low, long long high,
+               Py_ssize_t tail)
 {
     PyObject *keys = PyList_New(0), *out = NULL;
     if (keys == NULL)
@@ -358,9 +375,9 @@ pending_closed(PendingWindows *pending, PyObject *transaction, PyObject *get_nam
             PyErr_SetString(PyExc_ValueError, "a stored window's value is too short");
             goto failed;
         }
-        PyObject *data = PyBytes_FromStringAndSize(PyBytes_AS_STRING(raw) + 8,
-                                                   PyBytes_GET_SIZE(raw) - 8);
-        PyObject *result = data == NULL ? NULL : PyObject_CallOneArg(deserialize, data);
+        PyObject *result = deserialize_result(deserialize, long_results,
+                                              PyBytes_AS_STRING(raw) + 8,
+                                              PyBytes_GET_SIZE(raw) - 8);
         PyObject *timestamp = PyLong_FromLongLong(int64_at(PyBytes_AS_STRING(raw)));
         PyObject *key = PyBytes_FromStringAndSize(bytes + 1 + suffix, length);
         PyObject *suffix_bytes = PyBytes_FromStringAndSize(bytes + 1, suffix);
@@ -368,7 +385,6 @@ pending_closed(PendingWindows *pending, PyObject *transaction, PyObject *get_nam
                                    || suffix_bytes == NULL
                                ? NULL : PyTuple_Pack(4, key, suffix_bytes, result, timestamp);
         Py_DECREF(raw);
-        Py_XDECREF(data);
         Py_XDECREF(result);
         Py_XDECREF(timestamp);
         Py_XDECREF(key);

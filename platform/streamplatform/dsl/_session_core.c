@@ -38,6 +38,8 @@ static PyObject *str_time, *str_current, *str_bytes, *str_dropped_records, *str_
  * key, its slot in its key's dict, and that dict and the key's prefix shared by the key's
  * sessions (one or two a key). An estimate, as the record cache's _ENTRY_BYTES. */
 #define KNOWN_SESSION_BYTES 400
+/* How many times the kept sessions may outgrow the budget before keeping them stops. */
+#define KNOWN_FORGETS 4
 
 typedef struct {
     PyObject_HEAD
@@ -53,9 +55,23 @@ typedef struct {
     PyObject *known;
     /* On window close, without a cache: the sessions not emitted yet, by end (_cores.h). */
     PendingWindows pending;
-    long long gap, grace, retention, max_bytes, entry_bytes, known_budget, known_sessions;
+    PyObject *transaction; /* the store's writing transaction, while a record is processed */
+    long long gap, grace, retention, max_bytes, entry_bytes, known_budget, known_sessions,
+        known_forgets;
     int string_keys, count, emit_final, long_results;
 } Core;
+
+/* self.store.transaction (a new reference), fetched once per record: a property that looks
+ * up the store's writing transaction, which no call within a record replaces. */
+static PyObject *
+store_transaction(Core *self)
+{
+    if (self->transaction == NULL
+        && (self->transaction = PyObject_GetAttr(self->store, str_transaction)) == NULL)
+        return NULL;
+    Py_INCREF(self->transaction);
+    return self->transaction;
+}
 
 /* self.dropped_records += 1 (a Python int: no bound). */
 static int
@@ -234,7 +250,7 @@ stored_windows(Core *self, PyObject *prefix, wide low, PyObject **found)
     PyObject *items = PyDict_New(), *pair = NULL, *cached = NULL;
     if (items == NULL)
         return NULL;
-    transaction = PyObject_GetAttr(self->store, str_transaction);
+    transaction = store_transaction(self);
     if (transaction == NULL)
         goto done;
     bounds[0] = transaction;
@@ -388,6 +404,17 @@ forget_known(Core *self)
     self->known_sessions = 0;
 }
 
+/* Over the budget: every kept session dropped. The KNOWN_FORGETS-th time keeping them is off
+ * for good: the keys' sessions outgrow the budget, and reading them back costs more than it
+ * saves. */
+static void
+over_budget(Core *self)
+{
+    forget_known(self);
+    if (++self->known_forgets >= KNOWN_FORGETS)
+        Py_CLEAR(self->known);
+}
+
 /* Keep the key's sessions read from the store and the cache (`items`, from what is still
  * seen), unless one of their results could change in place; within the budget. */
 static int
@@ -411,8 +438,13 @@ keep_sessions(Core *self, PyObject *prefix, PyObject *items)
         }
     }
     Py_ssize_t size = PyDict_Size(kept);
-    if ((self->known_sessions + size + 1) * KNOWN_SESSION_BYTES > self->known_budget)
-        forget_known(self);
+    if ((self->known_sessions + size + 1) * KNOWN_SESSION_BYTES > self->known_budget) {
+        over_budget(self);
+        if (self->known == NULL) {
+            Py_DECREF(kept);
+            return 0;
+        }
+    }
     int failed = PyDict_SetItem(self->known, prefix, kept);
     Py_DECREF(kept);
     if (!failed)
@@ -560,7 +592,7 @@ write_session(Core *self, PyObject *store_key, PyObject *prefix, long long time,
     memcpy(bytes + 1, PyBytes_AS_STRING(store_key) + at, SUFFIX);
     memcpy(bytes + 1 + SUFFIX, PyBytes_AS_STRING(store_key) + PREFIX_HEAD, at - PREFIX_HEAD);
     (void)length;
-    transaction = PyObject_GetAttr(self->store, str_transaction);
+    transaction = store_transaction(self);
     if (transaction == NULL)
         goto done;
     PyObject *args[3] = {transaction, store_key, value};
@@ -608,7 +640,7 @@ note_write(Core *self, PyObject *store_key, PyObject *prefix, long long end, PyO
                                 ? PyDict_Size(kept) - before
                                 : -before;
     if (self->known_sessions * KNOWN_SESSION_BYTES > self->known_budget)
-        forget_known(self);
+        over_budget(self);
     return 0;
 }
 
@@ -709,11 +741,11 @@ emit_final(Core *self, PyObject *record, wide close)
     if (args[1] == NULL || args[2] == NULL)
         goto done;
     if (self->pending.state == PENDING_READ) { /* the sessions held in memory */
-        PyObject *transaction = PyObject_GetAttr(self->store, str_transaction);
+        PyObject *transaction = store_transaction(self);
         if (transaction == NULL)
             goto done;
         closed = pending_closed(&self->pending, transaction, str_get, self->result_deserialize,
-                                lower, (long long)upper, 8);
+                                self->long_results, lower, (long long)upper, 8);
         Py_DECREF(transaction);
     }
     else
@@ -774,7 +806,7 @@ read_pending(Core *self)
     long long emitted;
     if (int_attr(self->emitted_to, str_time, &emitted) < 0)
         return -1;
-    PyObject *transaction = PyObject_GetAttr(self->store, str_transaction);
+    PyObject *transaction = store_transaction(self);
     if (transaction == NULL)
         return -1;
     int failed = pending_read(&self->pending, transaction, str_range, emitted > 0 ? emitted : 0);
@@ -980,7 +1012,7 @@ Core_init(Core *self, PyObject *args, PyObject *kwargs)
     self->emit_final = emit_final;
     self->long_results = long_results;
     self->known_budget = memory_bytes;
-    self->known_sessions = 0;
+    self->known_sessions = self->known_forgets = 0;
     Py_CLEAR(self->known);
     if (memory_bytes > 0 && (self->known = PyDict_New()) == NULL)
         return -1;
@@ -997,6 +1029,7 @@ Core_traverse(Core *self, visitproc visit, void *arg)
 #define VISIT(name) Py_VISIT(self->name);
     REFERENCES(VISIT)
     VISIT(known)
+    VISIT(transaction)
 #undef VISIT
     return 0;
 }
@@ -1007,6 +1040,7 @@ Core_clear(Core *self)
 #define CLEAR(name) Py_CLEAR(self->name);
     REFERENCES(CLEAR)
     CLEAR(known)
+    CLEAR(transaction)
 #undef CLEAR
     pending_drop(&self->pending, PENDING_OFF);
     return 0;
@@ -1030,7 +1064,9 @@ Core_process_checked(Core *self, PyObject *record)
         PyErr_SetString(PyExc_RuntimeError, "Core was not initialised");
         return NULL;
     }
-    return Core_process(self, record);
+    PyObject *out = Core_process(self, record);
+    Py_CLEAR(self->transaction);
+    return out;
 }
 
 static PyMethodDef Core_methods[] = {

@@ -37,6 +37,12 @@ static PyObject *str_time, *str_current, *str_bytes, *str_dropped_records, *str_
  * that does not fit, or a store value too short to hold one. */
 static PyObject *timestamp_struct;
 
+/* What memory holds per window kept between records (`known`), in bytes: its store key, its
+ * 3-tuple, its slot in its key's dict, and a share of that dict and of the key's prefix. An
+ * estimate, as the record cache's _ENTRY_BYTES. */
+#define KNOWN_WINDOW_BYTES 300
+/* How many times the kept windows may outgrow the budget before keeping them stops. */
+#define KNOWN_FORGETS 4
 #define KEYED_PREFIX 'k'
 #define PREFIX_HEAD 5 /* b"k" + the key's length, 4 bytes big-endian */
 
@@ -48,9 +54,29 @@ typedef struct {
     PyObject *forward, *record_type, *windowed_type, *window_type, *result_serialize;
     /* On window close, without a cache: the windows not emitted yet, by start (_cores.h). */
     PendingWindows pending;
+    /* A key's windows as _key_windows sees them (the cache's over the store's), kept between
+     * records so that the store is read once per key: prefix -> {store key: (store key,
+     * result, timestamp)}. Every write of a window goes through `put`, which keeps it up to
+     * date. Only immutable results are kept, and at most `known_budget` bytes of them: over
+     * it, all are dropped. NULL: off (no budget). */
+    PyObject *known;
+    long long known_budget, known_windows, known_forgets;
+    PyObject *transaction; /* the store's writing transaction, while a record is processed */
     long long difference, grace, retention, max_bytes, entry_bytes;
     int string_keys, count, time_first, emit_final, long_results;
 } Core;
+
+/* self.store.transaction (a new reference), fetched once per record: a property that looks
+ * up the store's writing transaction, which no call within a record replaces. */
+static PyObject *
+store_transaction(Core *self)
+{
+    if (self->transaction == NULL
+        && (self->transaction = PyObject_GetAttr(self->store, str_transaction)) == NULL)
+        return NULL;
+    Py_INCREF(self->transaction);
+    return self->transaction;
+}
 
 /* What one record's path shares. */
 typedef struct {
@@ -242,12 +268,9 @@ stored_pair(Core *self, PyObject *raw)
         return NULL;
     }
     Py_ssize_t length = PyBytes_GET_SIZE(raw);
-    PyObject *data = PyBytes_FromStringAndSize(PyBytes_AS_STRING(raw) + (length < 8 ? length : 8),
-                                               length < 8 ? 0 : length - 8);
-    if (data == NULL)
-        return NULL;
-    PyObject *result = PyObject_CallOneArg(self->result_deserialize, data);
-    Py_DECREF(data);
+    PyObject *result = deserialize_result(self->result_deserialize, self->long_results,
+                                          PyBytes_AS_STRING(raw) + (length < 8 ? length : 8),
+                                          length < 8 ? 0 : length - 8);
     if (result == NULL)
         return NULL;
     long long timestamp;
@@ -259,30 +282,20 @@ stored_pair(Core *self, PyObject *raw)
     return pair;
 }
 
-/* KeyedWindowAggregation._key_windows(prefix, low, high): the key's windows whose start is in
- * [low, high) and still seen, in time order, as a new list of (store key, result, timestamp):
- * the cache's over the store's, those whose result is None left out. */
+/* KeyedWindowAggregation._key_windows(prefix, low, high) as read from the cache and the
+ * store, `low` already bounded below by what is still seen (and `high` above it): the key's
+ * windows whose start is in [low, high), in time order, as a new list of (store key, result,
+ * timestamp): the cache's over the store's, those whose result is None left out. */
 static PyObject *
-key_windows(Core *self, PyObject *prefix, wide low, wide high)
+stored_windows(Core *self, PyObject *prefix, wide low, wide high)
 {
-    long long store_time;
-    if (int_attr(self->store_time, str_time, &store_time) < 0)
-        return NULL;
-    /* _visible_from: store time - retention + 1 (+ 0 in the time-first store), at least 0 */
-    wide visible = (wide)store_time - self->retention + (self->time_first ? 0 : 1);
-    if (low < visible)
-        low = visible;
-    if (low < 0)
-        low = 0;
-    if (high <= low)
-        return PyList_New(0);
     PyObject *low_key = NULL, *high_key = NULL, *transaction = NULL, *scan = NULL;
     PyObject *found = NULL, *keys = NULL, *out = NULL, *item = NULL, *members = NULL;
     if ((low_key = prefixed(prefix, low)) == NULL || (high_key = prefixed(prefix, high)) == NULL)
         goto done;
     if ((found = PyDict_New()) == NULL)
         goto done;
-    if ((transaction = PyObject_GetAttr(self->store, str_transaction)) == NULL)
+    if ((transaction = store_transaction(self)) == NULL)
         goto done;
     PyObject *range = PyObject_CallMethodObjArgs(transaction, str_range, low_key, high_key, NULL);
     if (range == NULL)
@@ -378,6 +391,160 @@ done:
     Py_XDECREF(found);
     Py_XDECREF(keys);
     return out;
+}
+
+/* The kept windows of a key (`kept`: store key -> (store key, result, timestamp)) whose start
+ * is in [low, high), as stored_windows gives them; those no longer seen (starting before
+ * `visible`) leave `kept`. */
+static PyObject *
+kept_windows(Core *self, PyObject *kept, Py_ssize_t at, wide low, wide high, wide visible)
+{
+    PyObject *out = PyList_New(0), *gone = PyList_New(0);
+    if (out == NULL || gone == NULL)
+        goto failed;
+    Py_ssize_t position = 0;
+    PyObject *store_key, *window;
+    while (PyDict_Next(kept, &position, &store_key, &window)) {
+        long long start;
+        if (unpack_at(store_key, at, &start) < 0)
+            goto failed;
+        if ((wide)start < visible) {
+            if (PyList_Append(gone, store_key) < 0)
+                goto failed;
+        }
+        else if ((wide)start >= low && (wide)start < high && PyList_Append(out, window) < 0)
+            goto failed;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(gone); i++) {
+        if (PyDict_DelItem(kept, PyList_GET_ITEM(gone, i)) < 0)
+            goto failed;
+        self->known_windows--;
+    }
+    Py_DECREF(gone);
+    if (PyList_Sort(out) < 0) { /* by store key: the first item, distinct */
+        Py_DECREF(out);
+        return NULL;
+    }
+    return out;
+failed:
+    Py_XDECREF(out);
+    Py_XDECREF(gone);
+    return NULL;
+}
+
+/* Forget every kept window (over the budget, or after a write that failed half-way). */
+static void
+forget_known(Core *self)
+{
+    if (self->known != NULL)
+        PyDict_Clear(self->known);
+    self->known_windows = 0;
+}
+
+/* Over the budget: every kept window dropped. The KNOWN_FORGETS-th time keeping them is off
+ * for good: the keys' windows outgrow the budget, and reading them back costs more than it
+ * saves. */
+static void
+over_budget(Core *self)
+{
+    forget_known(self);
+    if (++self->known_forgets >= KNOWN_FORGETS)
+        Py_CLEAR(self->known);
+}
+
+/* KeyedWindowAggregation._key_windows(prefix, low, high): the key's windows whose start is in
+ * [low, high) and still seen (see stored_windows), from the kept ones when the key's are
+ * kept; else read, and kept when their results cannot change in place. */
+static PyObject *
+key_windows(Core *self, PyObject *prefix, wide low, wide high)
+{
+    long long store_time;
+    if (int_attr(self->store_time, str_time, &store_time) < 0)
+        return NULL;
+    /* _visible_from: store time - retention + 1 (+ 0 in the time-first store), at least 0 */
+    wide visible = (wide)store_time - self->retention + (self->time_first ? 0 : 1);
+    if (visible < 0)
+        visible = 0;
+    if (low < visible)
+        low = visible;
+    if (high <= low)
+        return PyList_New(0);
+    if (self->known == NULL || high > LLONG_MAX) /* past int64: struct's error, as Python */
+        return stored_windows(self, prefix, low, high);
+    Py_ssize_t at = PyBytes_GET_SIZE(prefix);
+    PyObject *kept = PyDict_GetItemWithError(self->known, prefix);
+    if (kept != NULL)
+        return kept_windows(self, kept, at, low, high, visible);
+    if (PyErr_Occurred())
+        return NULL;
+    if (visible >= LLONG_MAX)
+        return stored_windows(self, prefix, low, high);
+    PyObject *every = stored_windows(self, prefix, visible, LLONG_MAX); /* all still seen */
+    if (every == NULL)
+        return NULL;
+    int keep = 1;
+    for (Py_ssize_t i = 0; keep && i < PyList_GET_SIZE(every); i++)
+        keep = immutable_result(PyTuple_GET_ITEM(PyList_GET_ITEM(every, i), 1));
+    if (!keep) { /* results that could change in place: read anew each time */
+        Py_DECREF(every);
+        return stored_windows(self, prefix, low, high);
+    }
+    Py_ssize_t size = PyList_GET_SIZE(every);
+    if ((self->known_windows + size + 1) * KNOWN_WINDOW_BYTES > self->known_budget) {
+        over_budget(self);
+        if (self->known == NULL) {
+            Py_DECREF(every);
+            return stored_windows(self, prefix, low, high);
+        }
+    }
+    PyObject *made = PyDict_New();
+    int failed = made == NULL;
+    for (Py_ssize_t i = 0; !failed && i < size; i++) {
+        PyObject *window = PyList_GET_ITEM(every, i);
+        failed = PyDict_SetItem(made, PyTuple_GET_ITEM(window, 0), window) < 0;
+    }
+    Py_DECREF(every);
+    if (failed || PyDict_SetItem(self->known, prefix, made) < 0) {
+        Py_XDECREF(made);
+        return NULL;
+    }
+    self->known_windows += size;
+    PyObject *out = kept_windows(self, made, at, low, high, visible);
+    Py_DECREF(made);
+    return out;
+}
+
+/* After a window's write: the kept windows of its key as the write left them. */
+static int
+note_write(Core *self, PyObject *prefix, PyObject *store_key, PyObject *result,
+           PyObject *timestamp)
+{
+    if (self->known == NULL)
+        return 0;
+    PyObject *kept = PyDict_GetItemWithError(self->known, prefix);
+    if (kept == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    if (!immutable_result(result)) { /* the key's are read from the store again */
+        self->known_windows -= PyDict_Size(kept);
+        return PyDict_DelItem(self->known, prefix);
+    }
+    Py_ssize_t before = PyDict_Size(kept);
+    int failed;
+    if (result == Py_None) {
+        int held = PyDict_Contains(kept, store_key);
+        failed = held < 0 || (held && PyDict_DelItem(kept, store_key) < 0);
+    }
+    else {
+        PyObject *window = PyTuple_Pack(3, store_key, result, timestamp);
+        failed = window == NULL || PyDict_SetItem(kept, store_key, window) < 0;
+        Py_XDECREF(window);
+    }
+    if (failed)
+        return -1;
+    self->known_windows += PyDict_Size(kept) - before;
+    if (self->known_windows * KNOWN_WINDOW_BYTES > self->known_budget)
+        over_budget(self);
+    return 0;
 }
 
 /* KeyedWindowCache.put(store_key, result, timestamp, forwarded, window) with a cache of its
@@ -498,7 +665,7 @@ write_window(Core *self, Step *step, PyObject *store_key, long long start, PyObj
     bytes[0] = 't';
     memcpy(bytes + 1, PyBytes_AS_STRING(store_key) + at, 8);
     memcpy(bytes + 9, PyBytes_AS_STRING(store_key) + PREFIX_HEAD, at - PREFIX_HEAD);
-    if ((transaction = PyObject_GetAttr(self->store, str_transaction)) == NULL)
+    if ((transaction = store_transaction(self)) == NULL)
         goto done;
     PyObject *args[3] = {transaction, store_key, value};
     PyObject *written = PyObject_VectorcallMethod(str_put, args, 3, NULL);
@@ -552,6 +719,10 @@ put(Core *self, Step *step, long long start, PyObject *result, PyObject *timesta
         failed = done == NULL ? -1 : 0;
         Py_XDECREF(done);
     }
+    if (failed)
+        forget_known(self); /* what the store holds of the key is not known any more */
+    else
+        failed = note_write(self, step->prefix, store_key, result, timestamp);
     Py_DECREF(store_key);
     Py_DECREF(window);
     return failed;
@@ -875,12 +1046,13 @@ emit_final(Core *self, PyObject *record, wide close)
         long long store_time;
         PyObject *transaction = NULL;
         if (int_attr(self->store_time, str_time, &store_time) == 0
-            && (transaction = PyObject_GetAttr(self->store, str_transaction)) != NULL) {
+            && (transaction = store_transaction(self)) != NULL) {
             wide visible = (wide)store_time - self->retention + (self->time_first ? 0 : 1);
             wide from = visible > lower ? visible : lower;
             closed = from > upper ? PyList_New(0)
                                   : pending_closed(&self->pending, transaction, str_get,
-                                                   self->result_deserialize, (long long)from,
+                                                   self->result_deserialize,
+                                                   self->long_results, (long long)from,
                                                    upper > LLONG_MAX ? LLONG_MAX
                                                                      : (long long)upper, 0);
         }
@@ -918,7 +1090,7 @@ read_pending(Core *self)
         return -1;
     wide lower = emitted == -1 ? 0 : emitted - self->difference;
     lower = lower < 0 ? 0 : lower > LLONG_MAX ? LLONG_MAX : lower;
-    PyObject *transaction = PyObject_GetAttr(self->store, str_transaction);
+    PyObject *transaction = store_transaction(self);
     if (transaction == NULL)
         return -1;
     int failed = pending_read(&self->pending, transaction, str_range, (long long)lower);
@@ -1051,6 +1223,11 @@ Core_init(Core *self, PyObject *args, PyObject *kwargs)
     self->time_first = time_first;
     self->emit_final = emit_final;
     self->long_results = long_results;
+    self->known_budget = memory_bytes;
+    self->known_windows = self->known_forgets = 0;
+    Py_CLEAR(self->known);
+    if (memory_bytes > 0 && (self->known = PyDict_New()) == NULL)
+        return -1;
     /* on window close the cache is off (KeyedWindowAggregation.init): windows go to the store
      * as written, and the ones not emitted are held in memory within the budget */
     return pending_init(&self->pending, emit_final && max_bytes <= 0 ? memory_bytes : 0);
@@ -1063,6 +1240,8 @@ Core_traverse(Core *self, visitproc visit, void *arg)
 {
 #define VISIT(name) Py_VISIT(self->name);
     REFERENCES(VISIT)
+    VISIT(transaction)
+    VISIT(known)
 #undef VISIT
     return 0;
 }
@@ -1072,6 +1251,8 @@ Core_clear(Core *self)
 {
 #define CLEAR(name) Py_CLEAR(self->name);
     REFERENCES(CLEAR)
+    CLEAR(transaction)
+    CLEAR(known)
 #undef CLEAR
     pending_drop(&self->pending, PENDING_OFF);
     return 0;
@@ -1095,7 +1276,9 @@ Core_process_checked(Core *self, PyObject *record)
         PyErr_SetString(PyExc_RuntimeError, "Core was not initialised");
         return NULL;
     }
-    return Core_process(self, record);
+    PyObject *out = Core_process(self, record);
+    Py_CLEAR(self->transaction);
+    return out;
 }
 
 static PyMethodDef Core_methods[] = {
