@@ -8,7 +8,9 @@ change to the per-record path shows here without the e2e bench's noise. Not a co
 is no peer for it); the e2e bench is the one with a target.
 
 ``--kind time|session|sliding`` runs window_bench's windowed count of that kind over its records
-(10,000 keys) instead; ``--profile`` prints cProfile's top functions of the last run.
+(10,000 keys) instead; ``--profile`` prints cProfile's top functions of the last run (and the
+callers of ``$PROFILE_CALLERS``, a function name); ``--cache-bytes`` sets
+``statestore.cache.max.bytes``.
 
     .venv/bin/python bench/task_profile.py [--records 600000] [--repeats 3] [--kind session]
 """
@@ -59,6 +61,7 @@ def main() -> None:
     parser.add_argument("--kind", choices=("dedup", "time", "session", "sliding"),
                         default="dedup")  # fmt: skip
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--cache-bytes", type=int, help="statestore.cache.max.bytes")
     args = parser.parse_args()
     if args.kind == "dedup":
         rows, topology, sink = (
@@ -77,8 +80,9 @@ def main() -> None:
                 "application.id": "task-profile", "bootstrap.servers": "unused:9092",
                 "processing.guarantee": "exactly_once_v2", "state.dir": f"{directory}/state",
                 "platform.task.cache.idle.ms": 0,  # no task kept past the directory
-                **({"statestore.cache.max.bytes": int(os.environ["CACHE_BYTES"])} if "CACHE_BYTES" in os.environ else {}),
             }  # fmt: skip
+            if args.cache_bytes is not None:
+                settings["statestore.cache.max.bytes"] = args.cache_bytes
             runner = TaskBatchRunner(
                 topology, settings, batch_id=0, last_committed=None, changelog_files={},
                 partitions={"bench": 1, sink: 1},
