@@ -151,6 +151,57 @@ add_cache_entry(PyObject *cache, PyObject *entries, PyObject *store_key, PyObjec
     return 0;
 }
 
+/* A key's windows kept between records by a core (prefix -> its windows as the store and the
+ * cache give them), at most `budget` bytes of them as the core counts them (`count` windows):
+ * over it all are dropped, and the KEPT_FORGETS-th time keeping them is off for good (the
+ * keys' windows outgrow the budget, and reading them back costs more than it saves).
+ * `by_key` NULL: off. */
+#define KEPT_FORGETS 4
+
+typedef struct {
+    PyObject *by_key;
+    long long budget, count, forgets;
+} KeptWindows;
+
+static CORES_UNUSED int
+kept_init(KeptWindows *kept, long long budget)
+{
+    Py_CLEAR(kept->by_key);
+    kept->budget = budget;
+    kept->count = kept->forgets = 0;
+    return budget > 0 && (kept->by_key = PyDict_New()) == NULL ? -1 : 0;
+}
+
+/* Every kept window dropped (over the budget, or after a write that failed half-way). */
+static CORES_UNUSED void
+kept_forget(KeptWindows *kept)
+{
+    if (kept->by_key != NULL)
+        PyDict_Clear(kept->by_key);
+    kept->count = 0;
+}
+
+/* Over the budget: every kept window dropped, and keeping them off the KEPT_FORGETS-th time. */
+static CORES_UNUSED void
+kept_over_budget(KeptWindows *kept)
+{
+    kept_forget(kept);
+    if (++kept->forgets >= KEPT_FORGETS)
+        Py_CLEAR(kept->by_key);
+}
+
+/* store.transaction (a new reference), looked up once per record into `*held` (which the core
+ * clears after each record): a property finding the store's writing transaction, which no
+ * call within a record replaces. */
+static CORES_UNUSED PyObject *
+transaction_of(PyObject *store, PyObject **held, PyObject *name)
+{
+    if (*held == NULL && (*held = PyObject_GetAttr(store, name)) == NULL)
+        return NULL;
+    Py_INCREF(*held);
+    return *held;
+}
+
 /* The windows a core on window close (without a cache) has not emitted yet, kept in memory so
  * that a record's final results need no scan of the store's time index: each window's key in
  * that index (b"t" + its time, 8 bytes big-endian, + the rest of its suffix + the key's
@@ -431,6 +482,73 @@ serialize_result(PyObject *serialize, int long_results, PyObject *result)
         PyErr_Clear(); /* the serde raises its own error */
     }
     return PyObject_CallOneArg(serialize, result);
+}
+
+/* What KeyedWindowAggregation._write does on window close, without a cache (where nothing
+ * is forwarded on update): `result` under `store_key` with `timestamp`, and the window's key
+ * in the time index (b"t" + the window's suffix, `suffix` bytes from `prefix_length` in the
+ * store key: its time, then the rest, + the key's bytes), both in `transaction`; a None
+ * result (as serialized) deletes both. The window is then held among those not emitted yet
+ * (`pending`, by its time). */
+static CORES_UNUSED int
+write_through(PyObject *transaction, PyObject *put_name, PyObject *store_key,
+              Py_ssize_t prefix_length, Py_ssize_t suffix, PyObject *serialize, int long_results,
+              PyObject *result, long long timestamp, PendingWindows *pending)
+{
+    if (!PyBytes_Check(store_key) || PyBytes_GET_SIZE(store_key) < prefix_length + suffix
+        || prefix_length < 5) {
+        PyErr_SetString(PyExc_ValueError, "a window's store key is too short");
+        return -1;
+    }
+    PyObject *data = serialize_result(serialize, long_results, result);
+    if (data == NULL)
+        return -1;
+    if (data != Py_None && !PyBytes_Check(data)) {
+        Py_DECREF(data);
+        PyErr_SetString(PyExc_TypeError, "the result serde did not give bytes");
+        return -1;
+    }
+    PyObject *value = Py_None, *index_value = Py_None, *index = NULL;
+    int failed = -1;
+    if (data != Py_None) {
+        Py_ssize_t length = PyBytes_GET_SIZE(data);
+        if ((value = PyBytes_FromStringAndSize(NULL, 8 + length)) == NULL
+            || (index_value = PyBytes_FromStringAndSize(NULL, 0)) == NULL)
+            goto done;
+        char *bytes = PyBytes_AS_STRING(value);
+        unsigned long long number = (unsigned long long)timestamp;
+        for (int i = 7; i >= 0; i--, number >>= 8)
+            bytes[i] = (char)(number & 0xff);
+        memcpy(bytes + 8, PyBytes_AS_STRING(data), length);
+    }
+    else {
+        Py_INCREF(value);
+        Py_INCREF(index_value);
+    }
+    const char *key = PyBytes_AS_STRING(store_key);
+    Py_ssize_t key_length = prefix_length - 5; /* after b"k" and the 4-byte length */
+    if ((index = PyBytes_FromStringAndSize(NULL, 1 + suffix + key_length)) == NULL)
+        goto done;
+    char *bytes = PyBytes_AS_STRING(index);
+    bytes[0] = 't';
+    memcpy(bytes + 1, key + prefix_length, suffix);
+    memcpy(bytes + 1 + suffix, key + 5, key_length);
+    PyObject *args[3] = {transaction, store_key, value};
+    PyObject *written = PyObject_VectorcallMethod(put_name, args, 3, NULL);
+    if (written == NULL)
+        goto done;
+    Py_DECREF(written);
+    PyObject *index_args[3] = {transaction, index, index_value};
+    if ((written = PyObject_VectorcallMethod(put_name, index_args, 3, NULL)) == NULL)
+        goto done;
+    Py_DECREF(written);
+    failed = data != Py_None ? pending_add(pending, int64_at(key + prefix_length), index) : 0;
+done:
+    Py_DECREF(data);
+    Py_XDECREF(value);
+    Py_XDECREF(index_value);
+    Py_XDECREF(index);
+    return failed;
 }
 
 #endif

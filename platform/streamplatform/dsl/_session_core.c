@@ -27,19 +27,17 @@
 static PyObject *str_time, *str_current, *str_bytes, *str_dropped_records, *str_transaction,
     *str_range, *str_put, *str_evict, *str_move_to_end, *str_closed_windows, *str_key,
     *str_window, *str_start, *str_end, *str_max_bytes, *str_entry_bytes, *empty_tuple, *zero,
-    *one, *struct_error, *empty_bytes, *str_get;
+    *one, *struct_error, *str_get;
 
 #define KEYED_PREFIX 'k'
 #define PREFIX_HEAD 5 /* b"k" + the key's length, 4 bytes big-endian, then the key */
 #define SUFFIX 16     /* a session's suffix: its end, then its start, 8 bytes big-endian each */
 #define LATEST LLONG_MAX /* aggregate._LATEST: the upper bound of a key's sessions */
 
-/* What memory holds per session a core keeps between records (`known`), in bytes: its store
+/* What memory holds per session a core keeps between records (`kept`), in bytes: its store
  * key, its slot in its key's dict, and that dict and the key's prefix shared by the key's
  * sessions (one or two a key). An estimate, as the record cache's _ENTRY_BYTES. */
 #define KNOWN_SESSION_BYTES 400
-/* How many times the kept sessions may outgrow the budget before keeping them stops. */
-#define KNOWN_FORGETS 4
 
 typedef struct {
     PyObject_HEAD
@@ -51,27 +49,14 @@ typedef struct {
      * records so that the store is read once per key: prefix -> {store key: result}. Every
      * write of a session goes through `put`, which keeps it up to date. Only immutable results
      * are kept (a stored result is read as a fresh copy; a kept one is handed out again), and
-     * at most `known_budget` bytes of them: over it, all are dropped. NULL: off (no budget). */
-    PyObject *known;
+     * within the budget (_cores.h, KeptWindows). */
+    KeptWindows kept;
     /* On window close, without a cache: the sessions not emitted yet, by end (_cores.h). */
     PendingWindows pending;
     PyObject *transaction; /* the store's writing transaction, while a record is processed */
-    long long gap, grace, retention, max_bytes, entry_bytes, known_budget, known_sessions,
-        known_forgets;
+    long long gap, grace, retention, max_bytes, entry_bytes;
     int string_keys, count, emit_final, long_results;
 } Core;
-
-/* self.store.transaction (a new reference), fetched once per record: a property that looks
- * up the store's writing transaction, which no call within a record replaces. */
-static PyObject *
-store_transaction(Core *self)
-{
-    if (self->transaction == NULL
-        && (self->transaction = PyObject_GetAttr(self->store, str_transaction)) == NULL)
-        return NULL;
-    Py_INCREF(self->transaction);
-    return self->transaction;
-}
 
 /* self.dropped_records += 1 (a Python int: no bound). */
 static int
@@ -250,7 +235,7 @@ stored_windows(Core *self, PyObject *prefix, wide low, PyObject **found)
     PyObject *items = PyDict_New(), *pair = NULL, *cached = NULL;
     if (items == NULL)
         return NULL;
-    transaction = store_transaction(self);
+    transaction = transaction_of(self->store, &self->transaction, str_transaction);
     if (transaction == NULL)
         goto done;
     bounds[0] = transaction;
@@ -381,7 +366,7 @@ kept_windows(Core *self, PyObject *prefix, PyObject *kept, wide low, wide visibl
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(gone); i++) {
         if (PyDict_DelItem(kept, PyList_GET_ITEM(gone, i)) < 0)
             goto done;
-        self->known_sessions--;
+        self->kept.count--;
     }
     out = PyDict_Keys(items);
     if (out != NULL && PyList_Sort(out) < 0) /* by end, then start */
@@ -393,26 +378,6 @@ done:
     else
         *found = items;
     return out;
-}
-
-/* Forget every kept session (over the budget, or after a write that failed half-way). */
-static void
-forget_known(Core *self)
-{
-    if (self->known != NULL)
-        PyDict_Clear(self->known);
-    self->known_sessions = 0;
-}
-
-/* Over the budget: every kept session dropped. The KNOWN_FORGETS-th time keeping them is off
- * for good: the keys' sessions outgrow the budget, and reading them back costs more than it
- * saves. */
-static void
-over_budget(Core *self)
-{
-    forget_known(self);
-    if (++self->known_forgets >= KNOWN_FORGETS)
-        Py_CLEAR(self->known);
 }
 
 /* Keep the key's sessions read from the store and the cache (`items`, from what is still
@@ -438,17 +403,17 @@ keep_sessions(Core *self, PyObject *prefix, PyObject *items)
         }
     }
     Py_ssize_t size = PyDict_Size(kept);
-    if ((self->known_sessions + size + 1) * KNOWN_SESSION_BYTES > self->known_budget) {
-        over_budget(self);
-        if (self->known == NULL) {
+    if ((self->kept.count + size + 1) * KNOWN_SESSION_BYTES > self->kept.budget) {
+        kept_over_budget(&self->kept);
+        if (self->kept.by_key == NULL) {
             Py_DECREF(kept);
             return 0;
         }
     }
-    int failed = PyDict_SetItem(self->known, prefix, kept);
+    int failed = PyDict_SetItem(self->kept.by_key, prefix, kept);
     Py_DECREF(kept);
     if (!failed)
-        self->known_sessions += size;
+        self->kept.count += size;
     return failed;
 }
 
@@ -470,9 +435,9 @@ key_windows(Core *self, PyObject *prefix, wide low, PyObject **found)
         low = visible;
     if (low >= LATEST) /* high <= low: nothing */
         return PyList_New(0);
-    if (self->known == NULL)
+    if (self->kept.by_key == NULL)
         return stored_windows(self, prefix, low, found);
-    PyObject *kept = PyDict_GetItemWithError(self->known, prefix);
+    PyObject *kept = PyDict_GetItemWithError(self->kept.by_key, prefix);
     if (kept != NULL)
         return kept_windows(self, prefix, kept, low, visible, found);
     if (PyErr_Occurred())
@@ -552,76 +517,14 @@ cache_put(Core *self, PyObject *store_key, PyObject *prefix, PyObject *result,
                            self->max_bytes, str_bytes, str_evict);
 }
 
-/* What KeyedWindowAggregation._write does for a session (on window close, without a cache,
- * where nothing is forwarded on update): its result under its store key, with its end as
- * timestamp, and its key in the time index (b"t" + end + start + key), in the store's
- * transaction; None deletes both. */
-static int
-write_session(Core *self, PyObject *store_key, PyObject *prefix, long long time,
-              PyObject *result)
-{
-    PyObject *data = serialize_result(self->result_serialize, self->long_results, result);
-    if (data == NULL)
-        return -1;
-    if (data != Py_None && !PyBytes_Check(data)) {
-        Py_DECREF(data);
-        PyErr_SetString(PyExc_TypeError, "the result serde did not give bytes");
-        return -1;
-    }
-    Py_ssize_t at = PyBytes_GET_SIZE(prefix), length = PyBytes_GET_SIZE(store_key);
-    PyObject *value = Py_None, *index_value = Py_None, *index = NULL, *transaction = NULL;
-    int failed = -1;
-    if (data != Py_None) {
-        value = PyBytes_FromStringAndSize(NULL, 8 + PyBytes_GET_SIZE(data));
-        if (value == NULL)
-            goto done;
-        put_int64((unsigned char *)PyBytes_AS_STRING(value), time);
-        memcpy(PyBytes_AS_STRING(value) + 8, PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data));
-        index_value = empty_bytes;
-    }
-    else
-        Py_INCREF(value);
-    if (check_holds(store_key, at, SUFFIX) < 0)
-        goto done;
-    /* _time_key(store_key): b"t" + the suffix (end, start) + the key's bytes */
-    index = PyBytes_FromStringAndSize(NULL, 1 + SUFFIX + (at - PREFIX_HEAD));
-    if (index == NULL)
-        goto done;
-    char *bytes = PyBytes_AS_STRING(index);
-    bytes[0] = 't';
-    memcpy(bytes + 1, PyBytes_AS_STRING(store_key) + at, SUFFIX);
-    memcpy(bytes + 1 + SUFFIX, PyBytes_AS_STRING(store_key) + PREFIX_HEAD, at - PREFIX_HEAD);
-    (void)length;
-    transaction = store_transaction(self);
-    if (transaction == NULL)
-        goto done;
-    PyObject *args[3] = {transaction, store_key, value};
-    PyObject *written = PyObject_VectorcallMethod(str_put, args, 3, NULL);
-    if (written == NULL)
-        goto done;
-    Py_DECREF(written);
-    PyObject *index_args[3] = {transaction, index, index_value};
-    written = PyObject_VectorcallMethod(str_put, index_args, 3, NULL);
-    if (written == NULL)
-        goto done;
-    Py_DECREF(written);
-    failed = data != Py_None ? pending_add(&self->pending, time, index) : 0;
-done:
-    Py_DECREF(data);
-    Py_XDECREF(value);
-    Py_XDECREF(index);
-    Py_XDECREF(transaction);
-    return failed;
-}
-
 /* After a session's write: the kept sessions of its key, and the ends of live sessions, as
  * the write left them. */
 static int
 note_write(Core *self, PyObject *store_key, PyObject *prefix, long long end, PyObject *result)
 {
-    if (self->known == NULL)
+    if (self->kept.by_key == NULL)
         return 0;
-    PyObject *kept = PyDict_GetItemWithError(self->known, prefix);
+    PyObject *kept = PyDict_GetItemWithError(self->kept.by_key, prefix);
     if (kept == NULL)
         return PyErr_Occurred() ? -1 : 0;
     Py_ssize_t before = PyDict_Size(kept);
@@ -633,14 +536,14 @@ note_write(Core *self, PyObject *store_key, PyObject *prefix, long long end, PyO
     else if (immutable_result(result))
         failed = PyDict_SetItem(kept, store_key, result) < 0;
     else /* a result that could change in place: the key's are read from the store again */
-        failed = PyDict_DelItem(self->known, prefix) < 0;
+        failed = PyDict_DelItem(self->kept.by_key, prefix) < 0;
     if (failed)
         return -1;
-    self->known_sessions += (result == Py_None || immutable_result(result))
+    self->kept.count += (result == Py_None || immutable_result(result))
                                 ? PyDict_Size(kept) - before
                                 : -before;
-    if (self->known_sessions * KNOWN_SESSION_BYTES > self->known_budget)
-        over_budget(self);
+    if (self->kept.count * KNOWN_SESSION_BYTES > self->kept.budget)
+        kept_over_budget(&self->kept);
     return 0;
 }
 
@@ -654,7 +557,7 @@ put(Core *self, PyObject *store_key, PyObject *prefix, long long time, PyObject 
     PyObject *record, long long start)
 {
     if (put_session(self, store_key, prefix, time, result, record, start) < 0) {
-        forget_known(self); /* what the store holds of the key is not known any more */
+        kept_forget(&self->kept); /* what the store holds of the key is not known any more */
         return -1;
     }
     return note_write(self, store_key, prefix, time, result);
@@ -674,8 +577,16 @@ put_session(Core *self, PyObject *store_key, PyObject *prefix, long long time, P
         if (time > store_time && set_int_attr(self->store_time, str_time, time) < 0)
             return -1;
     }
-    if (self->emit_final && self->max_bytes <= 0) /* on close: nothing on update */
-        return write_session(self, store_key, prefix, time, result);
+    if (self->emit_final && self->max_bytes <= 0) { /* on close: the store written at once */
+        PyObject *transaction = transaction_of(self->store, &self->transaction, str_transaction);
+        if (transaction == NULL)
+            return -1;
+        int failed = write_through(transaction, str_put, store_key, PyBytes_GET_SIZE(prefix),
+                                   SUFFIX, self->result_serialize, self->long_results, result,
+                                   time, &self->pending);
+        Py_DECREF(transaction);
+        return failed;
+    }
     PyObject *forwarded = self->emit_final ? Py_None : record;
     PyObject *timestamp = PyLong_FromLongLong(time);
     PyObject *window = timestamp == NULL ? NULL : window_of(self, start, time);
@@ -741,7 +652,7 @@ emit_final(Core *self, PyObject *record, wide close)
     if (args[1] == NULL || args[2] == NULL)
         goto done;
     if (self->pending.state == PENDING_READ) { /* the sessions held in memory */
-        PyObject *transaction = store_transaction(self);
+        PyObject *transaction = transaction_of(self->store, &self->transaction, str_transaction);
         if (transaction == NULL)
             goto done;
         closed = pending_closed(&self->pending, transaction, str_get, self->result_deserialize,
@@ -806,7 +717,7 @@ read_pending(Core *self)
     long long emitted;
     if (int_attr(self->emitted_to, str_time, &emitted) < 0)
         return -1;
-    PyObject *transaction = store_transaction(self);
+    PyObject *transaction = transaction_of(self->store, &self->transaction, str_transaction);
     if (transaction == NULL)
         return -1;
     int failed = pending_read(&self->pending, transaction, str_range, emitted > 0 ? emitted : 0);
@@ -1011,10 +922,7 @@ Core_init(Core *self, PyObject *args, PyObject *kwargs)
     self->count = count;
     self->emit_final = emit_final;
     self->long_results = long_results;
-    self->known_budget = memory_bytes;
-    self->known_sessions = self->known_forgets = 0;
-    Py_CLEAR(self->known);
-    if (memory_bytes > 0 && (self->known = PyDict_New()) == NULL)
+    if (kept_init(&self->kept, memory_bytes) < 0)
         return -1;
     /* on window close the cache is off (KeyedWindowAggregation.init): sessions go to the
      * store as written, and the ones not emitted are held in memory within the budget */
@@ -1028,7 +936,7 @@ Core_traverse(Core *self, visitproc visit, void *arg)
 {
 #define VISIT(name) Py_VISIT(self->name);
     REFERENCES(VISIT)
-    VISIT(known)
+    VISIT(kept.by_key)
     VISIT(transaction)
 #undef VISIT
     return 0;
@@ -1039,7 +947,7 @@ Core_clear(Core *self)
 {
 #define CLEAR(name) Py_CLEAR(self->name);
     REFERENCES(CLEAR)
-    CLEAR(known)
+    CLEAR(kept.by_key)
     CLEAR(transaction)
 #undef CLEAR
     pending_drop(&self->pending, PENDING_OFF);
@@ -1117,8 +1025,7 @@ PyInit__session_core(void)
     INTERN(str_max_bytes, "max_bytes")
     INTERN(str_entry_bytes, "_ENTRY_BYTES")
 #undef INTERN
-    empty_bytes = PyBytes_FromStringAndSize(NULL, 0);
-    if (empty_bytes == NULL || (str_get = PyUnicode_InternFromString("get")) == NULL)
+    if ((str_get = PyUnicode_InternFromString("get")) == NULL)
         return NULL;
     empty_tuple = PyTuple_New(0);
     zero = PyLong_FromLong(0);

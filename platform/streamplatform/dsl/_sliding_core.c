@@ -32,17 +32,16 @@
 static PyObject *str_time, *str_current, *str_bytes, *str_dropped_records, *str_key,
     *str_window, *str_start, *str_end, *str_max_bytes, *str_entry_bytes, *str_entries,
     *str_by_prefix, *str_transaction, *str_range, *str_closed_windows, *str_put, *str_evict,
-    *str_move_to_end, *str_pack, *str_unpack_from, *empty_tuple, *one, *zero, *empty_bytes, *str_get;
+    *str_move_to_end, *str_pack, *str_unpack_from, *empty_tuple, *one, *zero,
+    *str_get;
 /* struct.Struct(">q"), as aggregate.py's _TIMESTAMP: it raises what Python raises for a time
  * that does not fit, or a store value too short to hold one. */
 static PyObject *timestamp_struct;
 
-/* What memory holds per window kept between records (`known`), in bytes: its store key, its
+/* What memory holds per window kept between records (`kept`), in bytes: its store key, its
  * 3-tuple, its slot in its key's dict, and a share of that dict and of the key's prefix. An
  * estimate, as the record cache's _ENTRY_BYTES. */
 #define KNOWN_WINDOW_BYTES 300
-/* How many times the kept windows may outgrow the budget before keeping them stops. */
-#define KNOWN_FORGETS 4
 #define KEYED_PREFIX 'k'
 #define PREFIX_HEAD 5 /* b"k" + the key's length, 4 bytes big-endian */
 
@@ -57,26 +56,12 @@ typedef struct {
     /* A key's windows as _key_windows sees them (the cache's over the store's), kept between
      * records so that the store is read once per key: prefix -> {store key: (store key,
      * result, timestamp)}. Every write of a window goes through `put`, which keeps it up to
-     * date. Only immutable results are kept, and at most `known_budget` bytes of them: over
-     * it, all are dropped. NULL: off (no budget). */
-    PyObject *known;
-    long long known_budget, known_windows, known_forgets;
+     * date. Only immutable results are kept, within the budget (_cores.h, KeptWindows). */
+    KeptWindows kept;
     PyObject *transaction; /* the store's writing transaction, while a record is processed */
     long long difference, grace, retention, max_bytes, entry_bytes;
     int string_keys, count, time_first, emit_final, long_results;
 } Core;
-
-/* self.store.transaction (a new reference), fetched once per record: a property that looks
- * up the store's writing transaction, which no call within a record replaces. */
-static PyObject *
-store_transaction(Core *self)
-{
-    if (self->transaction == NULL
-        && (self->transaction = PyObject_GetAttr(self->store, str_transaction)) == NULL)
-        return NULL;
-    Py_INCREF(self->transaction);
-    return self->transaction;
-}
 
 /* What one record's path shares. */
 typedef struct {
@@ -295,7 +280,7 @@ stored_windows(Core *self, PyObject *prefix, wide low, wide high)
         goto done;
     if ((found = PyDict_New()) == NULL)
         goto done;
-    if ((transaction = store_transaction(self)) == NULL)
+    if ((transaction = transaction_of(self->store, &self->transaction, str_transaction)) == NULL)
         goto done;
     PyObject *range = PyObject_CallMethodObjArgs(transaction, str_range, low_key, high_key, NULL);
     if (range == NULL)
@@ -418,7 +403,7 @@ kept_windows(Core *self, PyObject *kept, Py_ssize_t at, wide low, wide high, wid
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(gone); i++) {
         if (PyDict_DelItem(kept, PyList_GET_ITEM(gone, i)) < 0)
             goto failed;
-        self->known_windows--;
+        self->kept.count--;
     }
     Py_DECREF(gone);
     if (PyList_Sort(out) < 0) { /* by store key: the first item, distinct */
@@ -430,26 +415,6 @@ failed:
     Py_XDECREF(out);
     Py_XDECREF(gone);
     return NULL;
-}
-
-/* Forget every kept window (over the budget, or after a write that failed half-way). */
-static void
-forget_known(Core *self)
-{
-    if (self->known != NULL)
-        PyDict_Clear(self->known);
-    self->known_windows = 0;
-}
-
-/* Over the budget: every kept window dropped. The KNOWN_FORGETS-th time keeping them is off
- * for good: the keys' windows outgrow the budget, and reading them back costs more than it
- * saves. */
-static void
-over_budget(Core *self)
-{
-    forget_known(self);
-    if (++self->known_forgets >= KNOWN_FORGETS)
-        Py_CLEAR(self->known);
 }
 
 /* KeyedWindowAggregation._key_windows(prefix, low, high): the key's windows whose start is in
@@ -469,10 +434,10 @@ key_windows(Core *self, PyObject *prefix, wide low, wide high)
         low = visible;
     if (high <= low)
         return PyList_New(0);
-    if (self->known == NULL || high > LLONG_MAX) /* past int64: struct's error, as Python */
+    if (self->kept.by_key == NULL || high > LLONG_MAX) /* past int64: struct's error, as Python */
         return stored_windows(self, prefix, low, high);
     Py_ssize_t at = PyBytes_GET_SIZE(prefix);
-    PyObject *kept = PyDict_GetItemWithError(self->known, prefix);
+    PyObject *kept = PyDict_GetItemWithError(self->kept.by_key, prefix);
     if (kept != NULL)
         return kept_windows(self, kept, at, low, high, visible);
     if (PyErr_Occurred())
@@ -490,9 +455,9 @@ key_windows(Core *self, PyObject *prefix, wide low, wide high)
         return stored_windows(self, prefix, low, high);
     }
     Py_ssize_t size = PyList_GET_SIZE(every);
-    if ((self->known_windows + size + 1) * KNOWN_WINDOW_BYTES > self->known_budget) {
-        over_budget(self);
-        if (self->known == NULL) {
+    if ((self->kept.count + size + 1) * KNOWN_WINDOW_BYTES > self->kept.budget) {
+        kept_over_budget(&self->kept);
+        if (self->kept.by_key == NULL) {
             Py_DECREF(every);
             return stored_windows(self, prefix, low, high);
         }
@@ -504,11 +469,11 @@ key_windows(Core *self, PyObject *prefix, wide low, wide high)
         failed = PyDict_SetItem(made, PyTuple_GET_ITEM(window, 0), window) < 0;
     }
     Py_DECREF(every);
-    if (failed || PyDict_SetItem(self->known, prefix, made) < 0) {
+    if (failed || PyDict_SetItem(self->kept.by_key, prefix, made) < 0) {
         Py_XDECREF(made);
         return NULL;
     }
-    self->known_windows += size;
+    self->kept.count += size;
     PyObject *out = kept_windows(self, made, at, low, high, visible);
     Py_DECREF(made);
     return out;
@@ -519,14 +484,14 @@ static int
 note_write(Core *self, PyObject *prefix, PyObject *store_key, PyObject *result,
            PyObject *timestamp)
 {
-    if (self->known == NULL)
+    if (self->kept.by_key == NULL)
         return 0;
-    PyObject *kept = PyDict_GetItemWithError(self->known, prefix);
+    PyObject *kept = PyDict_GetItemWithError(self->kept.by_key, prefix);
     if (kept == NULL)
         return PyErr_Occurred() ? -1 : 0;
     if (!immutable_result(result)) { /* the key's are read from the store again */
-        self->known_windows -= PyDict_Size(kept);
-        return PyDict_DelItem(self->known, prefix);
+        self->kept.count -= PyDict_Size(kept);
+        return PyDict_DelItem(self->kept.by_key, prefix);
     }
     Py_ssize_t before = PyDict_Size(kept);
     int failed;
@@ -541,9 +506,9 @@ note_write(Core *self, PyObject *prefix, PyObject *store_key, PyObject *result,
     }
     if (failed)
         return -1;
-    self->known_windows += PyDict_Size(kept) - before;
-    if (self->known_windows * KNOWN_WINDOW_BYTES > self->known_budget)
-        over_budget(self);
+    self->kept.count += PyDict_Size(kept) - before;
+    if (self->kept.count * KNOWN_WINDOW_BYTES > self->kept.budget)
+        kept_over_budget(&self->kept);
     return 0;
 }
 
@@ -623,65 +588,22 @@ done:
     return failed;
 }
 
-/* What KeyedWindowAggregation._write does for a window (on window close, without a cache,
- * where nothing is forwarded on update): its result under `store_key`, with `timestamp`, and
- * its key in the time index (b"t" + start + key), in the store's transaction; a None result
- * deletes both. Then the window is held among those not yet emitted. */
+/* On window close: the window to the store at once (write_through), nothing forwarded on
+ * update. */
 static int
-write_window(Core *self, Step *step, PyObject *store_key, long long start, PyObject *result,
-             PyObject *timestamp)
+write_through_now(Core *self, Step *step, PyObject *store_key, PyObject *result,
+                  PyObject *timestamp)
 {
     long long time;
     if (as_int64(timestamp, &time) < 0)
         return -1;
-    PyObject *data = serialize_result(self->result_serialize, self->long_results, result);
-    if (data == NULL)
+    PyObject *transaction = transaction_of(self->store, &self->transaction, str_transaction);
+    if (transaction == NULL)
         return -1;
-    if (data != Py_None && !PyBytes_Check(data)) {
-        Py_DECREF(data);
-        PyErr_SetString(PyExc_TypeError, "the result serde did not give bytes");
-        return -1;
-    }
-    Py_ssize_t at = PyBytes_GET_SIZE(step->prefix);
-    PyObject *value = Py_None, *index_value = Py_None, *index = NULL, *transaction = NULL;
-    int failed = -1;
-    if (data != Py_None) {
-        Py_ssize_t length = PyBytes_GET_SIZE(data);
-        if ((value = PyBytes_FromStringAndSize(NULL, 8 + length)) == NULL)
-            goto done;
-        unsigned char *bytes = (unsigned char *)PyBytes_AS_STRING(value);
-        unsigned long long number = (unsigned long long)time;
-        for (int i = 7; i >= 0; i--, number >>= 8)
-            bytes[i] = (unsigned char)(number & 0xff);
-        memcpy(bytes + 8, PyBytes_AS_STRING(data), length);
-        index_value = empty_bytes;
-    }
-    else
-        Py_INCREF(value);
-    /* _time_key(store_key): b"t" + the start (8 bytes) + the key's bytes */
-    if ((index = PyBytes_FromStringAndSize(NULL, 1 + 8 + (at - PREFIX_HEAD))) == NULL)
-        goto done;
-    char *bytes = PyBytes_AS_STRING(index);
-    bytes[0] = 't';
-    memcpy(bytes + 1, PyBytes_AS_STRING(store_key) + at, 8);
-    memcpy(bytes + 9, PyBytes_AS_STRING(store_key) + PREFIX_HEAD, at - PREFIX_HEAD);
-    if ((transaction = store_transaction(self)) == NULL)
-        goto done;
-    PyObject *args[3] = {transaction, store_key, value};
-    PyObject *written = PyObject_VectorcallMethod(str_put, args, 3, NULL);
-    if (written == NULL)
-        goto done;
-    Py_DECREF(written);
-    PyObject *index_args[3] = {transaction, index, index_value};
-    if ((written = PyObject_VectorcallMethod(str_put, index_args, 3, NULL)) == NULL)
-        goto done;
-    Py_DECREF(written);
-    failed = data != Py_None ? pending_add(&self->pending, start, index) : 0;
-done:
-    Py_DECREF(data);
-    Py_XDECREF(value);
-    Py_XDECREF(index);
-    Py_XDECREF(transaction);
+    int failed = write_through(transaction, str_put, store_key, PyBytes_GET_SIZE(step->prefix),
+                               8, self->result_serialize, self->long_results, result, time,
+                               &self->pending);
+    Py_DECREF(transaction);
     return failed;
 }
 
@@ -710,7 +632,7 @@ put(Core *self, Step *step, long long start, PyObject *result, PyObject *timesta
     PyObject *forwarded = self->emit_final ? Py_None : step->record;
     int failed;
     if (self->emit_final && self->max_bytes <= 0) /* on close: nothing forwarded on update */
-        failed = write_window(self, step, store_key, start, result, timestamp);
+        failed = write_through_now(self, step, store_key, result, timestamp);
     else if (self->max_bytes > 0)
         failed = cache_put(self, step->prefix, store_key, result, timestamp, forwarded, window);
     else {
@@ -720,7 +642,7 @@ put(Core *self, Step *step, long long start, PyObject *result, PyObject *timesta
         Py_XDECREF(done);
     }
     if (failed)
-        forget_known(self); /* what the store holds of the key is not known any more */
+        kept_forget(&self->kept); /* what the store holds of the key is not known any more */
     else
         failed = note_write(self, step->prefix, store_key, result, timestamp);
     Py_DECREF(store_key);
@@ -1046,7 +968,7 @@ emit_final(Core *self, PyObject *record, wide close)
         long long store_time;
         PyObject *transaction = NULL;
         if (int_attr(self->store_time, str_time, &store_time) == 0
-            && (transaction = store_transaction(self)) != NULL) {
+            && (transaction = transaction_of(self->store, &self->transaction, str_transaction)) != NULL) {
             wide visible = (wide)store_time - self->retention + (self->time_first ? 0 : 1);
             wide from = visible > lower ? visible : lower;
             closed = from > upper ? PyList_New(0)
@@ -1090,7 +1012,7 @@ read_pending(Core *self)
         return -1;
     wide lower = emitted == -1 ? 0 : emitted - self->difference;
     lower = lower < 0 ? 0 : lower > LLONG_MAX ? LLONG_MAX : lower;
-    PyObject *transaction = store_transaction(self);
+    PyObject *transaction = transaction_of(self->store, &self->transaction, str_transaction);
     if (transaction == NULL)
         return -1;
     int failed = pending_read(&self->pending, transaction, str_range, (long long)lower);
@@ -1223,10 +1145,7 @@ Core_init(Core *self, PyObject *args, PyObject *kwargs)
     self->time_first = time_first;
     self->emit_final = emit_final;
     self->long_results = long_results;
-    self->known_budget = memory_bytes;
-    self->known_windows = self->known_forgets = 0;
-    Py_CLEAR(self->known);
-    if (memory_bytes > 0 && (self->known = PyDict_New()) == NULL)
+    if (kept_init(&self->kept, memory_bytes) < 0)
         return -1;
     /* on window close the cache is off (KeyedWindowAggregation.init): windows go to the store
      * as written, and the ones not emitted are held in memory within the budget */
@@ -1241,7 +1160,7 @@ Core_traverse(Core *self, visitproc visit, void *arg)
 #define VISIT(name) Py_VISIT(self->name);
     REFERENCES(VISIT)
     VISIT(transaction)
-    VISIT(known)
+    VISIT(kept.by_key)
 #undef VISIT
     return 0;
 }
@@ -1252,7 +1171,7 @@ Core_clear(Core *self)
 #define CLEAR(name) Py_CLEAR(self->name);
     REFERENCES(CLEAR)
     CLEAR(transaction)
-    CLEAR(known)
+    CLEAR(kept.by_key)
 #undef CLEAR
     pending_drop(&self->pending, PENDING_OFF);
     return 0;
@@ -1333,8 +1252,7 @@ PyInit__sliding_core(void)
     INTERN(str_move_to_end, "move_to_end")
     INTERN(str_pack, "pack")
     INTERN(str_unpack_from, "unpack_from")
-    if ((empty_bytes = PyBytes_FromStringAndSize(NULL, 0)) == NULL
-        || (str_get = PyUnicode_InternFromString("get")) == NULL)
+    if ((str_get = PyUnicode_InternFromString("get")) == NULL)
         return NULL;
 #undef INTERN
     empty_tuple = PyTuple_New(0);
