@@ -15,6 +15,7 @@ from streamplatform import (
     EmitStrategy,
     JoinWindows,
     SessionWindows,
+    SlidingWindows,
     StreamsBuilder,
     TimeWindows,
 )
@@ -90,6 +91,24 @@ def session_counts():
     return b.build(), ["clicks"]
 
 
+def sliding_counts():
+    """Kafka Streams' sliding windows (5 s apart at most, 1 s of grace), final counts: the
+    windows not yet emitted and a key's windows held in memory across batches."""
+    b = StreamsBuilder()
+    (
+        b.stream("clicks", Serdes.string(), Serdes.json())
+        .group_by_key()
+        .windowed_by(SlidingWindows.of_time_difference_and_grace(timedelta(seconds=5),
+                                                                 timedelta(seconds=1)))
+        .emit_strategy(EmitStrategy.on_window_close())
+        .count()
+        .to_stream()
+        .map(lambda w, n: (f"{w.key}@{w.window.start}-{w.window.end}", n))
+        .to("out", key_serde=Serdes.string(), value_serde=Serdes.long())
+    )  # fmt: skip
+    return b.build(), ["clicks"]
+
+
 def join_of_two_rekeyed_streams():
     """Three sub-topologies: each stream re-keyed by page, then joined within 10 s."""
     b = StreamsBuilder()
@@ -154,7 +173,7 @@ def run_cut(make, seed: int, tmp_path) -> tuple[list, list, int]:
 
 
 SHAPES = [rekeyed_windowed_count, stream_stream_join, dedup_of_two_merged_topics,
-          stream_table_join, session_counts, join_of_two_rekeyed_streams,
+          stream_table_join, session_counts, sliding_counts, join_of_two_rekeyed_streams,
           two_repartitions_in_a_row]  # fmt: skip
 
 
