@@ -291,3 +291,40 @@ def test_the_core_leaves_no_reference_behind(tmp_path, core, final, kind, held_s
         assert all(n <= 0 for n in left), f"references left behind, per object: {left}"
     finally:
         task.close()
+
+
+def _appended(key, value, aggregate):
+    aggregate.append(value)  # changes the aggregate it was given, as a user's aggregator may
+    return aggregate
+
+
+def _into_second(key, one, two):
+    two[:0] = one  # the session's own result, changed in place
+    two.append("m")
+    if len(one) > 0:
+        raise ValueError("the merger refuses to bridge two sessions, after changing them")
+    return two
+
+
+@needs_c_core
+@pytest.mark.parametrize("final", [False, True])
+def test_results_an_aggregator_changes_in_place_are_not_kept_between_records(tmp_path, final):
+    """The core keeps a key's sessions between records only when no aggregator can change
+    them. Here a record bridging two sessions has the merger change both lists in place and
+    then refuse (the record to the DLQ, the store unchanged); the next record into the first
+    session must see it as the store holds it, as the reference reads it (on window close,
+    without a record cache), not as the refused merge left it."""
+    builder = StreamsBuilder()
+    sessions = (builder.stream("in", Serdes.bytes(), Serdes.string()).group_by_key()
+                .windowed_by(SessionWindows.of_inactivity_gap_and_grace(MINUTE, MINUTE)))  # fmt: skip
+    if final:
+        sessions = sessions.emit_strategy(EmitStrategy.on_window_close())
+    sessions.aggregate(list, _appended, _into_second, Serdes.json()).to_stream().to("out")
+    topology = builder.build()
+    rows = [(b"a", "x", 0, False), (b"a", "y", 100_000, False), (b"a", "z", 50_000, False),
+            (b"a", "w", 10_000, False), (b"b", "u", 40_000, False), (b"b", "s", 500_000, False)]  # fmt: skip
+    python = _run(tmp_path / "python", topology, 10_000_000, rows, native=False)
+    native = _run(tmp_path / "native", topology, 10_000_000, rows, native=True)
+    assert native == python
+    outputs = python[-2]
+    assert any(value for _, _, value, _ in outputs), "the job forwarded no session"
