@@ -19,7 +19,10 @@ are no longer seen (Kafka Streams' retention), and leave the store.
 same per record, and ``tests/dsl/test_session_core.py`` holds the two to the same results. What
 C saves is the interpreter's work around the same Python objects (the record cache's
 OrderedDict, its entries and its index of a key's sessions, the store's transaction, the
-aggregation's helpers).
+aggregation's helpers), and reads of the store: it keeps each key's sessions between records
+(results no aggregator can change in place only), and on window close the sessions not yet
+emitted, so that a record's final results need no scan of the store's time index; both within
+the task's cache share (docs/memory.md), read again from the store when dropped.
 """
 
 from __future__ import annotations

@@ -20,7 +20,11 @@ records; with ``EmitStrategy.on_window_close()`` only each window's final result
 reference. ``_sliding_core.Core`` (C, built with the package where a C compiler is available)
 does the same per record, and ``tests/dsl/test_sliding_core.py`` holds the two to the same
 results. What C saves is the interpreter's work around the same Python objects (the cache's
-OrderedDict, entries and index of a key's windows; the store's transaction, read as here).
+OrderedDict, entries and index of a key's windows; the store's transaction), and reads of the
+store: it keeps each key's windows between records (results no aggregator can change in place
+only), and on window close the windows not yet emitted, so that a record's final results need
+no scan of the store's time index; both within the task's cache share (docs/memory.md), read
+again from the store when dropped.
 """
 
 from __future__ import annotations
