@@ -75,13 +75,13 @@ def stream_table_join():
     return b.build(), ["orders", "rates"]
 
 
-def session_counts():
+def _final_counts_per_window(windows):
+    """Final counts of each key's ``windows`` (session or sliding) of "clicks", into "out"."""
     b = StreamsBuilder()
     (
         b.stream("clicks", Serdes.string(), Serdes.json())
         .group_by_key()
-        .windowed_by(SessionWindows.of_inactivity_gap_and_grace(timedelta(seconds=4),
-                                                                timedelta(seconds=1)))
+        .windowed_by(windows)
         .emit_strategy(EmitStrategy.on_window_close())
         .count()
         .to_stream()
@@ -89,24 +89,20 @@ def session_counts():
         .to("out", key_serde=Serdes.string(), value_serde=Serdes.long())
     )  # fmt: skip
     return b.build(), ["clicks"]
+
+
+def session_counts():
+    return _final_counts_per_window(
+        SessionWindows.of_inactivity_gap_and_grace(timedelta(seconds=4), timedelta(seconds=1))
+    )
 
 
 def sliding_counts():
     """Kafka Streams' sliding windows (5 s apart at most, 1 s of grace), final counts: the
     windows not yet emitted and a key's windows held in memory across batches."""
-    b = StreamsBuilder()
-    (
-        b.stream("clicks", Serdes.string(), Serdes.json())
-        .group_by_key()
-        .windowed_by(SlidingWindows.of_time_difference_and_grace(timedelta(seconds=5),
-                                                                 timedelta(seconds=1)))
-        .emit_strategy(EmitStrategy.on_window_close())
-        .count()
-        .to_stream()
-        .map(lambda w, n: (f"{w.key}@{w.window.start}-{w.window.end}", n))
-        .to("out", key_serde=Serdes.string(), value_serde=Serdes.long())
-    )  # fmt: skip
-    return b.build(), ["clicks"]
+    return _final_counts_per_window(
+        SlidingWindows.of_time_difference_and_grace(timedelta(seconds=5), timedelta(seconds=1))
+    )
 
 
 def join_of_two_rekeyed_streams():
