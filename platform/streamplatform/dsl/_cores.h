@@ -94,6 +94,15 @@ int64_at(const char *bytes)
     return (long long)value;
 }
 
+/* `value` as 8 bytes at `bytes`, big-endian two's complement (struct's ">q"). */
+static CORES_UNUSED void
+int64_into(char *bytes, long long value)
+{
+    unsigned long long number = (unsigned long long)value;
+    for (int i = 7; i >= 0; i--, number >>= 8)
+        bytes[i] = (char)(number & 0xff);
+}
+
 /* result_serde.deserialize(bytes[:length]): Serdes.long()'s int in C for 8 bytes
  * (`long_results`), else the serde's call. A new reference. */
 static CORES_UNUSED PyObject *
@@ -334,9 +343,7 @@ pending_read(PendingWindows *pending, PyObject *transaction, PyObject *range_nam
         goto done;
     char *bytes = PyBytes_AS_STRING(bounds[1]);
     bytes[0] = 't';
-    unsigned long long number = (unsigned long long)low;
-    for (int i = 8; i >= 1; i--, number >>= 8)
-        bytes[i] = (char)(number & 0xff);
+    int64_into(bytes + 1, low);
     if ((range = PyObject_VectorcallMethod(range_name, bounds, 3, NULL)) == NULL
         || (iterator = PyObject_GetIter(range)) == NULL)
         goto done;
@@ -473,11 +480,9 @@ serialize_result(PyObject *serialize, int long_results, PyObject *result)
         int overflow;
         long long value = PyLong_AsLongLongAndOverflow(result, &overflow);
         if (!overflow && !(value == -1 && PyErr_Occurred())) {
-            unsigned char bytes[8];
-            unsigned long long number = (unsigned long long)value;
-            for (int i = 7; i >= 0; i--, number >>= 8)
-                bytes[i] = (unsigned char)(number & 0xff);
-            return PyBytes_FromStringAndSize((const char *)bytes, 8);
+            char bytes[8];
+            int64_into(bytes, value);
+            return PyBytes_FromStringAndSize(bytes, 8);
         }
         PyErr_Clear(); /* the serde raises its own error */
     }
@@ -515,11 +520,8 @@ write_through(PyObject *transaction, PyObject *put_name, PyObject *store_key,
         if ((value = PyBytes_FromStringAndSize(NULL, 8 + length)) == NULL
             || (index_value = PyBytes_FromStringAndSize(NULL, 0)) == NULL)
             goto done;
-        char *bytes = PyBytes_AS_STRING(value);
-        unsigned long long number = (unsigned long long)timestamp;
-        for (int i = 7; i >= 0; i--, number >>= 8)
-            bytes[i] = (char)(number & 0xff);
-        memcpy(bytes + 8, PyBytes_AS_STRING(data), length);
+        int64_into(PyBytes_AS_STRING(value), timestamp);
+        memcpy(PyBytes_AS_STRING(value) + 8, PyBytes_AS_STRING(data), length);
     }
     else {
         Py_INCREF(value);

@@ -74,27 +74,6 @@ count_dropped(Core *self)
     return failed;
 }
 
-/* _TIMESTAMP.pack(value) into 8 bytes (big-endian, two's complement as struct's ">q"). */
-static void
-put_int64(unsigned char *bytes, long long value)
-{
-    unsigned long long number = (unsigned long long)value;
-    for (int i = 7; i >= 0; i--) {
-        bytes[i] = (unsigned char)(number & 0xff);
-        number >>= 8;
-    }
-}
-
-/* _TIMESTAMP.unpack_from(bytes)[0]. */
-static long long
-get_int64(const unsigned char *bytes)
-{
-    unsigned long long value = 0;
-    for (int i = 0; i < 8; i++)
-        value = (value << 8) | bytes[i];
-    return (long long)value;
-}
-
 /* `self.key_serde.serialize(key) or b""` (a new reference). */
 static PyObject *
 key_bytes(Core *self, PyObject *key)
@@ -148,9 +127,9 @@ with_times(PyObject *prefix, long long first, long long second, int two)
         return NULL;
     unsigned char *bytes = (unsigned char *)PyBytes_AS_STRING(out);
     memcpy(bytes, PyBytes_AS_STRING(prefix), length);
-    put_int64(bytes + length, first);
+    int64_into((char *)bytes + length, first);
     if (two)
-        put_int64(bytes + length + 8, second);
+        int64_into((char *)bytes + length + 8, second);
     return out;
 }
 
@@ -177,7 +156,7 @@ time_at(PyObject *data, Py_ssize_t at, long long *time)
 {
     if (check_holds(data, at, 8) < 0)
         return -1;
-    *time = get_int64((const unsigned char *)PyBytes_AS_STRING(data) + at);
+    *time = int64_at(PyBytes_AS_STRING(data) + at);
     return 0;
 }
 
@@ -188,8 +167,8 @@ session_at(PyObject *data, Py_ssize_t at, long long *start, long long *end)
     if (check_holds(data, at, SUFFIX) < 0)
         return -1;
     const unsigned char *bytes = (const unsigned char *)PyBytes_AS_STRING(data) + at;
-    *end = get_int64(bytes);
-    *start = get_int64(bytes + 8);
+    *end = int64_at((const char *)bytes);
+    *start = int64_at((const char *)bytes + 8);
     return 0;
 }
 

@@ -87,27 +87,6 @@ count_dropped(Core *self)
     return set_int_attr(self->aggregation, str_dropped_records, (wide)dropped + 1);
 }
 
-static long long
-read_int64(const char *data)
-{
-    const unsigned char *bytes = (const unsigned char *)data;
-    unsigned long long value = 0;
-    for (int i = 0; i < 8; i++)
-        value = (value << 8) | bytes[i];
-    return (long long)value;
-}
-
-static void
-write_int64(char *data, long long number)
-{
-    unsigned char *bytes = (unsigned char *)data;
-    unsigned long long value = (unsigned long long)number;
-    for (int i = 7; i >= 0; i--) {
-        bytes[i] = (unsigned char)(value & 0xff);
-        value >>= 8;
-    }
-}
-
 /* `_TIMESTAMP.unpack_from(data, offset)[0]` where `data` is too short: its struct.error. */
 static int
 raise_short(PyObject *data, Py_ssize_t offset)
@@ -133,7 +112,7 @@ unpack_at(PyObject *data, Py_ssize_t offset, long long *out)
     }
     if (PyBytes_GET_SIZE(data) < offset + 8)
         return raise_short(data, offset);
-    *out = read_int64(PyBytes_AS_STRING(data) + offset);
+    *out = int64_at(PyBytes_AS_STRING(data) + offset);
     return 0;
 }
 
@@ -157,7 +136,7 @@ prefixed(PyObject *prefix, wide time)
     if (out == NULL)
         return NULL;
     memcpy(PyBytes_AS_STRING(out), PyBytes_AS_STRING(prefix), length);
-    write_int64(PyBytes_AS_STRING(out) + length, (long long)time);
+    int64_into(PyBytes_AS_STRING(out) + length, (long long)time);
     return out;
 }
 
