@@ -211,6 +211,120 @@ transaction_of(PyObject *store, PyObject **held, PyObject *name)
     return *held;
 }
 
+/* Writes to the store held back from its transaction until the commit, by a core on window
+ * close without a cache, where each write used to go to the transaction at once (Kafka
+ * Streams' store there has no cache either): a session merged away, or a window created and
+ * expired within one commit, then never reaches the transaction, its changelog or RocksDB.
+ * `writes`: store key -> (value or None for a deletion, time-index key, fresh), `fresh` when
+ * the store's transaction did not have the window before it was held. NULL: off.
+ *
+ * Only the core reads what it holds: it holds a key's windows only while it keeps that key's
+ * windows (KeptWindows, which then answer every read of them) and its windows not emitted
+ * (PendingWindows, whose results are read through `held_get`), and it writes everything held
+ * to the transaction (`held_release`) before either drops them, before memory passes the
+ * budget, and at every commit (the aggregation's flush, before the expiry scan). */
+#define HELD_WRITE_BYTES 240 /* a held write: its dict slot, its 3-tuple, value and index key */
+
+typedef struct {
+    PyObject *writes;
+} HeldWrites;
+
+static CORES_UNUSED int
+held_init(HeldWrites *held, int on)
+{
+    Py_CLEAR(held->writes);
+    return on && (held->writes = PyDict_New()) == NULL ? -1 : 0;
+}
+
+static CORES_UNUSED Py_ssize_t
+held_writes_count(HeldWrites *held)
+{
+    return held->writes == NULL ? 0 : PyDict_GET_SIZE(held->writes);
+}
+
+/* The window at `store_key` written as `value` (bytes with the timestamp first, or None) with
+ * its time-index key `index`; `fresh`: the transaction does not have it (used when it is not
+ * held yet). A fresh window's deletion holds nothing: there is nothing to delete. */
+static CORES_UNUSED int
+held_put(HeldWrites *held, PyObject *store_key, PyObject *value, PyObject *index, int fresh)
+{
+    PyObject *old = PyDict_GetItemWithError(held->writes, store_key);
+    if (old == NULL && PyErr_Occurred())
+        return -1;
+    if (old != NULL)
+        fresh = PyTuple_GET_ITEM(old, 2) == Py_True;
+    if (fresh && value == Py_None)
+        return old == NULL ? 0 : PyDict_DelItem(held->writes, store_key);
+    PyObject *write = PyTuple_Pack(3, value, index, fresh ? Py_True : Py_False);
+    if (write == NULL)
+        return -1;
+    int failed = PyDict_SetItem(held->writes, store_key, write);
+    Py_DECREF(write);
+    return failed;
+}
+
+/* What the transaction would give for `store_key` after the held writes: *value (a new
+ * reference, None for a deletion) and 1 when it is held, else 0. */
+static CORES_UNUSED int
+held_get(HeldWrites *held, PyObject *store_key, PyObject **value)
+{
+    *value = NULL;
+    if (held->writes == NULL)
+        return 0;
+    PyObject *write = PyDict_GetItemWithError(held->writes, store_key);
+    if (write == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    *value = Py_NewRef(PyTuple_GET_ITEM(write, 0));
+    return 1;
+}
+
+/* Every held write into `store`'s transaction (a window's value and its time-index key),
+ * but fresh windows whose time (in the index key, after its b"t") is below `below`: the
+ * expiry at this commit would delete them again (LLONG_MIN: none left out). A write leaves
+ * memory once in the transaction, so after a failure the rest are still held. */
+static CORES_UNUSED int
+held_release(HeldWrites *held, PyObject *store, PyObject *transaction_name, PyObject *put_name,
+             long long below)
+{
+    if (held_writes_count(held) == 0)
+        return 0;
+    PyObject *transaction = PyObject_GetAttr(store, transaction_name);
+    PyObject *keys = transaction == NULL ? NULL : PyDict_Keys(held->writes);
+    PyObject *empty = keys == NULL ? NULL : PyBytes_FromStringAndSize(NULL, 0);
+    int failed = empty == NULL ? -1 : 0;
+    for (Py_ssize_t i = 0; !failed && i < PyList_GET_SIZE(keys); i++) {
+        PyObject *store_key = PyList_GET_ITEM(keys, i);
+        PyObject *write = PyDict_GetItemWithError(held->writes, store_key);
+        if (write == NULL) {
+            failed = -1;
+            break;
+        }
+        PyObject *value = PyTuple_GET_ITEM(write, 0), *index = PyTuple_GET_ITEM(write, 1);
+        int expired = PyTuple_GET_ITEM(write, 2) == Py_True && below != LLONG_MIN
+                      && int64_at(PyBytes_AS_STRING(index) + 1) < below;
+        if (!expired) {
+            PyObject *args[3] = {transaction, store_key, value};
+            PyObject *done = PyObject_VectorcallMethod(put_name, args, 3, NULL);
+            if (done == NULL) {
+                failed = -1;
+                break;
+            }
+            Py_DECREF(done);
+            PyObject *index_args[3] = {transaction, index, value == Py_None ? Py_None : empty};
+            if ((done = PyObject_VectorcallMethod(put_name, index_args, 3, NULL)) == NULL) {
+                failed = -1; /* the window is in, its index key not yet: keep the write */
+                break;
+            }
+            Py_DECREF(done);
+        }
+        failed = PyDict_DelItem(held->writes, store_key);
+    }
+    Py_XDECREF(transaction);
+    Py_XDECREF(keys);
+    Py_XDECREF(empty);
+    return failed;
+}
+
 /* The windows a core on window close (without a cache) has not emitted yet, kept in memory so
  * that a record's final results need no scan of the store's time index: each window's key in
  * that index (b"t" + its time, 8 bytes big-endian, + the rest of its suffix + the key's
@@ -377,13 +491,13 @@ done:
 
 /* KeyedWindowAggregation._closed_windows(low, high) from the windows held: those with time
  * in [low, high], in time-index order, as (key bytes, suffix, result, timestamp) read through
- * the store's transaction (a window deleted since is left out); those up to `high` leave
+ * the held writes, then the store's transaction (a window deleted since is left out); those up to `high` leave
  * memory. `tail`: the suffix's bytes after the time (8 for sessions, 0 for sliding windows).
  * A new list. */
 static CORES_UNUSED PyObject *
-pending_closed(PendingWindows *pending, PyObject *transaction, PyObject *get_name,
-               PyObject *deserialize, int long_results, long long low, long long high,
-               Py_ssize_t tail)
+pending_closed(PendingWindows *pending, HeldWrites *held, PyObject *transaction,
+               PyObject *get_name, PyObject *deserialize, int long_results, long long low,
+               long long high, Py_ssize_t tail)
 {
     PyObject *keys = PyList_New(0), *out = NULL;
     if (keys == NULL)
@@ -419,10 +533,14 @@ pending_closed(PendingWindows *pending, PyObject *transaction, PyObject *get_nam
             to[1 + j] = (char)(((unsigned long long)length >> (8 * (3 - j))) & 0xff);
         memcpy(to + 5, bytes + 1 + suffix, length);
         memcpy(to + 5 + length, bytes + 1, suffix);
-        PyObject *args[2] = {transaction, store_key};
-        PyObject *raw = PyObject_VectorcallMethod(get_name, args, 2, NULL);
+        PyObject *raw;
+        int is_held = held_get(held, store_key, &raw);
+        if (is_held == 0) {
+            PyObject *args[2] = {transaction, store_key};
+            raw = PyObject_VectorcallMethod(get_name, args, 2, NULL);
+        }
         Py_DECREF(store_key);
-        if (raw == NULL)
+        if (is_held < 0 || raw == NULL)
             goto failed;
         if (raw == Py_None) {
             Py_DECREF(raw);
@@ -493,12 +611,14 @@ serialize_result(PyObject *serialize, int long_results, PyObject *result)
  * is forwarded on update): `result` under `store_key` with `timestamp`, and the window's key
  * in the time index (b"t" + the window's suffix, `suffix` bytes from `prefix_length` in the
  * store key: its time, then the rest, + the key's bytes), both in `transaction`; a None
- * result (as serialized) deletes both. The window is then held among those not emitted yet
+ * result (as serialized) deletes both; with `hold`, both are held back instead (`held`,
+ * `fresh` as held_put takes it). The window is then held among those not emitted yet
  * (`pending`, by its time). */
 static CORES_UNUSED int
 write_through(PyObject *transaction, PyObject *put_name, PyObject *store_key,
               Py_ssize_t prefix_length, Py_ssize_t suffix, PyObject *serialize, int long_results,
-              PyObject *result, long long timestamp, PendingWindows *pending)
+              PyObject *result, long long timestamp, PendingWindows *pending, HeldWrites *held,
+              int hold, int fresh)
 {
     if (!PyBytes_Check(store_key) || PyBytes_GET_SIZE(store_key) < prefix_length + suffix
         || prefix_length < 5) {
@@ -535,15 +655,21 @@ write_through(PyObject *transaction, PyObject *put_name, PyObject *store_key,
     bytes[0] = 't';
     memcpy(bytes + 1, key + prefix_length, suffix);
     memcpy(bytes + 1 + suffix, key + 5, key_length);
-    PyObject *args[3] = {transaction, store_key, value};
-    PyObject *written = PyObject_VectorcallMethod(put_name, args, 3, NULL);
-    if (written == NULL)
-        goto done;
-    Py_DECREF(written);
-    PyObject *index_args[3] = {transaction, index, index_value};
-    if ((written = PyObject_VectorcallMethod(put_name, index_args, 3, NULL)) == NULL)
-        goto done;
-    Py_DECREF(written);
+    if (hold) {
+        if (held_put(held, store_key, value, index, fresh) < 0)
+            goto done;
+    }
+    else {
+        PyObject *args[3] = {transaction, store_key, value};
+        PyObject *written = PyObject_VectorcallMethod(put_name, args, 3, NULL);
+        if (written == NULL)
+            goto done;
+        Py_DECREF(written);
+        PyObject *index_args[3] = {transaction, index, index_value};
+        if ((written = PyObject_VectorcallMethod(put_name, index_args, 3, NULL)) == NULL)
+            goto done;
+        Py_DECREF(written);
+    }
     failed = data != Py_None ? pending_add(pending, int64_at(key + prefix_length), index) : 0;
 done:
     Py_DECREF(data);

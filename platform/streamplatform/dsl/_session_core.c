@@ -53,6 +53,9 @@ typedef struct {
     KeptWindows kept;
     /* On window close, without a cache: the sessions not emitted yet, by end (_cores.h). */
     PendingWindows pending;
+    /* On window close, without a cache: the writes of kept keys' sessions held back from the
+     * store's transaction until the commit (_cores.h, HeldWrites). */
+    HeldWrites held;
     PyObject *transaction; /* the store's writing transaction, while a record is processed */
     long long gap, grace, retention, max_bytes, entry_bytes;
     int string_keys, count, emit_final, long_results;
@@ -199,6 +202,26 @@ window_of(Core *self, long long start, long long end)
     Py_XDECREF(low);
     Py_XDECREF(high);
     return window;
+}
+
+/* Every held write into the store's transaction (see _cores.h, held_release). */
+static int
+release_held(Core *self, long long below)
+{
+    return held_release(&self->held, self->store, str_transaction, str_put, below);
+}
+
+/* The kept sessions dropped (all, or over the budget: see _cores.h), the held writes first
+ * into the transaction: reads of a key not kept go to the store. */
+static int
+forget_kept(Core *self, int over_budget)
+{
+    int failed = release_held(self, LLONG_MIN);
+    if (over_budget)
+        kept_over_budget(&self->kept);
+    else
+        kept_forget(&self->kept);
+    return failed;
 }
 
 /* _key_windows(prefix, low, _LATEST) as read from the cache and the store, `low` already
@@ -383,7 +406,10 @@ keep_sessions(Core *self, PyObject *prefix, PyObject *items)
     }
     Py_ssize_t size = PyDict_Size(kept);
     if ((self->kept.count + size + 1) * KNOWN_SESSION_BYTES > self->kept.budget) {
-        kept_over_budget(&self->kept);
+        if (forget_kept(self, 1) < 0) {
+            Py_DECREF(kept);
+            return -1;
+        }
         if (self->kept.by_key == NULL) {
             Py_DECREF(kept);
             return 0;
@@ -515,14 +541,19 @@ note_write(Core *self, PyObject *store_key, PyObject *prefix, long long end, PyO
     else if (immutable_result(result))
         failed = PyDict_SetItem(kept, store_key, result) < 0;
     else /* a result that could change in place: the key's are read from the store again */
-        failed = PyDict_DelItem(self->kept.by_key, prefix) < 0;
+        failed = release_held(self, LLONG_MIN) < 0
+                 || PyDict_DelItem(self->kept.by_key, prefix) < 0;
     if (failed)
         return -1;
     self->kept.count += (result == Py_None || immutable_result(result))
                                 ? PyDict_Size(kept) - before
                                 : -before;
     if (self->kept.count * KNOWN_SESSION_BYTES > self->kept.budget)
-        kept_over_budget(&self->kept);
+        return forget_kept(self, 1);
+    /* the held writes past what the budget leaves them: into the transaction */
+    if (self->kept.count * KNOWN_SESSION_BYTES + held_writes_count(&self->held) * HELD_WRITE_BYTES
+        > self->kept.budget)
+        return release_held(self, LLONG_MIN);
     return 0;
 }
 
@@ -536,7 +567,7 @@ put(Core *self, PyObject *store_key, PyObject *prefix, long long time, PyObject 
     PyObject *record, long long start)
 {
     if (put_session(self, store_key, prefix, time, result, record, start) < 0) {
-        kept_forget(&self->kept); /* what the store holds of the key is not known any more */
+        forget_kept(self, 0); /* what the store holds of the key is not known any more */
         return -1;
     }
     return note_write(self, store_key, prefix, time, result);
@@ -556,13 +587,29 @@ put_session(Core *self, PyObject *store_key, PyObject *prefix, long long time, P
         if (time > store_time && set_int_attr(self->store_time, str_time, time) < 0)
             return -1;
     }
-    if (self->emit_final && self->max_bytes <= 0) { /* on close: the store written at once */
+    if (self->emit_final && self->max_bytes <= 0) { /* on close: no cache */
+        /* Held back while the key's sessions are kept and those not emitted are in memory,
+         * which then answer every read of it; else to the transaction at once. */
+        int hold = 0, fresh = 0;
+        if (self->held.writes != NULL && self->pending.state == PENDING_READ
+            && self->kept.by_key != NULL && immutable_result(result)) {
+            PyObject *kept = PyDict_GetItemWithError(self->kept.by_key, prefix);
+            if (kept == NULL && PyErr_Occurred())
+                return -1;
+            if (kept != NULL) {
+                int stored = PyDict_Contains(kept, store_key); /* kept: the store has it */
+                if (stored < 0)
+                    return -1;
+                hold = 1;
+                fresh = !stored;
+            }
+        }
         PyObject *transaction = transaction_of(self->store, &self->transaction, str_transaction);
         if (transaction == NULL)
             return -1;
         int failed = write_through(transaction, str_put, store_key, PyBytes_GET_SIZE(prefix),
                                    SUFFIX, self->result_serialize, self->long_results, result,
-                                   time, &self->pending);
+                                   time, &self->pending, &self->held, hold, fresh);
         Py_DECREF(transaction);
         return failed;
     }
@@ -634,11 +681,12 @@ emit_final(Core *self, PyObject *record, wide close)
         PyObject *transaction = transaction_of(self->store, &self->transaction, str_transaction);
         if (transaction == NULL)
             goto done;
-        closed = pending_closed(&self->pending, transaction, str_get, self->result_deserialize,
+        closed = pending_closed(&self->pending, &self->held, transaction, str_get,
+                                self->result_deserialize,
                                 self->long_results, lower, (long long)upper, 8);
         Py_DECREF(transaction);
     }
-    else
+    else if (release_held(self, LLONG_MIN) == 0) /* the store has them all */
         closed = PyObject_VectorcallMethod(str_closed_windows, args, 3, NULL);
     if (closed == NULL || (iterator = PyObject_GetIter(closed)) == NULL)
         goto done;
@@ -694,7 +742,7 @@ static int
 read_pending(Core *self)
 {
     long long emitted;
-    if (int_attr(self->emitted_to, str_time, &emitted) < 0)
+    if (int_attr(self->emitted_to, str_time, &emitted) < 0 || release_held(self, LLONG_MIN) < 0)
         return -1;
     PyObject *transaction = transaction_of(self->store, &self->transaction, str_transaction);
     if (transaction == NULL)
@@ -901,7 +949,8 @@ Core_init(Core *self, PyObject *args, PyObject *kwargs)
     self->count = count;
     self->emit_final = emit_final;
     self->long_results = long_results;
-    if (kept_init(&self->kept, memory_bytes) < 0)
+    if (kept_init(&self->kept, memory_bytes) < 0
+        || held_init(&self->held, emit_final && max_bytes <= 0 && memory_bytes > 0) < 0)
         return -1;
     /* on window close the cache is off (KeyedWindowAggregation.init): sessions go to the
      * store as written, and the ones not emitted are held in memory within the budget */
@@ -916,6 +965,7 @@ Core_traverse(Core *self, visitproc visit, void *arg)
 #define VISIT(name) Py_VISIT(self->name);
     REFERENCES(VISIT)
     VISIT(kept.by_key)
+    VISIT(held.writes)
     VISIT(transaction)
 #undef VISIT
     return 0;
@@ -927,6 +977,7 @@ Core_clear(Core *self)
 #define CLEAR(name) Py_CLEAR(self->name);
     REFERENCES(CLEAR)
     CLEAR(kept.by_key)
+    CLEAR(held.writes)
     CLEAR(transaction)
 #undef CLEAR
     pending_drop(&self->pending, PENDING_OFF);
@@ -956,9 +1007,24 @@ Core_process_checked(Core *self, PyObject *record)
     return out;
 }
 
+/* Core.write_held(below): every write held back into the store's transaction, but those of
+ * fresh sessions ending before `below`, which the expiry at this commit deletes. */
+static PyObject *
+Core_write_held(Core *self, PyObject *below)
+{
+    long long time = PyLong_AsLongLong(below);
+    if (time == -1 && PyErr_Occurred())
+        return NULL;
+    if (release_held(self, time) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef Core_methods[] = {
     {"process", (PyCFunction)Core_process_checked, METH_O,
      "One record into its key's session (SessionWindowAggregate.process)."},
+    {"write_held", (PyCFunction)Core_write_held, METH_O,
+     "The writes held back into the store's transaction, before the commit's expiry."},
     {NULL},
 };
 

@@ -349,6 +349,10 @@ class KeyedWindowAggregation(_Aggregation):
     # Kafka Streams' time-first store (sliding windows on window close) hides a window only
     # once it is a whole retention behind, not retention - 1 as its other stores do.
     time_first: bool = False
+    # The subclass's C core (None: the Python reference runs). On window close it may hold
+    # writes back from the store's transaction until the flush: write_held(below) writes them,
+    # but those of windows created since the last flush that the expiry would delete again.
+    _core: Any = None
 
     def uses_record_cache(self) -> bool:
         return not self.emit_final
@@ -365,6 +369,9 @@ class KeyedWindowAggregation(_Aggregation):
 
     def flush(self) -> None:
         super().flush()
+        core = self._core
+        if core is not None:  # what it held back, but for the windows expired just below
+            core.write_held(self.store_time.time - self.retention_ms)
         self._expire()
         self.stream_time.save()
         self.store_time.save()
