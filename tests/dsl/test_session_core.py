@@ -328,3 +328,34 @@ def test_results_an_aggregator_changes_in_place_are_not_kept_between_records(tmp
     assert native == python
     outputs = python[-2]
     assert any(value for _, _, value, _ in outputs), "the job forwarded no session"
+
+
+@needs_c_core
+@pytest.mark.parametrize("grace", [0, 5 * MINUTE])
+@pytest.mark.parametrize("cache_bytes", [3_000, 4_500])
+def test_writes_held_back_past_the_budget_reach_the_store_as_the_references(
+    tmp_path, grace, cache_bytes
+):
+    """On window close the core holds a kept key's session writes back from the store's
+    transaction until the commit, and writes them all to the transaction when they pass the
+    task's memory share beside the kept sessions. Here a budget of a few sessions is passed
+    again and again within a commit (grace 0: sessions expire a minute after they end; 5
+    minutes: they stay): outputs and the committed store must be the reference's."""
+    builder = StreamsBuilder()
+    (builder.stream("in", Serdes.bytes(), Serdes.string()).group_by_key()
+     .windowed_by(SessionWindows.of_inactivity_gap_and_grace(MINUTE, grace))
+     .emit_strategy(EmitStrategy.on_window_close()).count()
+     .to_stream().to("out"))  # fmt: skip
+    topology = builder.build()
+    # two keys, a record of each every 140 s (a new session each, 1-minute gap), a second
+    # record into some sessions 30 s later; one commit in the middle, one at the end
+    rows = []
+    for i in range(40):
+        key = b"ab"[i % 2 : i % 2 + 1]
+        rows.append((key, "v", i * 70_000, i == 20))
+        if i % 3 == 0:
+            rows.append((key, "w", i * 70_000 + 30_000, False))
+    python = _run(tmp_path / "python", topology, cache_bytes, rows, native=False)
+    native = _run(tmp_path / "native", topology, cache_bytes, rows, native=True)
+    assert native == python
+    assert len(python[-2]) > 10, "the job emitted too few sessions to pass the budget"
