@@ -420,6 +420,14 @@ pending_add(PendingWindows *pending, long long time, PyObject *key)
     return 0;
 }
 
+/* The window whose time-index key is `key` deleted: not emitted, and not read back for it. Its
+ * heap item stays until its time comes (pending_closed then skips it). */
+static CORES_UNUSED int
+pending_forget(PendingWindows *pending, PyObject *key)
+{
+    return pending->state == PENDING_READ && PySet_Discard(pending->held, key) < 0 ? -1 : 0;
+}
+
 /* The earliest window out of the heap (not empty); its key's reference goes to the caller. */
 static CORES_UNUSED PendingItem
 pending_pop(PendingWindows *pending)
@@ -504,8 +512,9 @@ pending_closed(PendingWindows *pending, HeldWrites *held, PyObject *transaction,
         return NULL;
     while (pending->size > 0 && pending->items[0].time <= high) {
         PendingItem item = pending_pop(pending);
-        int failed = PySet_Discard(pending->held, item.key) < 0
-                     || (item.time >= low && PyList_Append(keys, item.key) < 0);
+        /* not in `held`: the window was deleted since (pending_forget) */
+        int held = PySet_Discard(pending->held, item.key);
+        int failed = held < 0 || (held && item.time >= low && PyList_Append(keys, item.key) < 0);
         Py_DECREF(item.key);
         if (failed) {
             Py_DECREF(keys);
@@ -670,7 +679,8 @@ write_through(PyObject *transaction, PyObject *put_name, PyObject *store_key,
             goto done;
         Py_DECREF(written);
     }
-    failed = data != Py_None ? pending_add(pending, int64_at(key + prefix_length), index) : 0;
+    failed = data != Py_None ? pending_add(pending, int64_at(key + prefix_length), index)
+                             : pending_forget(pending, index);
 done:
     Py_DECREF(data);
     Py_XDECREF(value);
