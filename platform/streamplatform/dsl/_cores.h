@@ -621,7 +621,7 @@ serialize_result(PyObject *serialize, int long_results, PyObject *result)
  * in the time index (b"t" + the window's suffix, `suffix` bytes from `prefix_length` in the
  * store key: its time, then the rest, + the key's bytes), both in `transaction`; a None
  * result (as serialized) deletes both; with `hold`, both are held back instead (`held`,
- * `fresh` as held_put takes it). The window is then held among those not emitted yet
+ * `fresh` as held_put takes it; `transaction` may then be NULL). The window is then held among those not emitted yet
  * (`pending`, by its time). */
 static CORES_UNUSED int
 write_through(PyObject *transaction, PyObject *put_name, PyObject *store_key,

@@ -604,13 +604,16 @@ put_session(Core *self, PyObject *store_key, PyObject *prefix, long long time, P
                 fresh = !stored;
             }
         }
-        PyObject *transaction = transaction_of(self->store, &self->transaction, str_transaction);
-        if (transaction == NULL)
+        /* the transaction only to write it (a property call) */
+        PyObject *transaction = hold ? NULL
+                                     : transaction_of(self->store, &self->transaction,
+                                                      str_transaction);
+        if (!hold && transaction == NULL)
             return -1;
         int failed = write_through(transaction, str_put, store_key, PyBytes_GET_SIZE(prefix),
                                    SUFFIX, self->result_serialize, self->long_results, result,
                                    time, &self->pending, &self->held, hold, fresh);
-        Py_DECREF(transaction);
+        Py_XDECREF(transaction);
         return failed;
     }
     PyObject *forwarded = self->emit_final ? Py_None : record;
@@ -677,7 +680,10 @@ emit_final(Core *self, PyObject *record, wide close)
     int failed = -1;
     if (args[1] == NULL || args[2] == NULL)
         goto done;
-    if (self->pending.state == PENDING_READ) { /* the sessions held in memory */
+    if (self->pending.state == PENDING_READ && (self->pending.size == 0
+                                                || self->pending.items[0].time > (long long)upper))
+        closed = PyList_New(0); /* none held ends before close: no transaction to look up */
+    else if (self->pending.state == PENDING_READ) { /* the sessions held in memory */
         PyObject *transaction = transaction_of(self->store, &self->transaction, str_transaction);
         if (transaction == NULL)
             goto done;
