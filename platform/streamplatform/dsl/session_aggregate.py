@@ -22,7 +22,10 @@ OrderedDict, its entries and its index of a key's sessions, the store's transact
 aggregation's helpers), and reads of the store: it keeps each key's sessions between records
 (results no aggregator can change in place only), and on window close the sessions not yet
 emitted, so that a record's final results need no scan of the store's time index; both within
-the task's cache share (docs/memory.md), read again from the store when dropped.
+the task's cache share (docs/memory.md), read again from the store when dropped. On window
+close it also holds the writes of kept keys' sessions back from the store's transaction until
+the flush (``KeyedWindowAggregation.flush`` calls ``write_held``): a session merged away, or
+created and expired within one commit, is never staged, as it would be put and deleted again.
 """
 
 from __future__ import annotations
