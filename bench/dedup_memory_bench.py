@@ -73,21 +73,36 @@ def sizes_in_children(script: str, description: str, default_sizes: str) -> list
     figures for N as JSON and return None; else run one child process per size (its own peak
     RSS) and return their figures. ``script``: the bench's file, whose ``measure_one`` the
     child runs."""
+    cache_mb = {"type": int, "default": 64}
+    return sizes_in_children_with(script, description, default_sizes, {"--cache-mb": cache_mb})
+
+
+def sizes_in_children_with(
+    script: str, description: str, default_sizes: str, options: dict[str, dict]
+) -> list[dict] | None:
+    """``sizes_in_children`` with the bench's own options besides ``--sizes`` and
+    ``--batches``: ``options`` maps each (``--cache-mb``) to its ``add_argument`` keywords.
+    Their values go to every child (one left None is not passed on) and from there to
+    ``measure_one(size, batches, ...)`` as keyword arguments (``cache_mb=``)."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--sizes", default=default_sizes)
     parser.add_argument("--batches", type=int, default=10)
-    parser.add_argument("--cache-mb", type=int, default=64)
+    for name, keywords in options.items():
+        parser.add_argument(name, **keywords)
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # a child: one size
     args = parser.parse_args()
+    values = {name: getattr(args, name[2:].replace("-", "_")) for name in options}
     if args.one is not None:
         measure = sys.modules["__main__"].measure_one
-        print(json.dumps(measure(args.one, args.batches, args.cache_mb)))
+        keywords = {name[2:].replace("-", "_"): value for name, value in values.items()}
+        print(json.dumps(measure(args.one, args.batches, **keywords)))
         return None
+    passed = [part for name, value in values.items() if value is not None
+              for part in (name, str(value))]  # fmt: skip
     figures = []
     for size in (int(s) for s in args.sizes.split(",")):
         child = subprocess.run(
-            [sys.executable, script, "--one", str(size), "--batches", str(args.batches),
-             "--cache-mb", str(args.cache_mb)],
+            [sys.executable, script, "--one", str(size), "--batches", str(args.batches), *passed],
             check=True, capture_output=True, text=True,
         )  # fmt: skip
         figures.append(json.loads(child.stdout.strip().splitlines()[-1]))
