@@ -90,21 +90,27 @@ class Driver:
         self.batch_id = 0
         self.runs = ChangelogWrites(0, {})
 
-    def batch(
-        self, batches: list[pa.RecordBatch], idle_ms: int, extra: dict | None = None
-    ) -> float:
-        """One batch of the task (``extra``: more settings); returns its task time in s."""
+    def runner(self, idle_ms: int, extra: dict | None, **keywords) -> TaskBatchRunner:
+        """This batch's runner: exactly_once_v2, the state under the directory, ``extra``
+        settings, the last batch committed; ``keywords``: the rest of TaskBatchRunner's."""
         settings = {
             "application.id": "task-cache-bench", "bootstrap.servers": "unused:9092",
             "processing.guarantee": "exactly_once_v2", "state.dir": f"{self.directory}/state",
             "platform.task.cache.idle.ms": idle_ms, **(extra or {}),
         }  # fmt: skip
-        runner = TaskBatchRunner(
+        return TaskBatchRunner(
             self.topology, settings, batch_id=self.batch_id,
             last_committed=self.batch_id - 1 if self.batch_id else None, changelog_files={},
-            partitions={"bench": 1, self.sink: 1},
+            fingerprint="bench", task_runs=self.runs, **keywords,
+        )  # fmt: skip
+
+    def batch(
+        self, batches: list[pa.RecordBatch], idle_ms: int, extra: dict | None = None
+    ) -> float:
+        """One batch of the task (``extra``: more settings); returns its task time in s."""
+        runner = self.runner(
+            idle_ms, extra, partitions={"bench": 1, self.sink: 1},
             side_output_dir=f"{self.directory}/side", stream_topic="bench",
-            fingerprint="bench", task_runs=self.runs,
         )  # fmt: skip
         started = time.perf_counter()
         for _ in runner.run_partition(iter(batches)):

@@ -65,7 +65,6 @@ from streamplatform import (  # noqa: E402
     Topology,
 )
 from streamplatform.runtime import task_cache  # noqa: E402
-from streamplatform.runtime.executor import TaskBatchRunner  # noqa: E402
 from streamplatform.runtime.rows import INPUT_COLUMNS, STREAM_COLUMNS  # noqa: E402
 from streamplatform.serdes import Serdes  # noqa: E402
 from streamplatform.state import StoreOptions  # noqa: E402
@@ -156,17 +155,7 @@ class JoinDriver(Driver):
     def batch(
         self, batches: list[pa.RecordBatch], idle_ms: int, extra: dict | None = None
     ) -> float:
-        settings = {
-            "application.id": "task-cache-bench", "bootstrap.servers": "unused:9092",
-            "processing.guarantee": "exactly_once_v2", "state.dir": f"{self.directory}/state",
-            "platform.task.cache.idle.ms": idle_ms, **(extra or {}),
-        }  # fmt: skip
-        runner = TaskBatchRunner(
-            self.topology, settings, batch_id=self.batch_id,
-            last_committed=self.batch_id - 1 if self.batch_id else None, changelog_files={},
-            partitions={"left": 1, "right": 1, self.sink: 1}, fingerprint="bench",
-            task_runs=self.runs,
-        )  # fmt: skip
+        runner = self.runner(idle_ms, extra, partitions={"left": 1, "right": 1, self.sink: 1})
         started = time.perf_counter()
         runner.run(pa.Table.from_batches(batches))
         elapsed = time.perf_counter() - started
