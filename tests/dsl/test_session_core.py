@@ -130,7 +130,7 @@ def _run(directory, topology, cache_bytes, rows, native):
     grace=st.sampled_from([0, MINUTE, 2 * MINUTE]),
     final=st.booleans(),
     string_keys=st.booleans(),
-    cache_bytes=st.sampled_from([0, 1_800, 10_000_000]),
+    cache_bytes=st.sampled_from([0, 1_800, 3_000, 10_000_000]),
     rows=events,
 )
 def test_the_c_core_and_the_python_reference_are_indistinguishable(
@@ -138,7 +138,8 @@ def test_the_c_core_and_the_python_reference_are_indistinguishable(
 ):
     """count, reduce, aggregate; on update and on window close; string keys (C's own UTF-8)
     and bytes keys (the serde's); the record cache off, a few entries (evictions at most
-    records) and ample."""
+    records), a few more (on window close: the held writes past the share now and then) and
+    ample."""
     windows = SessionWindows.of_inactivity_gap_and_grace(gap, grace)
     topology = _topology(kind, windows, final, string_keys)
     python = _run(tmp_path_factory.mktemp("python"), topology, cache_bytes, rows, native=False)
