@@ -3,13 +3,15 @@
 ``streamplatform.dsl._dedup_core`` is the dedup processor's per-record path in C,
 ``streamplatform.dsl._window_core`` the time-windowed aggregation's,
 ``streamplatform.dsl._join_core`` the stream-stream windowed join's,
+``streamplatform.dsl._table_join_core`` the table-table join's,
 ``streamplatform.dsl._session_core`` the session aggregation's,
 ``streamplatform.dsl._sliding_core`` the sliding-window aggregation's,
 ``streamplatform.runtime._kafka_rows`` turns a task's consumed Kafka messages into its record
 tuples, and ``streamplatform.registry._avro_core`` reads Avro values in bulk. Without them the
 same code runs in its pure-Python reference, which gives the same results, slower
-(dsl/dedup.py, dsl/window_aggregate.py, dsl/stream_join.py, dsl/session_aggregate.py,
-dsl/sliding_aggregate.py, runtime/kafka_input.py, registry/serdes.py with fastavro).
+(dsl/dedup.py, dsl/window_aggregate.py, dsl/stream_join.py, dsl/table_join.py,
+dsl/session_aggregate.py, dsl/sliding_aggregate.py, runtime/kafka_input.py, registry/serdes.py
+with fastavro).
 
 The cores are expected: an install whose C build fails **fails**, with a message saying why and
 what to do, instead of going on without it. (A warning would not do: ``pip install --quiet``,
@@ -79,6 +81,11 @@ setup(
         Extension(
             "streamplatform.dsl._join_core",
             sources=["platform/streamplatform/dsl/_join_core.c"],
+            depends=[CORES_H],
+        ),
+        Extension(
+            "streamplatform.dsl._table_join_core",
+            sources=["platform/streamplatform/dsl/_table_join_core.c"],
             depends=[CORES_H],
         ),
         Extension(

@@ -52,6 +52,10 @@ store's retention as absent: the join side keeps the largest window start of the
 (``b"w"`` + side -> 8 bytes; with the record cache off the aggregation forwards every window it
 writes), and the other side's update meets no value there. The update itself is never of an
 expired window (the aggregation drops records too late for theirs).
+
+``TableJoinSide.process`` below is the reference. ``_table_join_core.Core`` (C, built with the
+package where a C compiler is available) does the same per update for a side neither versioned
+nor windowed, and ``tests/dsl/test_table_join_core.py`` holds the two to the same results.
 """
 
 from __future__ import annotations
@@ -60,9 +64,21 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from streamplatform.dsl.processor import Processor, ProcessorContext, engine_store
+from streamplatform.dsl.processor import (
+    Processor,
+    ProcessorContext,
+    engine_store,
+    single_forward,
+)
 from streamplatform.records import Record
 from streamplatform.serdes import Serde
+
+try:
+    from streamplatform.dsl import _table_join_core as _native
+except ImportError:  # pragma: no cover - depends on the build
+    _native = None  # type: ignore[assignment]
+# Tests set this to False to run the Python reference where the C core would run.
+NATIVE_CORE = True
 
 _TIMESTAMP = struct.Struct(">q")
 LEFT, RIGHT = b"l", b"r"  # the prefixes of each side's keys in the join's store
@@ -109,10 +125,29 @@ class TableJoinSide(Processor):
         self.other_serde = serdes[self.other]
         self.other_retention = retentions.get(self.other)
         self.joiner = joiner
+        self._core: Any = None  # the C core, once init found it can run
 
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
         self.store = engine_store(context, self.store_name)
+        self._core = self._native_core(context)
+        if self._core is not None:
+            self.process = self._core.process  # type: ignore[method-assign]
+
+    def _native_core(self, context: ProcessorContext) -> Any:
+        """The C core doing what ``process`` does (``_table_join_core.c``), or None: not
+        built, switched off by a test, or a side versioned or windowed (Python's alone)."""
+        if (_native is None or not NATIVE_CORE or self.versioned
+                or self.own_retention is not None or self.other_retention is not None):  # fmt: skip
+            return None
+        return _native.Core(
+            processor=self, store=self.store, kind=(INNER, LEFT_JOIN, OUTER).index(self.kind),
+            left=self.side == LEFT, key_serialize=self.key_serde.serialize,
+            own_serialize=self.own_serde.serialize,
+            other_deserialize=self.other_serde.deserialize, joiner=self.joiner,
+            drops_unchanged=self.drops_unchanged, forward=single_forward(context),
+            record_type=Record, pack=_TIMESTAMP.pack, unpack_from=_TIMESTAMP.unpack_from,
+        )  # fmt: skip
 
     def task_metrics(self) -> dict[str, int]:
         return {"dropped_records": self.dropped_records}
@@ -139,6 +174,9 @@ class TableJoinSide(Processor):
         return start < _TIMESTAMP.unpack(stored)[0] - retention + 1
 
     def process(self, record: Record) -> None:
+        if self._core is not None:  # a delivery function taken before init() comes here
+            self._core.process(record)
+            return
         raw_key = None if record.key is None else self.key_serde.serialize(record.key)
         if raw_key is None:
             self.dropped_records += 1  # Kafka Streams skips (and counts) a null key
