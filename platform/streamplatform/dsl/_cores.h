@@ -263,13 +263,13 @@ held_put(HeldWrites *held, PyObject *store_key, PyObject *value, PyObject *index
     return failed;
 }
 
-/* What the transaction would give for `store_key` after the held writes: *value (a new
- * reference, None for a deletion) and 1 when it is held, else 0. */
+/* What the transaction would give for `store_key` after the held writes (`held` NULL: none):
+ * *value (a new reference, None for a deletion) and 1 when it is held, else 0. */
 static CORES_UNUSED int
 held_get(HeldWrites *held, PyObject *store_key, PyObject **value)
 {
     *value = NULL;
-    if (held->writes == NULL)
+    if (held == NULL || held->writes == NULL)
         return 0;
     PyObject *write = PyDict_GetItemWithError(held->writes, store_key);
     if (write == NULL)
@@ -621,7 +621,8 @@ serialize_result(PyObject *serialize, int long_results, PyObject *result)
  * in the time index (b"t" + the window's suffix, `suffix` bytes from `prefix_length` in the
  * store key: its time, then the rest, + the key's bytes), both in `transaction`; a None
  * result (as serialized) deletes both; with `hold`, both are held back instead (`held`,
- * `fresh` as held_put takes it; `transaction` may then be NULL). The window is then held among those not emitted yet
+ * `fresh` as held_put takes it; `transaction` may then be NULL; without `hold`, `held` may
+ * be NULL). The window is then held among those not emitted yet
  * (`pending`, by its time). */
 static CORES_UNUSED int
 write_through(PyObject *transaction, PyObject *put_name, PyObject *store_key,

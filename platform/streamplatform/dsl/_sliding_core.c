@@ -58,8 +58,6 @@ typedef struct {
      * result, timestamp)}. Every write of a window goes through `put`, which keeps it up to
      * date. Only immutable results are kept, within the budget (_cores.h, KeptWindows). */
     KeptWindows kept;
-    /* Writes held back from the store's transaction until the commit (_cores.h): none yet. */
-    HeldWrites held;
     PyObject *transaction; /* the store's writing transaction, while a record is processed */
     long long difference, grace, retention, max_bytes, entry_bytes;
     int string_keys, count, time_first, emit_final, long_results;
@@ -583,7 +581,7 @@ write_through_now(Core *self, Step *step, PyObject *store_key, PyObject *result,
         return -1;
     int failed = write_through(transaction, str_put, store_key, PyBytes_GET_SIZE(step->prefix),
                                8, self->result_serialize, self->long_results, result, time,
-                               &self->pending, &self->held, 0, 0);
+                               &self->pending, NULL, 0, 0);
     Py_DECREF(transaction);
     return failed;
 }
@@ -953,7 +951,7 @@ emit_final(Core *self, PyObject *record, wide close)
             wide visible = (wide)store_time - self->retention + (self->time_first ? 0 : 1);
             wide from = visible > lower ? visible : lower;
             closed = from > upper ? PyList_New(0)
-                                  : pending_closed(&self->pending, &self->held, transaction, str_get,
+                                  : pending_closed(&self->pending, NULL, transaction, str_get,
                                                    self->result_deserialize,
                                                    self->long_results, (long long)from,
                                                    upper > LLONG_MAX ? LLONG_MAX
@@ -1126,7 +1124,7 @@ Core_init(Core *self, PyObject *args, PyObject *kwargs)
     self->time_first = time_first;
     self->emit_final = emit_final;
     self->long_results = long_results;
-    if (kept_init(&self->kept, memory_bytes) < 0 || held_init(&self->held, 0) < 0)
+    if (kept_init(&self->kept, memory_bytes) < 0)
         return -1;
     /* on window close the cache is off (KeyedWindowAggregation.init): windows go to the store
      * as written, and the ones not emitted are held in memory within the budget */
@@ -1142,7 +1140,6 @@ Core_traverse(Core *self, visitproc visit, void *arg)
     REFERENCES(VISIT)
     VISIT(transaction)
     VISIT(kept.by_key)
-    VISIT(held.writes)
 #undef VISIT
     return 0;
 }
@@ -1154,7 +1151,6 @@ Core_clear(Core *self)
     REFERENCES(CLEAR)
     CLEAR(transaction)
     CLEAR(kept.by_key)
-    CLEAR(held.writes)
 #undef CLEAR
     pending_drop(&self->pending, PENDING_OFF);
     return 0;
@@ -1183,22 +1179,22 @@ Core_process_checked(Core *self, PyObject *record)
     return out;
 }
 
-/* Core.write_held(below): every write held back into the store's transaction, but those of
- * fresh windows starting before `below`, which the expiry at this commit deletes. */
+/* Core.write_held(below), as the session core's: nothing to write. Sliding windows go to the
+ * store's transaction as written: holding them back did not pay (their kept windows and the
+ * held writes together outgrow the cache share, bench/RESULTS.md). */
 static PyObject *
 Core_write_held(Core *self, PyObject *below)
 {
-    long long time = PyLong_AsLongLong(below);
-    if (time == -1 && PyErr_Occurred())
+    if (!PyLong_Check(below)) {
+        PyErr_SetString(PyExc_TypeError, "write_held takes an int");
         return NULL;
-    if (held_release(&self->held, self->store, str_transaction, str_put, time) < 0)
-        return NULL;
+    }
     Py_RETURN_NONE;
 }
 
 static PyMethodDef Core_methods[] = {
     {"write_held", (PyCFunction)Core_write_held, METH_O,
-     "The writes held back into the store's transaction, before the commit's expiry."},
+     "Nothing: sliding windows are written through (the session core holds writes back)."},
     {"process", (PyCFunction)Core_process_checked, METH_O,
      "One record into its sliding windows (SlidingWindowAggregate.process)."},
     {NULL},
