@@ -100,6 +100,29 @@ def test_transaction_scan_is_fixed_when_created(store: TransactionalKeyValueStor
     assert list(scan) == [(b"a", b"1")]
 
 
+def test_blind_deletes_are_dropped_and_real_ones_kept(store: TransactionalKeyValueStore) -> None:
+    """A staged delete of a key committed data does not hold leaves the transaction (it would
+    only be a tombstone and a changelog row); one of a committed key stays. Reads, scans and
+    the committed result are the same either way."""
+    txn = store.transaction
+    txn.put(b"kept", b"1")
+    txn.put(b"gone", b"2")
+    txn.commit()
+    for key in (b"a", b"b", b"c", b"gone", b"never"):
+        txn.put(key, b"x")
+    txn.range()  # a scan: the staged keys are now in order, and must leave it too
+    for key in (b"a", b"gone", b"never", b"c"):
+        txn.delete(key)
+    assert txn.drop_blind_deletes() == 3  # a, never, c: not committed
+    assert txn.staged_entries() == [("data", b"b", b"x"), ("data", b"gone", None)]
+    assert list(txn.range()) == [(b"b", b"x"), (b"kept", b"1")]
+    assert txn.get(b"a") is None and txn.get(b"gone") is None
+    txn.put(b"z", b"y")  # the order is rebuilt for a write after the drop
+    assert [key for key, _ in txn.range()] == [b"b", b"kept", b"z"]
+    txn.commit()
+    assert list(store.range()) == [(b"b", b"x"), (b"kept", b"1"), (b"z", b"y")]
+
+
 def test_closing_a_transaction_discards_it(store: TransactionalKeyValueStore) -> None:
     txn = store.new_transaction()
     txn.put(b"k", b"v")

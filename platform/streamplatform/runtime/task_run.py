@@ -584,9 +584,12 @@ class TaskRun:
             if first is not None and first.committed_offset(tp) != offset
         }  # fmt: skip
         for name, store in task.stores.items():
+            if getattr(store, "KIND", None) == "key_value":
+                # Replaying the changelog rebuilds the committed data batch by batch, so a
+                # delete of a key it does not hold is a no-op there too: it leaves the
+                # changelog, and the prepared batch (nearly all of a dedup's deletes).
+                store.transaction.drop_blind_deletes()
             writes = store.staged_writes()
-            if writes and getattr(store, "KIND", None) == "key_value":
-                writes = _without_blind_deletes(store, writes)
             if store is first and changed:
                 writes = writes + task_offset_rows(changed)
             if writes:
@@ -598,17 +601,3 @@ class TaskRun:
                 ))  # fmt: skip
             store.prepare(self.runner.batch_id, offsets)
         return batches
-
-
-def _without_blind_deletes(
-    store: Any, writes: list[tuple[str, bytes, bytes | None]]
-) -> list[tuple[str, bytes, bytes | None]]:
-    """``writes`` less the deletes of keys the store's committed data does not hold.
-
-    Replaying the changelog rebuilds the committed data batch by batch, so such a delete is a
-    no-op there too; leaving it out changes nothing but the rows shipped and stored. A
-    deduplication store puts and expires most of its ids within one batch: without this,
-    nearly all of its changelog would be deletes of ids that were never committed.
-    """
-    committed = store.get  # a key-value store reads committed data only
-    return [write for write in writes if write[2] is not None or committed(write[1]) is not None]

@@ -271,6 +271,22 @@ class KeyValueTransaction(Transaction):
         """Stage the deletion of `key`; it hides the stored value from this transaction's reads."""
         self.put(key, None)
 
+    def drop_blind_deletes(self) -> int:
+        """Unstage every staged delete of a key that committed data does not hold, and return
+        how many went. Such a delete changes nothing (reads see no value either way), yet the
+        commit would write it as a tombstone and ship it in the changelog: a deduplication or
+        a window store on window close puts and expires most of its keys within one batch.
+        One committed read per staged delete; run once, right before a commit or prepare."""
+        self._check_open()
+        stored = self._stored.get
+        blind = [key for key, value in self._data.writes.items() if value is None
+                 and stored(key) is None]  # fmt: skip
+        self._data.discard_all(blind)
+        # Counted as the staged deletes they were, as a fresh key's unstaged delete is.
+        self._unstaged_entries += len(blind)
+        self._unstaged_bytes += sum(map(len, blind))
+        return len(blind)
+
     def range(
         self, start: bytes | None = None, end: bytes | None = None
     ) -> Iterator[tuple[bytes, bytes]]:
