@@ -227,6 +227,38 @@ def test_the_core_leaves_no_reference_behind(tmp_path, core, dedup_by, held_serd
         task.close()
 
 
+# In-memory keys as memory_key gives them (strs, pairs of strs, store-key bytes), strs that
+# UTF-8 cannot encode (lone surrogates), and what only the fallback builds (an int).
+any_text = st.text(st.characters(blacklist_categories=()), max_size=4)  # surrogates too
+memory_keys = st.one_of(
+    any_text, st.tuples(any_text, any_text),
+    st.binary(max_size=4).map(lambda raw: b"ib" + raw), st.integers(-2, 2),
+)  # fmt: skip
+held_entries = st.one_of(
+    st.none(), st.tuples(st.integers(-(2**63), 2**63 - 1), st.integers(-1, 2**63 - 1))
+)
+
+
+@needs_c_core
+@settings(max_examples=300, deadline=None)
+@given(pending=st.dictionaries(memory_keys, held_entries, max_size=8),
+       in_store=st.sets(memory_keys, max_size=4))  # fmt: skip
+def test_the_c_hand_over_writes_what_the_python_one_writes(pending, in_store):
+    """``_dedup_core.handed_over`` builds the commit's store writes as
+    ``dedup_store.handed_over`` does: the same writes in the same order, the same in-store
+    set afterwards, the same error for a key UTF-8 cannot encode."""
+    from streamplatform.dsl import dedup_store
+
+    def outcome(function):
+        keys = set(in_store)
+        try:
+            return function(dict(pending), keys, dedup_store.store_key), keys
+        except UnicodeEncodeError as error:
+            return type(error), error.reason
+
+    assert outcome(dedup._native.handed_over) == outcome(dedup_store.handed_over)
+
+
 def test_the_c_core_is_built_unless_opted_out():
     """setup.py fails an install whose C build fails, unless STREAMPLATFORM_NO_C_CORE=1; an
     install from before that, or a build that was never run, must not pass here as the

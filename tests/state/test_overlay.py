@@ -17,6 +17,9 @@ OPERATIONS = st.lists(
         st.tuples(st.just("put"), KEYS, st.one_of(st.none(), st.binary(max_size=2))),
         st.tuples(st.just("discard"), KEYS, st.none()),
         st.tuples(st.just("scan"), st.one_of(st.none(), KEYS), st.one_of(st.none(), KEYS)),
+        # put_all: pairs that may repeat a key or hit staged ones; discard_all: of staged keys
+        st.tuples(st.just("put_all"), st.lists(st.tuples(KEYS, st.binary(max_size=2))), st.none()),
+        st.tuples(st.just("discard_all"), st.lists(KEYS), st.none()),
     ),
     max_size=300,
 )
@@ -36,9 +39,18 @@ def check(operations, staged: Overlay) -> None:
         elif name == "discard":
             staged.discard(first)
             model.pop(first, None)
+        elif name == "put_all":
+            staged.put_all(first)
+            model.update(first)
+        elif name == "discard_all":
+            keys = list(dict.fromkeys(key for key in first if key in model))
+            staged.discard_all(keys)
+            for key in keys:
+                del model[key]
         else:
             assert staged.sorted_items(first, second) == expected(model, first, second)
         assert len(staged) == len(model)
+        assert staged.num_bytes == sum(len(k) + len(v or b"") for k, v in model.items())
     assert staged.sorted_items(None, None) == expected(model, None, None)
 
 

@@ -123,6 +123,36 @@ def test_blind_deletes_are_dropped_and_real_ones_kept(store: TransactionalKeyVal
     assert list(store.range()) == [(b"b", b"x"), (b"kept", b"1"), (b"z", b"y")]
 
 
+@pytest.mark.parametrize("level", [RC, RU])
+def test_put_all_is_puts_one_by_one(tmp_path: Path, level: IsolationLevel) -> None:
+    """``put_all`` leaves what the same puts one at a time leave: the staged writes and
+    counters (a delete of a key just read as absent and put is unstaged, not staged), the
+    committed store, a bad key named."""
+    writes = [(b"b", b"1"), (b"a", b"2"), (b"fresh", b"3"), (b"b", b"4"), (b"gone", None),
+              (b"fresh", None), (b"c", b"5")]  # fmt: skip
+    seen = []
+    for name, bulk in (("one", False), ("all", True)):
+        with TransactionalKeyValueStore(tmp_path / name, isolation_level=level) as store:
+            txn = store.transaction
+            txn.put(b"gone", b"0")
+            txn.commit()
+            txn.range()  # staged keys kept in order from here on
+            assert txn.get(b"fresh") is None  # read as absent: its put and delete cancel
+            if bulk:
+                txn.put_all(writes)
+            else:
+                for key, value in writes:
+                    txn.put(key, value)
+            seen.append((txn.staged_entries(), list(txn.range()),
+                         txn.approximate_num_uncommitted_entries(),
+                         txn.approximate_num_uncommitted_bytes()))  # fmt: skip
+            with pytest.raises(TypeError, match="key"):
+                txn.put_all([(b"d", b"6"), ("not bytes", b"7")])
+            txn.commit()
+            seen.append(list(store.range()))
+    assert seen[:2] == seen[2:]
+
+
 def test_closing_a_transaction_discards_it(store: TransactionalKeyValueStore) -> None:
     txn = store.new_transaction()
     txn.put(b"k", b"v")

@@ -21,7 +21,7 @@
 #include "_cores.h"
 
 
-static PyObject *str_stream_time, *str_current, *no_offset;
+static PyObject *str_stream_time, *str_current, *no_offset, *empty_bytes;
 
 typedef struct {
     PyObject_HEAD
@@ -521,8 +521,158 @@ static PyTypeObject CoreType = {
     .tp_members = Core_members,
 };
 
+/* dedup_store.store_key(key) for the in-memory keys memory_key gives (a str, a pair of strs,
+ * or the store key itself); a new reference. Anything else: `fallback(key)`. */
+static PyObject *
+store_key_of(PyObject *key, PyObject *fallback)
+{
+    if (PyBytes_CheckExact(key)) {
+        Py_INCREF(key);
+        return key;
+    }
+    if (PyUnicode_CheckExact(key)) { /* b"i" + b"s" + the str's UTF-8 */
+        Py_ssize_t size;
+        const char *text = PyUnicode_AsUTF8AndSize(key, &size);
+        if (text == NULL)
+            return NULL;
+        PyObject *out = PyBytes_FromStringAndSize(NULL, size + 2);
+        if (out == NULL)
+            return NULL;
+        char *at = PyBytes_AS_STRING(out);
+        at[0] = 'i';
+        at[1] = 's';
+        memcpy(at + 2, text, size);
+        return out;
+    }
+    if (PyTuple_CheckExact(key) && PyTuple_GET_SIZE(key) == 2
+        && PyUnicode_CheckExact(PyTuple_GET_ITEM(key, 0))
+        && PyUnicode_CheckExact(PyTuple_GET_ITEM(key, 1))) {
+        /* b"i(" + size(first) + b"s" + first + size(second) + b"s" + second, a size being
+         * 4 bytes big-endian counting the b"s" (identity.canonical_bytes) */
+        Py_ssize_t first_size, second_size;
+        const char *first = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(key, 0), &first_size);
+        if (first == NULL)
+            return NULL;
+        const char *second = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(key, 1), &second_size);
+        if (second == NULL)
+            return NULL;
+        if (first_size >= UINT32_MAX || second_size >= UINT32_MAX)
+            return PyObject_CallOneArg(fallback, key); /* struct says what is wrong */
+        PyObject *out = PyBytes_FromStringAndSize(NULL, 12 + first_size + second_size);
+        if (out == NULL)
+            return NULL;
+        unsigned char *at = (unsigned char *)PyBytes_AS_STRING(out);
+        *at++ = 'i';
+        *at++ = '(';
+        const char *parts[2] = {first, second};
+        Py_ssize_t sizes[2] = {first_size, second_size};
+        for (int i = 0; i < 2; i++) {
+            unsigned long long counted = (unsigned long long)sizes[i] + 1;
+            for (int shift = 24; shift >= 0; shift -= 8)
+                *at++ = (unsigned char)((counted >> shift) & 0xff);
+            *at++ = 's';
+            memcpy(at, parts[i], sizes[i]);
+            at += sizes[i];
+        }
+        return out;
+    }
+    return PyObject_CallOneArg(fallback, key);
+}
+
+/* (key, value) appended to `writes`; steals both references (NULL: failed already). */
+static int
+append_write(PyObject *writes, PyObject *key, PyObject *value)
+{
+    if (key == NULL || value == NULL) {
+        Py_XDECREF(key);
+        Py_XDECREF(value);
+        return -1;
+    }
+    PyObject *pair = PyTuple_New(2);
+    if (pair == NULL) {
+        Py_DECREF(key);
+        Py_DECREF(value);
+        return -1;
+    }
+    PyTuple_SET_ITEM(pair, 0, key);
+    PyTuple_SET_ITEM(pair, 1, value);
+    int failed = PyList_Append(writes, pair);
+    Py_DECREF(pair);
+    return failed;
+}
+
+/* dedup_store.handed_over(pending, in_store, store_key): the reference. */
+static PyObject *
+handed_over(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyDict_Check(args[0]) || !PyAnySet_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "handed_over(pending: dict, in_store: set, store_key)");
+        return NULL;
+    }
+    PyObject *pending = args[0], *in_store = args[1], *fallback = args[2];
+    PyObject *writes = PyList_New(0);
+    if (writes == NULL)
+        return NULL;
+    Py_ssize_t position = 0;
+    PyObject *id_key, *entry;
+    while (PyDict_Next(pending, &position, &id_key, &entry)) {
+        PyObject *stored = store_key_of(id_key, fallback);
+        if (stored == NULL)
+            goto failed;
+        if (entry == Py_None) {
+            Py_INCREF(Py_None);
+            if (append_write(writes, stored, Py_None) < 0 || PySet_Discard(in_store, id_key) < 0)
+                goto failed;
+            continue;
+        }
+        long long timestamp, offset;
+        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2) {
+            Py_DECREF(stored);
+            PyErr_SetString(PyExc_TypeError, "a dedup entry is not a (timestamp, offset) tuple");
+            goto failed;
+        }
+        if (as_int64(PyTuple_GET_ITEM(entry, 0), &timestamp) < 0
+            || as_int64(PyTuple_GET_ITEM(entry, 1), &offset) < 0) {
+            Py_DECREF(stored);
+            goto failed;
+        }
+        /* pack_entry(timestamp, offset): ">qq" */
+        PyObject *packed = PyBytes_FromStringAndSize(NULL, 16);
+        if (packed != NULL) {
+            int64_into(PyBytes_AS_STRING(packed), timestamp);
+            int64_into(PyBytes_AS_STRING(packed) + 8, offset);
+        }
+        /* index_key(timestamp, stored): b"x" + (timestamp + 2**63) as ">Q" + stored[1:] */
+        Py_ssize_t size = PyBytes_GET_SIZE(stored);
+        PyObject *index = PyBytes_FromStringAndSize(NULL, 8 + size);
+        if (index != NULL) {
+            char *at = PyBytes_AS_STRING(index);
+            at[0] = 'x';
+            int64_into(at + 1, (long long)((unsigned long long)timestamp ^ (1ULL << 63)));
+            memcpy(at + 9, PyBytes_AS_STRING(stored) + 1, size - 1);
+        }
+        if (append_write(writes, stored, packed) < 0) { /* stole both */
+            Py_XDECREF(index);
+            goto failed;
+        }
+        Py_INCREF(empty_bytes);
+        if (append_write(writes, index, empty_bytes) < 0 || PySet_Add(in_store, id_key) < 0)
+            goto failed;
+    }
+    return writes;
+failed:
+    Py_DECREF(writes);
+    return NULL;
+}
+
+static PyMethodDef module_functions[] = {
+    {"handed_over", (PyCFunction)(void (*)(void))handed_over, METH_FASTCALL,
+     "The store writes of the held ones at a hand-over (dedup_store.handed_over)."},
+    {NULL},
+};
+
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_dedup_core", "DeduplicationProcessor's per-record path in C.", -1,
+    PyModuleDef_HEAD_INIT, "_dedup_core", "DeduplicationProcessor's per-record path in C.", -1, module_functions,
 };
 
 PyMODINIT_FUNC
@@ -531,7 +681,8 @@ PyInit__dedup_core(void)
     str_stream_time = PyUnicode_InternFromString("stream_time");
     str_current = PyUnicode_InternFromString("current");
     no_offset = PyLong_FromLong(-1);
-    if (str_stream_time == NULL || str_current == NULL || no_offset == NULL)
+    empty_bytes = PyBytes_FromStringAndSize(NULL, 0);
+    if (str_stream_time == NULL || str_current == NULL || no_offset == NULL || empty_bytes == NULL)
         return NULL;
     if (PyType_Ready(&CoreType) < 0)
         return NULL;

@@ -8,6 +8,12 @@ from streamplatform.records import Record
 MemoryKey = str | tuple[str, str] | bytes
 Entry = tuple[int, int]
 
+def handed_over(
+    pending: dict[MemoryKey, Entry | None],
+    in_store: set[MemoryKey],
+    store_key: Callable[[MemoryKey], bytes],
+) -> list[tuple[bytes, bytes | None]]: ...
+
 class Core:
     forwarded: int
     dropped: int

@@ -444,7 +444,10 @@ class DeduplicationProcessor(Processor):
         if core.pending:
             self._key_bytes = mean_key_bytes(core.pending, self._key_bytes)
         if core.pending or core.pending_entries:
-            self._dedup_store.hand_over(core.pending, core.in_store)
+            native = _native is not None and isinstance(core, _native.Core)
+            self._dedup_store.hand_over(
+                core.pending, core.in_store, _native.handed_over if native else None
+            )
             core.pending.clear()
             core.pending_entries = core.pending_bytes = 0
         if self._written:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import struct
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from itertools import islice
 from typing import Any
 
@@ -120,6 +120,35 @@ def mean_key_bytes(keys: Iterable[MemoryKey], default: int = _DEFAULT_KEY_BYTES)
     return sum(sizes) // len(sizes) if sizes else default
 
 
+HandedOver = Callable[
+    [dict[MemoryKey, Entry | None], set[MemoryKey], Callable[[MemoryKey], bytes]],
+    list[tuple[bytes, bytes | None]],
+]
+
+
+def handed_over(
+    pending: dict[MemoryKey, Entry | None],
+    in_store: set[MemoryKey],
+    store_key: Callable[[MemoryKey], bytes] = store_key,
+) -> list[tuple[bytes, bytes | None]]:
+    """The store writes of the writes held for the commit, in order: per held put the id's
+    entry and its index key, per held delete the id's deletion; ``in_store`` follows them.
+    The reference of ``_dedup_core.handed_over`` (which calls ``store_key`` for keys it does
+    not build itself)."""
+    writes: list[tuple[bytes, bytes | None]] = []
+    write, add, discard = writes.append, in_store.add, in_store.discard
+    for id_key, entry in pending.items():
+        stored = store_key(id_key)
+        if entry is None:
+            write((stored, None))
+            discard(id_key)
+        else:
+            write((stored, pack_entry(*entry)))
+            write((index_key(entry[0], stored), b""))
+            add(id_key)
+    return writes
+
+
 class DedupStore:
     """The store side of a deduplication: reads, the commit's writes and the index purge,
     through the store's writing transaction (``transaction``)."""
@@ -166,19 +195,16 @@ class DedupStore:
             indexed += 1
         return indexed
 
-    def hand_over(self, pending: dict[MemoryKey, Entry | None], in_store: set[MemoryKey]) -> None:
-        """Give the writes held for the commit to the transaction: a put with its index key,
-        a delete alone (its index key goes when the index passes it)."""
-        put = self.transaction.put
-        for id_key, entry in pending.items():
-            stored = store_key(id_key)
-            if entry is None:
-                put(stored, None)
-                in_store.discard(id_key)
-            else:
-                put(stored, pack_entry(*entry))
-                put(index_key(entry[0], stored), b"")
-                in_store.add(id_key)
+    def hand_over(
+        self,
+        pending: dict[MemoryKey, Entry | None],
+        in_store: set[MemoryKey],
+        writes_of: HandedOver | None = None,
+    ) -> None:
+        """Give the writes held for the commit to the transaction, in one call: a put with
+        its index key, a delete alone (its index key goes when the index passes it).
+        ``writes_of``: what builds them (``handed_over``, or the C core's equal)."""
+        self.transaction.put_all((writes_of or handed_over)(pending, in_store, store_key))
 
     def index_written(self, written: dict[bytes, int], horizon: int) -> None:
         """Under at least once the entries went to the store at once: index those still live

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections.abc import Generator, Iterable, Mapping
+from operator import itemgetter
 from typing import Protocol
 
 import rocksdict
@@ -147,6 +148,33 @@ class Overlay:
                 0 if old is None else len(old)  # type: ignore[arg-type]
             )
         writes[key] = value
+
+    def put_all(self, items: list[tuple[bytes, bytes]]) -> None:
+        """``put`` each (key, value) of ``items`` in order, none a delete: one call for many."""
+        writes = self.writes
+        keys = list(map(itemgetter(0), items))
+        if writes.keys().isdisjoint(keys):  # all new (a hand-over's): the dict's own loops
+            before = len(writes)
+            writes.update(items)
+            if len(writes) - before == len(keys):  # and distinct
+                self.num_bytes += sum(map(len, keys)) + sum(map(len, map(itemgetter(1), items)))
+            else:  # a key more than once: its last value counts
+                self.num_bytes += sum(len(key) + len(value) for key, value in dict(items).items())
+            if self._sorted is not None:
+                self._added += dict.fromkeys(keys)
+            return
+        grown = 0
+        added = self._added if self._sorted is not None else None
+        for key, value in items:
+            old = writes.get(key, ABSENT)
+            if old is ABSENT:
+                grown += len(key) + len(value)
+                if added is not None:
+                    added.append(key)
+            else:
+                grown += len(value) - (0 if old is None else len(old))  # type: ignore[arg-type]
+            writes[key] = value
+        self.num_bytes += grown
 
     def discard(self, key: bytes) -> None:
         """Unstage `key` (a put or a delete) as if it had never been written."""

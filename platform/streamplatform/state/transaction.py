@@ -271,6 +271,29 @@ class KeyValueTransaction(Transaction):
         """Stage the deletion of `key`; it hides the stored value from this transaction's reads."""
         self.put(key, None)
 
+    def put_all(self, items: list[tuple[bytes, bytes | None]]) -> None:
+        """``put(key, value)`` for each item, in order: one call for many writes (a commit's
+        hand-over of what a processor held). Puts of bytes go to the overlay in bulk; a delete,
+        a key just read as absent, anything to check or a write applied at once takes ``put``."""
+        self._check_open()
+        if self._apply_each_write:
+            for key, value in items:
+                self.put(key, value)
+            return
+        bulk: list[tuple[bytes, bytes]] = []
+        missed = self._missed
+        for key, value in items:
+            if type(value) is bytes and type(key) is bytes and key is not missed:
+                bulk.append((key, value))
+                continue
+            if bulk:
+                self._data.put_all(bulk)
+                bulk = []
+            self.put(key, value)
+            missed = self._missed
+        if bulk:
+            self._data.put_all(bulk)
+
     def drop_blind_deletes(self) -> int:
         """Unstage every staged delete of a key that committed data does not hold, and return
         how many went. Such a delete changes nothing (reads see no value either way), yet the
