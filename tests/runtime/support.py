@@ -23,6 +23,23 @@ PARTITIONS = 3
 RECORDS = 240
 
 
+def stream_batch(records: list[tuple[int, int, bytes, bytes]]):
+    """(offset, timestamp, key, value) records of partition 0 as the Arrow batch Spark hands
+    ``TaskBatchRunner.run_partition`` (runtime/rows.py's STREAM_COLUMNS)."""
+    import pyarrow as pa
+
+    from streamplatform.runtime.rows import STREAM_COLUMNS
+
+    return pa.RecordBatch.from_arrays(
+        [pa.array([0] * len(records), pa.int32()),
+         pa.array([r[0] for r in records], pa.int64()),
+         pa.array([r[1] for r in records], pa.int64()),
+         pa.array([r[2] for r in records], pa.binary()),
+         pa.array([r[3] for r in records], pa.binary()), pa.nulls(len(records), pa.string())],
+        names=list(STREAM_COLUMNS),
+    )  # fmt: skip
+
+
 def dedup_topology(source: str, sink: str):
     b = StreamsBuilder()
     stream = b.stream(source, Serdes.string(), Serdes.json())

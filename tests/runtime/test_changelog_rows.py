@@ -13,24 +13,12 @@ import pyarrow as pa
 from streamplatform.config import StreamsConfig
 from streamplatform.runtime import task_cache
 from streamplatform.runtime.executor import ChangelogWrites, TaskBatchRunner
-from streamplatform.runtime.rows import STREAM_COLUMNS
 from streamplatform.runtime.task import Task
 from streamplatform.state import IsolationLevel, TransactionalKeyValueStore
 
-from .support import dedup_topology
+from .support import dedup_topology, stream_batch
 
 SECOND = 1_000
-
-
-def _arrow(records: list[tuple[int, int, bytes, bytes]]) -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays(
-        [pa.array([0] * len(records), pa.int32()),
-         pa.array([r[0] for r in records], pa.int64()),
-         pa.array([r[1] for r in records], pa.int64()),
-         pa.array([r[2] for r in records], pa.binary()),
-         pa.array([r[3] for r in records], pa.binary()), pa.nulls(len(records), pa.string())],
-        names=list(STREAM_COLUMNS),
-    )  # fmt: skip
 
 
 def _batch(state_dir, batch_id: int, runs: ChangelogWrites, records) -> list[dict]:
@@ -45,7 +33,9 @@ def _batch(state_dir, batch_id: int, runs: ChangelogWrites, records) -> list[dic
         batch_id - 1 if batch_id else None, {}, {"in": 1, "out": 1},
         stream_topic="in", fingerprint="f", task_runs=runs,
     )  # fmt: skip
-    rows = pa.Table.from_batches(list(runner.run_partition(iter([_arrow(records)])))).to_pylist()
+    rows = pa.Table.from_batches(
+        list(runner.run_partition(iter([stream_batch(records)])))
+    ).to_pylist()
     runs.last_run["0_0"] = batch_id  # the driver committed it
     return rows
 

@@ -19,11 +19,10 @@ from streamplatform.config import StreamsConfig
 from streamplatform.records import ConsumedRecord
 from streamplatform.runtime import task_cache
 from streamplatform.runtime.executor import ChangelogWrites, TaskBatchRunner
-from streamplatform.runtime.rows import STREAM_COLUMNS
 from streamplatform.runtime.task import Task
 from streamplatform.state import IsolationLevel
 
-from .support import ticking_topology
+from .support import stream_batch, ticking_topology
 
 
 def _open(state_dir) -> Task:
@@ -180,14 +179,7 @@ class _Batches:
         """One batch over ``records[position:]`` (at most 50); with ``fail_after``, an attempt
         stopped after that many output batches first, then the batch again."""
         planned = records[self.position : self.position + 50]
-        arrow = pa.RecordBatch.from_arrays(
-            [pa.array([0] * len(planned), pa.int32()),
-             pa.array([r[0] for r in planned], pa.int64()),
-             pa.array([r[1] for r in planned], pa.int64()),
-             pa.array([r[2] for r in planned], pa.binary()),
-             pa.array([r[3] for r in planned], pa.binary()), pa.nulls(len(planned), pa.string())],
-            names=list(STREAM_COLUMNS),
-        )  # fmt: skip
+        arrow = stream_batch(planned)
         if fail_after is not None:  # the attempt dies: Spark stops reading its output
             attempt = self.runner().run_partition(iter([arrow]))
             for _ in range(fail_after):
