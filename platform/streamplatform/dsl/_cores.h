@@ -11,6 +11,30 @@ typedef __int128 wide;
 
 #define CORES_UNUSED __attribute__((unused))
 
+/* In a module init: `variable` = the interned str `text`, or return NULL. */
+#define CORES_INTERN(variable, text)                                                           \
+    if ((variable = PyUnicode_InternFromString(text)) == NULL)                                 \
+        return NULL;
+
+/* The end of every core's module init: `type` readied and added to the module `definition`
+ * makes as "Core". A new reference, or NULL. */
+static CORES_UNUSED PyObject *
+core_module(PyModuleDef *definition, PyTypeObject *type)
+{
+    if (PyType_Ready(type) < 0)
+        return NULL;
+    PyObject *module = PyModule_Create(definition);
+    if (module == NULL)
+        return NULL;
+    Py_INCREF(type);
+    if (PyModule_AddObject(module, "Core", (PyObject *)type) < 0) {
+        Py_DECREF(type);
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}
+
 /* ``number`` as an int64 (an OverflowError beyond it). */
 static CORES_UNUSED int
 as_int64(PyObject *number, long long *out)

@@ -678,22 +678,11 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__dedup_core(void)
 {
-    str_stream_time = PyUnicode_InternFromString("stream_time");
-    str_current = PyUnicode_InternFromString("current");
+    CORES_INTERN(str_stream_time, "stream_time")
+    CORES_INTERN(str_current, "current")
     no_offset = PyLong_FromLong(-1);
     empty_bytes = PyBytes_FromStringAndSize(NULL, 0);
-    if (str_stream_time == NULL || str_current == NULL || no_offset == NULL || empty_bytes == NULL)
+    if (no_offset == NULL || empty_bytes == NULL)
         return NULL;
-    if (PyType_Ready(&CoreType) < 0)
-        return NULL;
-    PyObject *m = PyModule_Create(&module);
-    if (m == NULL)
-        return NULL;
-    Py_INCREF(&CoreType);
-    if (PyModule_AddObject(m, "Core", (PyObject *)&CoreType) < 0) {
-        Py_DECREF(&CoreType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    return m;
+    return core_module(&module, &CoreType);
 }

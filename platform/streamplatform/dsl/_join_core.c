@@ -885,27 +885,12 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__join_core(void)
 {
-#define INTERN(variable, text)                                                                 \
-    if ((variable = PyUnicode_InternFromString(text)) == NULL)                                 \
-        return NULL;
-    INTERN(str_time, "time")
-    INTERN(str_min_time, "min_time")
-    INTERN(str_next_drop_at, "next_drop_at")
-    INTERN(str_drop_expired, "_drop_expired_segments")
-    INTERN(str_dropped_records, "dropped_records")
-#undef INTERN
+    CORES_INTERN(str_time, "time")
+    CORES_INTERN(str_min_time, "min_time")
+    CORES_INTERN(str_next_drop_at, "next_drop_at")
+    CORES_INTERN(str_drop_expired, "_drop_expired_segments")
+    CORES_INTERN(str_dropped_records, "dropped_records")
     if ((outer_prefix_bytes = PyBytes_FromStringAndSize("o", 1)) == NULL)
         return NULL;
-    if (PyType_Ready(&CoreType) < 0)
-        return NULL;
-    PyObject *m = PyModule_Create(&module);
-    if (m == NULL)
-        return NULL;
-    Py_INCREF(&CoreType);
-    if (PyModule_AddObject(m, "Core", (PyObject *)&CoreType) < 0) {
-        Py_DECREF(&CoreType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    return m;
+    return core_module(&module, &CoreType);
 }

@@ -1056,28 +1056,23 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__session_core(void)
 {
-#define INTERN(variable, text)                                                                 \
-    if ((variable = PyUnicode_InternFromString(text)) == NULL)                                 \
-        return NULL;
-    INTERN(str_time, "time")
-    INTERN(str_current, "current")
-    INTERN(str_bytes, "bytes")
-    INTERN(str_dropped_records, "dropped_records")
-    INTERN(str_transaction, "transaction")
-    INTERN(str_range, "range")
-    INTERN(str_put, "put")
-    INTERN(str_evict, "evict_over_budget")
-    INTERN(str_move_to_end, "move_to_end")
-    INTERN(str_closed_windows, "_closed_windows")
-    INTERN(str_key, "key")
-    INTERN(str_window, "window")
-    INTERN(str_start, "start")
-    INTERN(str_end, "end")
-    INTERN(str_max_bytes, "max_bytes")
-    INTERN(str_entry_bytes, "_ENTRY_BYTES")
-#undef INTERN
-    if ((str_get = PyUnicode_InternFromString("get")) == NULL)
-        return NULL;
+    CORES_INTERN(str_time, "time")
+    CORES_INTERN(str_current, "current")
+    CORES_INTERN(str_bytes, "bytes")
+    CORES_INTERN(str_dropped_records, "dropped_records")
+    CORES_INTERN(str_transaction, "transaction")
+    CORES_INTERN(str_range, "range")
+    CORES_INTERN(str_put, "put")
+    CORES_INTERN(str_evict, "evict_over_budget")
+    CORES_INTERN(str_move_to_end, "move_to_end")
+    CORES_INTERN(str_closed_windows, "_closed_windows")
+    CORES_INTERN(str_key, "key")
+    CORES_INTERN(str_window, "window")
+    CORES_INTERN(str_start, "start")
+    CORES_INTERN(str_end, "end")
+    CORES_INTERN(str_max_bytes, "max_bytes")
+    CORES_INTERN(str_entry_bytes, "_ENTRY_BYTES")
+    CORES_INTERN(str_get, "get")
     empty_tuple = PyTuple_New(0);
     zero = PyLong_FromLong(0);
     one = PyLong_FromLong(1);
@@ -1090,16 +1085,5 @@ PyInit__session_core(void)
     Py_DECREF(structs);
     if (struct_error == NULL)
         return NULL;
-    if (PyType_Ready(&CoreType) < 0)
-        return NULL;
-    PyObject *m = PyModule_Create(&module);
-    if (m == NULL)
-        return NULL;
-    Py_INCREF(&CoreType);
-    if (PyModule_AddObject(m, "Core", (PyObject *)&CoreType) < 0) {
-        Py_DECREF(&CoreType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    return m;
+    return core_module(&module, &CoreType);
 }

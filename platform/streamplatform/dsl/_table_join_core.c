@@ -359,23 +359,12 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__table_join_core(void)
 {
-#define INTERN(variable, text)                                                                 \
-    if ((variable = PyUnicode_InternFromString(text)) == NULL)                                 \
+    CORES_INTERN(str_transaction, "transaction")
+    CORES_INTERN(str_get, "get")
+    CORES_INTERN(str_put, "put")
+    CORES_INTERN(str_delete, "delete")
+    CORES_INTERN(str_dropped_records, "dropped_records")
+    if ((one = PyLong_FromLong(1)) == NULL)
         return NULL;
-    INTERN(str_transaction, "transaction")
-    INTERN(str_get, "get")
-    INTERN(str_put, "put")
-    INTERN(str_delete, "delete")
-    INTERN(str_dropped_records, "dropped_records")
-#undef INTERN
-    if ((one = PyLong_FromLong(1)) == NULL || PyType_Ready(&CoreType) < 0)
-        return NULL;
-    PyObject *m = PyModule_Create(&module);
-    if (m == NULL)
-        return NULL;
-    if (PyModule_AddObjectRef(m, "Core", (PyObject *)&CoreType) < 0) {
-        Py_DECREF(m);
-        return NULL;
-    }
-    return m;
+    return core_module(&module, &CoreType);
 }

@@ -834,45 +834,30 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__window_core(void)
 {
-#define INTERN(variable, text)                                                                 \
-    if ((variable = PyUnicode_InternFromString(text)) == NULL)                                 \
-        return NULL;
-    INTERN(str_time, "time")
-    INTERN(str_current, "current")
-    INTERN(str_bytes, "bytes")
-    INTERN(str_next_end, "next_end")
-    INTERN(str_closed_to, "closed_to")
-    INTERN(str_gone_below, "gone_below")
-    INTERN(str_dropped_records, "dropped_records")
-    INTERN(str_pending_close, "pending_close")
-    INTERN(str_key, "key")
-    INTERN(str_window, "window")
-    INTERN(str_start, "start")
-    INTERN(str_end, "end")
-    INTERN(str_max_bytes, "max_bytes")
-    INTERN(str_entry_bytes, "_ENTRY_BYTES")
-    INTERN(str_read, "_read")
-    INTERN(str_stored_windows, "_stored_windows")
-    INTERN(str_delete_stored, "_delete_stored")
-    INTERN(str_forward_update, "_forward")
-    INTERN(str_put, "put")
-    INTERN(str_evict, "evict_over_budget")
-    INTERN(str_move_to_end, "move_to_end")
-#undef INTERN
+    CORES_INTERN(str_time, "time")
+    CORES_INTERN(str_current, "current")
+    CORES_INTERN(str_bytes, "bytes")
+    CORES_INTERN(str_next_end, "next_end")
+    CORES_INTERN(str_closed_to, "closed_to")
+    CORES_INTERN(str_gone_below, "gone_below")
+    CORES_INTERN(str_dropped_records, "dropped_records")
+    CORES_INTERN(str_pending_close, "pending_close")
+    CORES_INTERN(str_key, "key")
+    CORES_INTERN(str_window, "window")
+    CORES_INTERN(str_start, "start")
+    CORES_INTERN(str_end, "end")
+    CORES_INTERN(str_max_bytes, "max_bytes")
+    CORES_INTERN(str_entry_bytes, "_ENTRY_BYTES")
+    CORES_INTERN(str_read, "_read")
+    CORES_INTERN(str_stored_windows, "_stored_windows")
+    CORES_INTERN(str_delete_stored, "_delete_stored")
+    CORES_INTERN(str_forward_update, "_forward")
+    CORES_INTERN(str_put, "put")
+    CORES_INTERN(str_evict, "evict_over_budget")
+    CORES_INTERN(str_move_to_end, "move_to_end")
     empty_tuple = PyTuple_New(0);
     one = PyLong_FromLong(1);
     if (empty_tuple == NULL || one == NULL)
         return NULL;
-    if (PyType_Ready(&CoreType) < 0)
-        return NULL;
-    PyObject *m = PyModule_Create(&module);
-    if (m == NULL)
-        return NULL;
-    Py_INCREF(&CoreType);
-    if (PyModule_AddObject(m, "Core", (PyObject *)&CoreType) < 0) {
-        Py_DECREF(&CoreType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    return m;
+    return core_module(&module, &CoreType);
 }
