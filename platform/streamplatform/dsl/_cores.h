@@ -16,6 +16,35 @@ typedef __int128 wide;
     if ((variable = PyUnicode_InternFromString(text)) == NULL)                                 \
         return NULL;
 
+#ifdef CORES_WINDOW_NAMES
+/* The windowed cores' (time, session, sliding) shared names: the aggregation's, the record
+ * cache's and the task's attributes and methods they read, and constants; made by
+ * window_names() in the module init. */
+static PyObject *str_time, *str_current, *str_bytes, *str_dropped_records, *str_key, *str_window,
+    *str_start, *str_end, *str_max_bytes, *str_entry_bytes, *str_put, *str_evict,
+    *str_move_to_end, *empty_tuple, *one;
+static CORES_UNUSED PyObject *zero;
+
+static int
+window_names(void)
+{
+    const struct { PyObject **variable; const char *text; } names[] = {
+        {&str_time, "time"}, {&str_current, "current"}, {&str_bytes, "bytes"},
+        {&str_dropped_records, "dropped_records"}, {&str_key, "key"}, {&str_window, "window"},
+        {&str_start, "start"}, {&str_end, "end"}, {&str_max_bytes, "max_bytes"},
+        {&str_entry_bytes, "_ENTRY_BYTES"}, {&str_put, "put"},
+        {&str_evict, "evict_over_budget"}, {&str_move_to_end, "move_to_end"},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if ((*names[i].variable = PyUnicode_InternFromString(names[i].text)) == NULL)
+            return -1;
+    empty_tuple = PyTuple_New(0);
+    one = PyLong_FromLong(1);
+    zero = PyLong_FromLong(0);
+    return empty_tuple == NULL || one == NULL || zero == NULL ? -1 : 0;
+}
+#endif
+
 /* The end of every core's module init: `type` readied and added to the module `definition`
  * makes as "Core". A new reference, or NULL. */
 static CORES_UNUSED PyObject *

@@ -21,13 +21,11 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#define CORES_WINDOW_NAMES
 #include "_cores.h"
 
 
-static PyObject *str_time, *str_current, *str_bytes, *str_dropped_records, *str_transaction,
-    *str_range, *str_put, *str_evict, *str_move_to_end, *str_closed_windows, *str_key,
-    *str_window, *str_start, *str_end, *str_max_bytes, *str_entry_bytes, *empty_tuple, *zero,
-    *one, *struct_error, *str_get;
+static PyObject *str_transaction, *str_range, *str_closed_windows, *struct_error, *str_get;
 
 #define KEYED_PREFIX 'k'
 #define PREFIX_HEAD 5 /* b"k" + the key's length, 4 bytes big-endian, then the key */
@@ -1056,28 +1054,12 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__session_core(void)
 {
-    CORES_INTERN(str_time, "time")
-    CORES_INTERN(str_current, "current")
-    CORES_INTERN(str_bytes, "bytes")
-    CORES_INTERN(str_dropped_records, "dropped_records")
+    if (window_names() < 0)
+        return NULL;
     CORES_INTERN(str_transaction, "transaction")
     CORES_INTERN(str_range, "range")
-    CORES_INTERN(str_put, "put")
-    CORES_INTERN(str_evict, "evict_over_budget")
-    CORES_INTERN(str_move_to_end, "move_to_end")
     CORES_INTERN(str_closed_windows, "_closed_windows")
-    CORES_INTERN(str_key, "key")
-    CORES_INTERN(str_window, "window")
-    CORES_INTERN(str_start, "start")
-    CORES_INTERN(str_end, "end")
-    CORES_INTERN(str_max_bytes, "max_bytes")
-    CORES_INTERN(str_entry_bytes, "_ENTRY_BYTES")
     CORES_INTERN(str_get, "get")
-    empty_tuple = PyTuple_New(0);
-    zero = PyLong_FromLong(0);
-    one = PyLong_FromLong(1);
-    if (empty_tuple == NULL || zero == NULL || one == NULL)
-        return NULL;
     PyObject *structs = PyImport_ImportModule("struct"); /* its error: what unpack_from raises */
     if (structs == NULL)
         return NULL;

@@ -26,14 +26,12 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#define CORES_WINDOW_NAMES
 #include "_cores.h"
 
 
-static PyObject *str_time, *str_current, *str_bytes, *str_dropped_records, *str_key,
-    *str_window, *str_start, *str_end, *str_max_bytes, *str_entry_bytes, *str_entries,
-    *str_by_prefix, *str_transaction, *str_range, *str_closed_windows, *str_put, *str_evict,
-    *str_move_to_end, *str_pack, *str_unpack_from, *empty_tuple, *one, *zero,
-    *str_get;
+static PyObject *str_entries, *str_by_prefix, *str_transaction, *str_range, *str_closed_windows,
+    *str_pack, *str_unpack_from, *str_get;
 /* struct.Struct(">q"), as aggregate.py's _TIMESTAMP: it raises what Python raises for a time
  * that does not fit, or a store value too short to hold one. */
 static PyObject *timestamp_struct;
@@ -1223,32 +1221,16 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__sliding_core(void)
 {
-    CORES_INTERN(str_time, "time")
-    CORES_INTERN(str_current, "current")
-    CORES_INTERN(str_bytes, "bytes")
-    CORES_INTERN(str_dropped_records, "dropped_records")
-    CORES_INTERN(str_key, "key")
-    CORES_INTERN(str_window, "window")
-    CORES_INTERN(str_start, "start")
-    CORES_INTERN(str_end, "end")
-    CORES_INTERN(str_max_bytes, "max_bytes")
-    CORES_INTERN(str_entry_bytes, "_ENTRY_BYTES")
+    if (window_names() < 0)
+        return NULL;
     CORES_INTERN(str_entries, "entries")
     CORES_INTERN(str_by_prefix, "by_prefix")
     CORES_INTERN(str_transaction, "transaction")
     CORES_INTERN(str_range, "range")
     CORES_INTERN(str_closed_windows, "_closed_windows")
-    CORES_INTERN(str_put, "put")
-    CORES_INTERN(str_evict, "evict_over_budget")
-    CORES_INTERN(str_move_to_end, "move_to_end")
     CORES_INTERN(str_pack, "pack")
     CORES_INTERN(str_unpack_from, "unpack_from")
     CORES_INTERN(str_get, "get")
-    empty_tuple = PyTuple_New(0);
-    one = PyLong_FromLong(1);
-    zero = PyLong_FromLong(0);
-    if (empty_tuple == NULL || one == NULL || zero == NULL)
-        return NULL;
     PyObject *structs = PyImport_ImportModule("struct");
     if (structs == NULL)
         return NULL;

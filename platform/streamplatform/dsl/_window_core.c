@@ -18,13 +18,12 @@
 #include <Python.h>
 #include <structmember.h>
 
+#define CORES_WINDOW_NAMES
 #include "_cores.h"
 
 
-static PyObject *str_time, *str_current, *str_bytes, *str_next_end, *str_closed_to,
-    *str_gone_below, *str_dropped_records, *str_pending_close, *str_key, *str_window,
-    *str_start, *str_end, *str_max_bytes, *str_entry_bytes, *str_read, *str_stored_windows, *str_delete_stored,
-    *str_forward_update, *str_put, *str_evict, *str_move_to_end, *empty_tuple, *one;
+static PyObject *str_next_end, *str_closed_to, *str_gone_below, *str_pending_close, *str_read,
+    *str_stored_windows, *str_delete_stored, *str_forward_update;
 
 #define WINDOW_PREFIX 'w'
 #define STORE_KEY_HEAD 9 /* b"w" + the window start, 8 bytes big-endian */
@@ -834,30 +833,15 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__window_core(void)
 {
-    CORES_INTERN(str_time, "time")
-    CORES_INTERN(str_current, "current")
-    CORES_INTERN(str_bytes, "bytes")
+    if (window_names() < 0)
+        return NULL;
     CORES_INTERN(str_next_end, "next_end")
     CORES_INTERN(str_closed_to, "closed_to")
     CORES_INTERN(str_gone_below, "gone_below")
-    CORES_INTERN(str_dropped_records, "dropped_records")
     CORES_INTERN(str_pending_close, "pending_close")
-    CORES_INTERN(str_key, "key")
-    CORES_INTERN(str_window, "window")
-    CORES_INTERN(str_start, "start")
-    CORES_INTERN(str_end, "end")
-    CORES_INTERN(str_max_bytes, "max_bytes")
-    CORES_INTERN(str_entry_bytes, "_ENTRY_BYTES")
     CORES_INTERN(str_read, "_read")
     CORES_INTERN(str_stored_windows, "_stored_windows")
     CORES_INTERN(str_delete_stored, "_delete_stored")
     CORES_INTERN(str_forward_update, "_forward")
-    CORES_INTERN(str_put, "put")
-    CORES_INTERN(str_evict, "evict_over_budget")
-    CORES_INTERN(str_move_to_end, "move_to_end")
-    empty_tuple = PyTuple_New(0);
-    one = PyLong_FromLong(1);
-    if (empty_tuple == NULL || one == NULL)
-        return NULL;
     return core_module(&module, &CoreType);
 }
