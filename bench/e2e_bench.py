@@ -37,6 +37,10 @@ ratio now/before. The child runs after this process's runs, while this process's
 idles; ``--before-first`` runs it first instead, to tell the order's effect from the code's.
 
     .venv/bin/python bench/e2e_bench.py --records 2000000 --repeats 3 --before 39e16e6
+
+``--cache-mb``: our ``statestore.cache.max.bytes``; a small one (1) puts the ids past the
+tasks' shares, so that the dedup hands them to its store and reads misses back from it, as a
+long interval with many ids does. Each of our runs prints its hand-overs (``dedup_spills``).
 """
 
 from __future__ import annotations
@@ -166,9 +170,13 @@ def job_config(settings: dict, tmp: Path, name: str, per_partition_cap: int, **e
     } | extra
 
 
+# Settings every run of our job gets (``--cache-mb``), the --before child's too.
+OURS_SETTINGS: dict[str, Any] = {}
+
+
 def ours_job(spark, settings, topic, tmp: Path, per_partition_cap: int, name: str, **extra):
     """Our dedup job on ``topic`` (exactly once, Delta sink); ``extra``: more settings."""
-    config = job_config(settings, tmp, name, per_partition_cap, **extra)
+    config = job_config(settings, tmp, name, per_partition_cap, **OURS_SETTINGS, **extra)
     return StreamingJob(dedup_topology(topic), config, spark=spark, delta_sinks=["deduplicated"])
 
 
@@ -464,7 +472,8 @@ def run_revision_child(args: argparse.Namespace, bootstrap: str) -> dict:
                             "PYSPARK_PYTHON": sys.executable}  # fmt: skip
         child = subprocess.run(
             [sys.executable, __file__, "--child-of", bootstrap, "--records", str(args.records),
-             "--repeats", str(args.repeats)],
+             "--repeats", str(args.repeats),
+             *(["--cache-mb", str(args.cache_mb)] if args.cache_mb is not None else [])],
             env=env, check=True, stdout=subprocess.PIPE, text=True,
         )  # fmt: skip
         return json.loads(child.stdout.strip().splitlines()[-1])
@@ -511,8 +520,14 @@ def main() -> None:
                         "the same run (Delta sink, local[2])")  # fmt: skip
     parser.add_argument("--before-first", action="store_true",
                         help="run the --before revision before this checkout")  # fmt: skip
+    parser.add_argument("--cache-mb", type=float,
+                        help="our statestore.cache.max.bytes in MB (default: the platform's); "
+                             "a small one puts the ids past the tasks' shares, so that the "
+                             "dedup hands them to its store and reads them back")  # fmt: skip
     parser.add_argument("--child-of", help=argparse.SUPPRESS)  # the --before child's broker
     args = parser.parse_args()
+    if args.cache_mb is not None:
+        OURS_SETTINGS["statestore.cache.max.bytes"] = int(args.cache_mb * 1024 * 1024)
     if args.child_of:
         child_runs(args)
         return
@@ -559,8 +574,11 @@ def main() -> None:
                             native.append(seconds)
                         rows[which].add(written)
                         rate = args.records / seconds
+                        spills = (f", {sum(r.metrics.get('dedup_spills', 0) for r in results)} "
+                                  "hand-overs" if which == "ours" else "")  # fmt: skip
                         print(f"  run {repeat} {which:6s}: {rate:>9,.0f} records/s "
-                              f"({seconds:.1f} s, {written:,} rows)", flush=True)  # fmt: skip
+                              f"({seconds:.1f} s, {written:,} rows{spills})",
+                              flush=True)  # fmt: skip
             _, _, batches = run_ours(
                 spark, settings, "latency", tmp, 10_000 // PARTITIONS, "latency"
             )
