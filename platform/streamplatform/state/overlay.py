@@ -163,18 +163,9 @@ class Overlay:
             if self._sorted is not None:
                 self._added += dict.fromkeys(keys)
             return
-        grown = 0
-        added = self._added if self._sorted is not None else None
+        put = self.put  # some keys staged already: one by one
         for key, value in items:
-            old = writes.get(key, ABSENT)
-            if old is ABSENT:
-                grown += len(key) + len(value)
-                if added is not None:
-                    added.append(key)
-            else:
-                grown += len(value) - (0 if old is None else len(old))  # type: ignore[arg-type]
-            writes[key] = value
-        self.num_bytes += grown
+            put(key, value)
 
     def discard(self, key: bytes) -> None:
         """Unstage `key` (a put or a delete) as if it had never been written."""
