@@ -74,6 +74,18 @@ PUNCTUATION_MARKER_TOPIC = "__streamplatform.punctuation__"  # partition: the sc
 WALL_CLOCK_MARKER_TOPIC = "__streamplatform.wall_clock_punctuation__"
 _new_tuple = tuple.__new__  # builds a NamedTuple without its Python-level __new__
 
+try:  # the task loop in C, built with the package where a C compiler is available
+    from streamplatform.runtime import _task_loop as _native_loop
+except ImportError:  # pragma: no cover - depends on the build
+    _native_loop = None  # type: ignore[assignment]
+else:
+    _native_loop.configure(UNDECODED, ConsumedRecord, Record, StreamsError, DESERIALIZATION,
+                           PROCESSING, PunctuationType.STREAM_TIME)  # fmt: skip
+# Tests set this to False to run the Python reference where the C loop would run.
+NATIVE_LOOP = True
+# How process_all handles a topic's records (Task._route).
+_Route = tuple[Any, Callable, Callable, bool, list[tuple[Callable, str | None]], Callable | None]
+
 
 def _fresh_timing() -> dict[str, int]:
     """A batch's sums behind a task's record-lateness and record-e2e-latency metrics."""
@@ -257,12 +269,34 @@ class Task:
         ``needs_early_commit()`` true and returns True (the rest of ``records`` is left
         unread); otherwise returns False once every record is processed. The limits are asked
         every few records when they are far above what a record writes (see
-        ``_limit_check_interval``), as Kafka Streams asks once per loop over polled records."""
-        Route = tuple[Any, Callable, Callable, bool, list[tuple[Callable, str | None]],
-                      Callable | None]  # fmt: skip
-        routes: dict[str, Route] = {}
-        consumed, new_record = self.consumed, _new_tuple
+        ``_limit_check_interval``), as Kafka Streams asks once per loop over polled records.
+
+        The loop runs in C (``_task_loop``) where the package was built with it;
+        ``_process_all`` is its reference, which runs otherwise."""
         checks = self._limit_checks if stop_early else ()
+        if _native_loop is not None and NATIVE_LOOP:
+            return _native_loop.process_all(  # type: ignore[no-any-return]
+                self, self._decoded(records), checks, self._check_every
+            )
+        return self._process_all(records, checks)
+
+    def _route(self, topic: str) -> _Route:
+        """How ``process_all`` handles a record of ``topic``: its source, key and value
+        deserializers, whether they take the headers, the source's children (``_entry``) and
+        its timestamp extractor (None: the record's own time)."""
+        source = self._sources.get(topic)
+        if source is None:
+            raise ValueError(f"Task {self.task_id} does not read topic {topic!r}")
+        return (
+            source, *deserializers(source, topic),
+            [self._entry(child) for child in source.children],
+            source.timestamp_extractor or self._default_extractor,
+        )  # fmt: skip
+
+    def _process_all(self, records: Iterable[ConsumedRecord], checks: Iterable[Callable]) -> bool:
+        """``process_all`` in Python: the reference of the C loop."""
+        routes: dict[str, _Route] = {}
+        consumed, new_record = self.consumed, _new_tuple
         every = countdown = self._check_every
         # The consumed offset of a partition is written when the loop moves on to another
         # partition and when it ends (however it ends), not after every record: between
@@ -279,14 +313,7 @@ class Task:
                 topic = record[0]
                 route = routes.get(topic)
                 if route is None:
-                    source = self._sources.get(topic)
-                    if source is None:
-                        raise ValueError(f"Task {self.task_id} does not read topic {topic!r}")
-                    route = routes[topic] = (
-                        source, *deserializers(source, topic),
-                        [self._entry(child) for child in source.children],
-                        source.timestamp_extractor or self._default_extractor,
-                    )  # fmt: skip
+                    route = routes[topic] = self._route(topic)
                 if last is not None and (record[1] != last[1] or topic != last[0]):
                     consumed[(last[0], last[1])] = last[2] + 1
                 last = record

@@ -1,0 +1,488 @@
+/* A task's loop over its source records, in C (runtime/task.py).
+ *
+ * `process_all(task, triples, checks, every)` does what `Task._process_all`, the Python
+ * reference, does for `task._decoded(records)` (the `(record, key, value)` triples): for each
+ * record in order, its route (`task._route(topic)`, once per topic and call), the consumed
+ * offset of the partition it moves away from, `task.current`, the key and value decoded unless
+ * they came decoded, the event time (`task._extracted`), a failure there to the
+ * deserialization handler (`task._handle`), the stream time and the sums behind the lateness
+ * and end-to-end latency metrics, the `Record` handed to each child (a failure there to the
+ * processing handler, unless the child is a sink), stream-time punctuations, and every
+ * `every` records the limit `checks` (True: stopped right after that record). At the end,
+ * however it ends: the last partition's consumed offset, `task.records_in`, `task.current`
+ * reset and the task's `timing` sums.
+ *
+ * What C saves is the interpreter's work per record around those calls: about a microsecond
+ * of a record's few. The processors, sinks and handlers it calls are the same Python (or C)
+ * callables the reference calls, in the same order, so the two behave alike;
+ * tests/runtime/test_task_loop.py holds them to the same outputs, state and metrics.
+ *
+ * `configure(undecoded, consumed_record, record, streams_error, deserialization, processing,
+ * stream_time)`: the Python objects it needs, given once by task.py at import.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "../dsl/_cores.h"
+
+static PyObject *undecoded, *consumed_record_type, *record_type, *streams_error,
+    *deserialization, *processing, *stream_time_kind;
+static PyObject *str_current, *str_stream_time, *str_route, *str_handle, *str_extracted,
+    *str_punctuate, *str_punctuations, *str_consumed, *str_timing, *str_records_in, *str_name,
+    *str_lateness_sum, *str_lateness_max, *str_timestamp_sum, *str_timestamp_min,
+    *str_timestamped;
+
+static PyObject *
+configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError,
+                        "configure(undecoded, consumed_record, record, streams_error, "
+                        "deserialization, processing, stream_time)");
+        return NULL;
+    }
+    PyObject **targets[] = {&undecoded, &consumed_record_type, &record_type, &streams_error,
+                            &deserialization, &processing, &stream_time_kind};
+    for (int i = 0; i < 7; i++) {
+        Py_INCREF(args[i]);
+        Py_XSETREF(*targets[i], args[i]);
+    }
+    Py_RETURN_NONE;
+}
+
+/* Record(key, value, timestamp, headers) without its Python-level __new__ (a NamedTuple is a
+ * tuple of its own type). A new reference. */
+static PyObject *
+new_record(PyObject *key, PyObject *value, PyObject *timestamp, PyObject *headers)
+{
+    PyTypeObject *type = (PyTypeObject *)record_type;
+    PyObject *record = type->tp_alloc(type, 4);
+    if (record == NULL)
+        return NULL;
+    PyTuple_SET_ITEM(record, 0, Py_NewRef(key));
+    PyTuple_SET_ITEM(record, 1, Py_NewRef(value));
+    PyTuple_SET_ITEM(record, 2, Py_NewRef(timestamp));
+    PyTuple_SET_ITEM(record, 3, Py_NewRef(headers));
+    return record;
+}
+
+/* The pending exception, when the reference's `except Exception as exception` would catch it
+ * and its `except StreamsError: raise` would not re-raise it: taken (a new reference to the
+ * exception object, with its traceback). NULL with the exception left pending otherwise. */
+static PyObject *
+caught(void)
+{
+    if (PyErr_ExceptionMatches(streams_error) || !PyErr_ExceptionMatches(PyExc_Exception))
+        return NULL;
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    PyErr_NormalizeException(&type, &value, &traceback);
+    if (traceback != NULL && value != NULL)
+        PyException_SetTraceback(value, traceback);
+    Py_XDECREF(type);
+    Py_XDECREF(traceback);
+    return value;
+}
+
+/* task._handle(setting, node, record, exception): 0, or -1 with its exception. */
+static int
+handle(PyObject *task, PyObject *setting, PyObject *node, PyObject *record, PyObject *exception)
+{
+    PyObject *result = PyObject_CallMethodObjArgs(task, str_handle, setting, node, record,
+                                                  exception, NULL);
+    Py_DECREF(exception);
+    if (result == NULL)
+        return -1;
+    Py_DECREF(result);
+    return 0;
+}
+
+/* The record's key and value decoded (new references in *key, *value, which hold the
+ * triple's on entry) and its timestamp (a new reference): 0, or -1 with the exception. */
+static int
+decode(PyObject *task, PyObject *route, PyObject *record, PyObject **key, PyObject **value,
+       PyObject **timestamp)
+{
+    if (*key == undecoded) {
+        PyObject *key_of = PyTuple_GET_ITEM(route, 1), *value_of = PyTuple_GET_ITEM(route, 2);
+        int contextual = PyObject_IsTrue(PyTuple_GET_ITEM(route, 3));
+        if (contextual < 0)
+            return -1;
+        PyObject *headers = PyTuple_GET_ITEM(record, 6), *decoded_key, *decoded_value;
+        decoded_key = contextual
+            ? PyObject_CallFunctionObjArgs(key_of, PyTuple_GET_ITEM(record, 4), headers, NULL)
+            : PyObject_CallOneArg(key_of, PyTuple_GET_ITEM(record, 4));
+        if (decoded_key == NULL)
+            return -1;
+        Py_SETREF(*key, decoded_key);
+        decoded_value =
+            contextual
+                ? PyObject_CallFunctionObjArgs(value_of, PyTuple_GET_ITEM(record, 5), headers, NULL)
+                : PyObject_CallOneArg(value_of, PyTuple_GET_ITEM(record, 5));
+        if (decoded_value == NULL)
+            return -1;
+        Py_SETREF(*value, decoded_value);
+    }
+    PyObject *extract = PyTuple_GET_ITEM(route, 5);
+    if (extract == Py_None) {
+        *timestamp = Py_NewRef(PyTuple_GET_ITEM(record, 3));
+        return 0;
+    }
+    *timestamp = PyObject_CallMethodObjArgs(task, str_extracted, extract, record, *key, *value,
+                                            NULL);
+    return *timestamp == NULL ? -1 : 0;
+}
+
+/* `typed` to each child of the route: 0, or -1 with the exception to raise. */
+static int
+deliver(PyObject *task, PyObject *children, PyObject *typed)
+{
+    Py_ssize_t count = PyList_GET_SIZE(children);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *entry = PyList_GET_ITEM(children, i);
+        PyObject *result = PyObject_CallOneArg(PyTuple_GET_ITEM(entry, 0), typed);
+        if (result != NULL) {
+            Py_DECREF(result);
+            continue;
+        }
+        PyObject *node = PyTuple_GET_ITEM(entry, 1);
+        if (node == Py_None)  /* a sink: it handled what it could itself */
+            return -1;
+        PyObject *exception = caught();
+        if (exception == NULL || handle(task, processing, node, typed, exception) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* The batch's sums behind the task's metrics, kept in C during the loop. */
+typedef struct {
+    wide lateness_sum, timestamp_sum;
+    long long lateness_max, timestamp_min, timestamped, processed;
+} Sums;
+
+/* timing[name] = timing[name] + value, for a 128-bit value: 0, or -1. */
+static int
+add_to(PyObject *timing, PyObject *name, wide value)
+{
+    PyObject *before = PyDict_GetItemWithError(timing, name);
+    if (before == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetObject(PyExc_KeyError, name);
+        return -1;
+    }
+    PyObject *added = wide_number(value), *sum = NULL;
+    if (added != NULL)
+        sum = PyNumber_Add(before, added);
+    Py_XDECREF(added);
+    if (sum == NULL)
+        return -1;
+    int failed = PyDict_SetItem(timing, name, sum);
+    Py_DECREF(sum);
+    return failed;
+}
+
+/* task.consumed[(record[0], record[1])] = record[2] + 1: the next offset to read of the
+ * record's partition. 0, or -1. */
+static int
+write_consumed(PyObject *task, PyObject *record)
+{
+    PyObject *consumed = PyObject_GetAttr(task, str_consumed);
+    PyObject *partition = PyTuple_Pack(2, PyTuple_GET_ITEM(record, 0), PyTuple_GET_ITEM(record, 1));
+    PyObject *one = PyLong_FromLong(1), *next = NULL;
+    if (consumed != NULL && partition != NULL && one != NULL)
+        next = PyNumber_Add(PyTuple_GET_ITEM(record, 2), one);
+    int failed = next == NULL || PyObject_SetItem(consumed, partition, next) < 0;
+    Py_XDECREF(consumed);
+    Py_XDECREF(partition);
+    Py_XDECREF(one);
+    Py_XDECREF(next);
+    return failed ? -1 : 0;
+}
+
+/* The reference's `finally`: what the loop kept in C written to the task. 0, or -1. */
+static int
+finish(PyObject *task, PyObject *last, const Sums *sums)
+{
+    if (last != NULL && write_consumed(task, last) < 0)
+        return -1;
+    PyObject *records_in = PyObject_GetAttr(task, str_records_in);
+    if (records_in == NULL)
+        return -1;
+    PyObject *processed = PyLong_FromLongLong(sums->processed), *total = NULL;
+    if (processed != NULL)
+        total = PyNumber_Add(records_in, processed);
+    Py_DECREF(records_in);
+    Py_XDECREF(processed);
+    if (total == NULL)
+        return -1;
+    int failed = PyObject_SetAttr(task, str_records_in, total);
+    Py_DECREF(total);
+    if (failed || PyObject_SetAttr(task, str_current, Py_None) < 0)
+        return -1;
+    PyObject *timing = PyObject_GetAttr(task, str_timing);
+    if (timing == NULL)
+        return -1;
+    failed = !PyDict_Check(timing);
+    if (failed)
+        PyErr_SetString(PyExc_TypeError, "task.timing must be a dict");
+    failed = failed || add_to(timing, str_lateness_sum, sums->lateness_sum) < 0 ||
+             add_to(timing, str_timestamp_sum, sums->timestamp_sum) < 0 ||
+             add_to(timing, str_timestamped, sums->timestamped) < 0;
+    if (!failed) {  /* timing["lateness_max_ms"] = max(timing["lateness_max_ms"], lateness_max) */
+        PyObject *before = PyDict_GetItemWithError(timing, str_lateness_max);
+        PyObject *lateness_max = PyLong_FromLongLong(sums->lateness_max);
+        int larger = before == NULL || lateness_max == NULL
+            ? -1 : PyObject_RichCompareBool(lateness_max, before, Py_GT);
+        if (before == NULL && !PyErr_Occurred())
+            PyErr_SetObject(PyExc_KeyError, str_lateness_max);
+        failed = larger < 0 ||
+                 (larger && PyDict_SetItem(timing, str_lateness_max, lateness_max) < 0);
+        Py_XDECREF(lateness_max);
+    }
+    if (!failed) {
+        PyObject *timestamp_min = PyLong_FromLongLong(sums->timestamp_min);
+        failed = timestamp_min == NULL ||
+                 PyDict_SetItem(timing, str_timestamp_min, timestamp_min) < 0;
+        Py_XDECREF(timestamp_min);
+    }
+    Py_DECREF(timing);
+    return failed ? -1 : 0;
+}
+
+static PyObject *
+process_all(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "process_all(task, triples, checks, every)");
+        return NULL;
+    }
+    if (undecoded == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "_task_loop.configure() was not called");
+        return NULL;
+    }
+    PyObject *task = args[0];
+    Py_ssize_t every = PyLong_AsSsize_t(args[3]);
+    if (every == -1 && PyErr_Occurred())
+        return NULL;
+    if (every < 1)
+        every = 1;
+    PyObject *iterator = NULL, *checks = NULL, *routes = NULL, *punctuations = NULL, *timing;
+    PyObject *last = NULL, *result = NULL;
+    Sums sums = {0, 0, 0, 0, 0, 0};
+    long long timestamp_min;
+    /* What the loop needs before its first record; nothing to finish before that. */
+    timing = PyObject_GetAttr(task, str_timing);
+    if (timing == NULL)
+        return NULL;
+    PyObject *minimum = PyObject_GetItem(timing, str_timestamp_min);
+    Py_DECREF(timing);
+    if (minimum == NULL)
+        return NULL;
+    int bad_minimum = as_int64(minimum, &timestamp_min);
+    Py_DECREF(minimum);
+    if (bad_minimum < 0)
+        return NULL;
+    sums.timestamp_min = timestamp_min;
+    iterator = PyObject_GetIter(args[1]);
+    checks = PySequence_Fast(args[2], "checks must be a sequence");
+    routes = PyDict_New();
+    punctuations = PyObject_GetAttr(task, str_punctuations);
+    if (iterator == NULL || checks == NULL || routes == NULL || punctuations == NULL)
+        goto done;
+    Py_ssize_t check_count = PySequence_Fast_GET_SIZE(checks), countdown = every;
+    PyObject **check_items = PySequence_Fast_ITEMS(checks);
+    PyObject *item;
+    while ((item = PyIter_Next(iterator)) != NULL) {
+        PyObject *record, *key, *value, *timestamp = NULL;
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 3) {
+            PyErr_SetString(PyExc_TypeError, "process_all: not a (record, key, value) triple");
+            Py_DECREF(item);
+            goto done;
+        }
+        record = PyTuple_GET_ITEM(item, 0);
+        key = Py_NewRef(PyTuple_GET_ITEM(item, 1));
+        value = Py_NewRef(PyTuple_GET_ITEM(item, 2));
+        Py_INCREF(record);
+        Py_DECREF(item);
+        int ok = 0;
+        if (!PyTuple_Check(record) || PyTuple_GET_SIZE(record) < 7) {
+            PyErr_SetString(PyExc_TypeError, "process_all: a record is a 7-tuple");
+            goto record_done;
+        }
+        PyObject *topic = PyTuple_GET_ITEM(record, 0);
+        PyObject *route = PyDict_GetItemWithError(routes, topic);
+        if (route == NULL) {
+            if (PyErr_Occurred())
+                goto record_done;
+            route = PyObject_CallMethodOneArg(task, str_route, topic);
+            if (route == NULL)
+                goto record_done;
+            int failed = PyDict_SetItem(routes, topic, route);
+            Py_DECREF(route);  /* the dict holds it */
+            if (failed < 0)
+                goto record_done;
+            if (!PyTuple_Check(route) || PyTuple_GET_SIZE(route) != 6 ||
+                !PyList_Check(PyTuple_GET_ITEM(route, 4))) {
+                PyErr_SetString(PyExc_TypeError, "task._route: not a route");
+                goto record_done;
+            }
+        }
+        if (last != NULL) {
+            int moved = PyObject_RichCompareBool(PyTuple_GET_ITEM(record, 1),
+                                                 PyTuple_GET_ITEM(last, 1), Py_NE);
+            if (moved == 0)
+                moved = PyObject_RichCompareBool(topic, PyTuple_GET_ITEM(last, 0), Py_NE);
+            if (moved < 0)
+                goto record_done;
+            if (moved && write_consumed(task, last) < 0)
+                goto record_done;
+        }
+        Py_XSETREF(last, Py_NewRef(record));
+        if (PyObject_SetAttr(task, str_current, record) < 0)
+            goto record_done;
+        sums.processed += 1;
+        if (decode(task, route, record, &key, &value, &timestamp) < 0) {
+            Py_CLEAR(timestamp);
+            PyObject *exception = caught();
+            if (exception == NULL)
+                goto record_done;
+            PyObject *raw = Py_IS_TYPE(record, (PyTypeObject *)consumed_record_type)
+                ? Py_NewRef(record) : PyObject_Call(consumed_record_type, record, NULL);
+            PyObject *source_name = raw == NULL
+                ? NULL : PyObject_GetAttr(PyTuple_GET_ITEM(route, 0), str_name);
+            if (source_name == NULL) {
+                Py_XDECREF(raw);
+                Py_DECREF(exception);
+                goto record_done;
+            }
+            int failed = handle(task, deserialization, source_name, raw, exception);
+            Py_DECREF(source_name);
+            Py_DECREF(raw);
+            if (failed)
+                goto record_done;
+        }
+        else {
+            long long time, stream_time;
+            if (as_int64(timestamp, &time) < 0 || int_attr(task, str_stream_time, &stream_time) < 0)
+                goto record_done;
+            if (time > stream_time) {
+                if (PyObject_SetAttr(task, str_stream_time, timestamp) < 0)
+                    goto record_done;
+            }
+            else if (time < stream_time) {
+                long long late = stream_time - time;
+                sums.lateness_sum += late;
+                if (late > sums.lateness_max)
+                    sums.lateness_max = late;
+            }
+            if (time < sums.timestamp_min)
+                sums.timestamp_min = time;
+            sums.timestamp_sum += time;
+            sums.timestamped += 1;
+            PyObject *typed = new_record(key, value, timestamp, PyTuple_GET_ITEM(record, 6));
+            if (typed == NULL)
+                goto record_done;
+            int failed = deliver(task, PyTuple_GET_ITEM(route, 4), typed);
+            Py_DECREF(typed);
+            if (failed)
+                goto record_done;
+            int scheduled = PyList_CheckExact(punctuations)
+                ? PyList_GET_SIZE(punctuations) > 0 : PyObject_IsTrue(punctuations);
+            if (scheduled < 0)
+                goto record_done;
+            if (scheduled) {
+                PyObject *now = PyObject_GetAttr(task, str_stream_time), *fired = NULL;
+                if (now != NULL)
+                    fired = PyObject_CallMethodObjArgs(task, str_punctuate, stream_time_kind, now,
+                                                       NULL);
+                Py_XDECREF(now);
+                if (fired == NULL)
+                    goto record_done;
+                Py_DECREF(fired);
+            }
+        }
+        if (check_count > 0 && --countdown == 0) {
+            countdown = every;
+            for (Py_ssize_t i = 0; i < check_count; i++) {
+                PyObject *answer = PyObject_CallNoArgs(check_items[i]);
+                if (answer == NULL)
+                    goto record_done;
+                int exceeded = PyObject_IsTrue(answer);
+                Py_DECREF(answer);
+                if (exceeded < 0)
+                    goto record_done;
+                if (exceeded) {
+                    result = Py_NewRef(Py_True);
+                    ok = 1;
+                    goto record_done;
+                }
+            }
+        }
+        ok = 1;
+    record_done:
+        Py_DECREF(record);
+        Py_DECREF(key);
+        Py_DECREF(value);
+        Py_XDECREF(timestamp);
+        if (!ok || result != NULL)
+            goto done;
+    }
+    if (!PyErr_Occurred())
+        result = Py_NewRef(Py_False);
+done:;
+    /* The reference's `finally`, with any exception of the loop kept pending over it. */
+    PyObject *type, *error, *traceback;
+    PyErr_Fetch(&type, &error, &traceback);
+    if (finish(task, last, &sums) < 0) {
+        if (type != NULL)
+            PyErr_Clear();  /* the loop's exception is the one to see */
+        else
+            Py_CLEAR(result);
+    }
+    if (type != NULL) {
+        PyErr_Restore(type, error, traceback);
+        Py_CLEAR(result);
+    }
+    Py_XDECREF(last);
+    Py_XDECREF(iterator);
+    Py_XDECREF(checks);
+    Py_XDECREF(routes);
+    Py_XDECREF(punctuations);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL,
+     "The Python objects the loop needs (task.py, once)."},
+    {"process_all", (PyCFunction)(void (*)(void))process_all, METH_FASTCALL,
+     "Task._process_all's loop over (record, key, value) triples, in C."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyModuleDef definition = {
+    PyModuleDef_HEAD_INIT, "_task_loop", "A task's loop over its source records, in C.", -1,
+    methods,
+};
+
+PyMODINIT_FUNC
+PyInit__task_loop(void)
+{
+    CORES_INTERN(str_current, "current");
+    CORES_INTERN(str_stream_time, "stream_time");
+    CORES_INTERN(str_route, "_route");
+    CORES_INTERN(str_handle, "_handle");
+    CORES_INTERN(str_extracted, "_extracted");
+    CORES_INTERN(str_punctuate, "_punctuate");
+    CORES_INTERN(str_punctuations, "punctuations");
+    CORES_INTERN(str_consumed, "consumed");
+    CORES_INTERN(str_timing, "timing");
+    CORES_INTERN(str_records_in, "records_in");
+    CORES_INTERN(str_name, "name");
+    CORES_INTERN(str_lateness_sum, "lateness_sum_ms");
+    CORES_INTERN(str_lateness_max, "lateness_max_ms");
+    CORES_INTERN(str_timestamp_sum, "timestamp_sum_ms");
+    CORES_INTERN(str_timestamp_min, "timestamp_min");
+    CORES_INTERN(str_timestamped, "timestamped");
+    return PyModule_Create(&definition);
+}
