@@ -1,5 +1,6 @@
 """A task's loop over its records runs in C (``runtime/_task_loop.c``) beside its Python
-reference (``Task._process_all``). The two must be indistinguishable: the same outputs and DLQ
+reference (``Task._process_all``), and so do its sinks' delivery functions (``Writer`` beside
+``sink_writers.sink_writer``'s ``write``). The two must be indistinguishable: the same outputs and DLQ
 records in order, the same handler calls, stream time, punctuations, consumed offsets, counters
 and lateness sums, the same answer to a limit that stops the loop early, and the same state
 when a handler fails the task half way. Each example runs the same records through a task with
@@ -20,6 +21,7 @@ from streamplatform.config import StreamsConfig
 from streamplatform.dsl.processor import Processor, PunctuationType
 from streamplatform.errors.exceptions import TaskFailedError
 from streamplatform.records import ConsumedRecord, Record
+from streamplatform.runtime import sink_writers
 from streamplatform.runtime import task as task_module
 from streamplatform.runtime.task import Task
 from streamplatform.serdes import Serdes
@@ -29,8 +31,9 @@ MINUTE = 60_000
 
 
 class Ticker(Processor):
-    """Forwards each record with its value's "n" doubled; raises for n == 3 (a processing
-    error); every 50 ms of stream time forwards a tick with the time it fired at."""
+    """Forwards each record with its value's "n" doubled (n == 4: a set, which JSON cannot
+    write: a production error); raises for n == 3 (a processing error); every 50 ms of stream
+    time forwards a tick with the time it fired at."""
 
     def init(self, context) -> None:
         super().init(context)
@@ -42,7 +45,8 @@ class Ticker(Processor):
     def process(self, record) -> None:
         if record.value["n"] == 3:
             raise ValueError("n is 3")
-        self.context.forward(record._replace(value={"n": record.value["n"] * 2}))
+        n = record.value["n"]
+        self.context.forward(record._replace(value={"n": {n} if n == 4 else n * 2}))
 
 
 def _event_time(record: ConsumedRecord, partition_time: int) -> int:
@@ -51,26 +55,30 @@ def _event_time(record: ConsumedRecord, partition_time: int) -> int:
 
 
 def _topology():
-    """"a" (JSON, its own time) deduplicated, merged with "b" (JSON, event time from the
-    value) through the Ticker, into "out"."""
+    """"a" (JSON, its own time) deduplicated into "copy" (written as read), and merged with
+    "b" (JSON, event time from the value) through the Ticker into "out"."""
     builder = StreamsBuilder()
     a = builder.stream("a", Serdes.string(), Serdes.json())
     a = a.deduplicate_by_key_value(lambda key, value: value["n"], MINUTE)
+    a.to("copy", Serdes.string(), Serdes.json())
     b = builder.stream("b", Serdes.string(), Serdes.json(), timestamp_extractor=_event_time)
     a.merge(b).process_values(Ticker).to("out", Serdes.string(), Serdes.json())
     return builder.build()
 
 
-def _task(state_dir, handler: str = "log_and_continue", **settings_) -> Task:
+def _task(state_dir, native: bool, handler: str = "log_and_continue", **settings_) -> Task:
+    """A task whose sinks' writers are the C ones (``native``) or the Python reference."""
     topology = _topology()
     config = StreamsConfig({
         "application.id": "loop", "processing.guarantee": "exactly_once_v2",
         "errors.dead.letter.queue.topic.name": "dlq",
         "default.deserialization.exception.handler": handler,
-        "processing.exception.handler": handler, **settings_,
+        "processing.exception.handler": handler,
+        "default.production.exception.handler": handler, **settings_,
     })  # fmt: skip
-    return Task(topology, topology.subtopologies[0], 0, config, state_dir, lambda topic: 1,
-                isolation_level=IsolationLevel.READ_COMMITTED)  # fmt: skip
+    with patch.object(sink_writers, "NATIVE_WRITER", native):
+        return Task(topology, topology.subtopologies[0], 0, config, state_dir, lambda topic: 1,
+                    isolation_level=IsolationLevel.READ_COMMITTED)  # fmt: skip
 
 
 def _value(n: int | None, t: int) -> bytes | None:
@@ -101,13 +109,16 @@ def _consumed(rows, plain: bool) -> list:
     return out
 
 
-# A frame of task.py in a traceback: its file line, its source line, and the carets under it.
-_LOOP_FRAME = re.compile(r'  File "[^"]*runtime/task\.py", line \d+, in \w+\n    .*\n( *\^+ *\n)?')
+# A frame of the Python loop (task.py) or writer (sink_writers.py) in a traceback: its file
+# line, its source line, and the carets under it.
+_LOOP_FRAME = re.compile(
+    r'  File "[^"]*runtime/(task|sink_writers)\.py", line \d+, in \w+\n    .*\n( *\^+ *\n)?'
+)
 
 
 def _without_the_loops_frame(record) -> tuple:
-    """A DLQ record's stack trace names the Python loop's own frame (task.py) where the C loop
-    has none: the one difference, which this takes out."""
+    """A DLQ record's stack trace names the Python loop's and writer's own frames where the C
+    ones have none: the one difference, which this takes out."""
     if record.headers is None:
         return tuple(record)
     headers = []
@@ -137,10 +148,17 @@ def _run(task: Task, native: bool, records, **kwargs):
     return answer, _state(task)
 
 
-def test_the_c_loop_is_the_one_that_runs():
+def test_the_c_loop_and_writers_are_the_ones_that_run(tmp_path):
     assert task_module._native_loop is not None, (
         "runtime/_task_loop.c was not built: run `make setup`"
     )
+    assert sink_writers._native_writer is not None
+    task = _task(tmp_path, native=True)
+    try:
+        writers = {type(deliver).__name__ for deliver in task._deliver.values()}
+        assert "Writer" in writers  # "copy" and "out" are sinks of the common kind
+    finally:
+        task.close()
 
 
 @settings(max_examples=150, deadline=None)
@@ -153,7 +171,7 @@ def test_the_c_loop_and_the_python_reference_are_indistinguishable(
     records = _consumed(rows, plain)
     outcomes = []
     for native in (True, False):
-        task = _task(tmp_path_factory.mktemp("loop"))
+        task = _task(tmp_path_factory.mktemp("loop"), native)
         try:
             first = _run(task, native, records[:split])
             second = _run(task, native, records[split:])
@@ -171,7 +189,7 @@ def test_a_handler_that_fails_the_task_leaves_the_same_state_with_either_loop(
     records = _consumed(rows, plain=False)
     outcomes = []
     for native in (True, False):
-        task = _task(tmp_path_factory.mktemp("fail"), handler="log_and_fail")
+        task = _task(tmp_path_factory.mktemp("fail"), native, handler="log_and_fail")
         try:
             outcomes.append(_run(task, native, records))
         finally:
@@ -186,7 +204,8 @@ def test_a_limit_stops_either_loop_right_after_the_same_record(tmp_path):
     records = _consumed([("a", n % 8, 0, n) for n in range(20)], plain=True)
     outcomes = []
     for native in (True, False):
-        task = _task(tmp_path / str(native), **{"statestore.uncommitted.max.records": 5})
+        task = _task(tmp_path / str(native), native,
+                     **{"statestore.uncommitted.max.records": 5})  # fmt: skip
         try:
             answer, state = _run(task, native, records, stop_early=True)
             assert answer is True
@@ -200,7 +219,7 @@ def test_a_limit_stops_either_loop_right_after_the_same_record(tmp_path):
 
 def test_a_topic_the_task_does_not_read_is_refused_by_either_loop(tmp_path):
     for native in (True, False):
-        task = _task(tmp_path / str(native))
+        task = _task(tmp_path / str(native), native)
         try:
             with patch.object(task_module, "NATIVE_LOOP", native):
                 with pytest.raises(ValueError, match="does not read topic 'c'"):

@@ -1,4 +1,5 @@
-/* A task's loop over its source records, in C (runtime/task.py).
+/* A task's loop over its source records, and its sinks' delivery functions, in C
+ * (runtime/task.py, runtime/sink_writers.py).
  *
  * `process_all(task, triples, checks, every)` does what `Task._process_all`, the Python
  * reference, does for `task._decoded(records)` (the `(record, key, value)` triples): for each
@@ -17,11 +18,15 @@
  * callables the reference calls, in the same order, so the two behave alike;
  * tests/runtime/test_task_loop.py holds them to the same outputs, state and metrics.
  *
+ * `Writer(...)`: a sink's delivery function, for the sinks of the common kind (below).
+ *
  * `configure(undecoded, consumed_record, record, streams_error, deserialization, processing,
  * stream_time)`: the Python objects it needs, given once by task.py at import.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+
+#include <stddef.h>
 
 #include "../dsl/_cores.h"
 
@@ -452,6 +457,221 @@ done:;
     return result;
 }
 
+
+/* The delivery function of a sink that writes to a topic of its own (no topic extractor, no
+ * repartition partition, no serde that takes a context): sink_writers.sink_writer's `write`,
+ * its reference. Called with a Record: its key and value serialized, or the source record's
+ * bytes when the record is that record unchanged (its topic in `as_read`), a failure to
+ * serialize to the production handler, then a ProducerRecord appended to `output` and the
+ * source record (or `no_source`) to `sources`. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *task, *topic, *serialize_key, *serialize_value, *as_read, *output, *sources,
+        *sink_name, *producer_record, *no_source, *production;
+    vectorcallfunc vectorcall;
+} Writer;
+
+static PyObject *str_topic;
+
+/* A ProducerRecord(topic, key, value, timestamp, headers, None), as _new_tuple builds it. */
+static PyObject *
+new_producer_record(Writer *self, PyObject *key, PyObject *value, PyObject *record)
+{
+    PyTypeObject *type = (PyTypeObject *)self->producer_record;
+    PyObject *out = type->tp_alloc(type, 6);
+    if (out == NULL)
+        return NULL;
+    PyTuple_SET_ITEM(out, 0, Py_NewRef(self->topic));
+    PyTuple_SET_ITEM(out, 1, Py_NewRef(key));
+    PyTuple_SET_ITEM(out, 2, Py_NewRef(value));
+    PyTuple_SET_ITEM(out, 3, Py_NewRef(PyTuple_GET_ITEM(record, 2)));
+    PyTuple_SET_ITEM(out, 4, Py_NewRef(PyTuple_GET_ITEM(record, 3)));
+    PyTuple_SET_ITEM(out, 5, Py_NewRef(Py_None));
+    return out;
+}
+
+static PyObject *
+Writer_write(Writer *self, PyObject *record)
+{
+    if (!PyTuple_Check(record) || PyTuple_GET_SIZE(record) < 4) {
+        PyErr_SetString(PyExc_TypeError, "a record is a (key, value, timestamp, headers) tuple");
+        return NULL;
+    }
+    PyObject *key = NULL, *value = NULL, *out = NULL, *result = NULL;
+    PyObject *current = PyObject_GetAttr(self->task, str_current);
+    if (current == NULL)
+        return NULL;
+    int as_read = 0;
+    if (current != Py_None && PyTuple_GET_ITEM(record, 1) != Py_None
+        && PyTuple_GET_ITEM(record, 0) != Py_None) {
+        if (!PyTuple_Check(current) || PyTuple_GET_SIZE(current) < 6) {
+            PyErr_SetString(PyExc_TypeError, "task.current is not a consumed record");
+            goto done;
+        }
+        as_read = PySequence_Contains(self->as_read, PyTuple_GET_ITEM(current, 0));
+        if (as_read < 0)
+            goto done;
+    }
+    if (as_read) {
+        /* The source record itself, unchanged: its bytes are what serializing its key and
+         * value would give back. */
+        key = Py_NewRef(PyTuple_GET_ITEM(current, 4));
+        value = Py_NewRef(PyTuple_GET_ITEM(current, 5));
+    }
+    else {
+        key = PyObject_CallOneArg(self->serialize_key, PyTuple_GET_ITEM(record, 0));
+        if (key != NULL)
+            value = PyObject_CallOneArg(self->serialize_value, PyTuple_GET_ITEM(record, 1));
+        if (value == NULL) {
+            /* `except Exception` in the reference: a StreamsError too goes to the handler. */
+            if (!PyErr_ExceptionMatches(PyExc_Exception))
+                goto done;
+            PyObject *type, *exception, *traceback;
+            PyErr_Fetch(&type, &exception, &traceback);
+            PyErr_NormalizeException(&type, &exception, &traceback);
+            if (traceback != NULL && exception != NULL)
+                PyException_SetTraceback(exception, traceback);
+            Py_XDECREF(type);
+            Py_XDECREF(traceback);
+            PyObject *handle = PyObject_GetAttr(self->task, str_handle), *handled = NULL;
+            if (handle != NULL) {
+                PyObject *args[5] = {self->production, self->sink_name, record, exception,
+                                     self->topic};
+                PyObject *names = PyTuple_Pack(1, str_topic);
+                if (names != NULL)
+                    handled = PyObject_Vectorcall(handle, args, 4, names);
+                Py_XDECREF(names);
+                Py_DECREF(handle);
+            }
+            Py_XDECREF(exception);
+            if (handled == NULL)
+                goto done;
+            Py_DECREF(handled);
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+    }
+    out = new_producer_record(self, key, value, record);
+    if (out == NULL || PyList_Append(self->output, out) < 0)
+        goto done;
+    /* add_source(task.current or NO_SOURCE), read again as the reference does */
+    Py_SETREF(current, PyObject_GetAttr(self->task, str_current));
+    if (current == NULL)
+        goto done;
+    int truthy = PyObject_IsTrue(current);
+    if (truthy < 0 || PyList_Append(self->sources, truthy ? current : self->no_source) < 0)
+        goto done;
+    result = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(current);
+    Py_XDECREF(key);
+    Py_XDECREF(value);
+    Py_XDECREF(out);
+    return result;
+}
+
+static PyObject *
+Writer_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    if (PyVectorcall_NARGS(nargsf) != 1 || kwnames != NULL) {
+        PyErr_SetString(PyExc_TypeError, "a sink's write takes one record");
+        return NULL;
+    }
+    return Writer_write((Writer *)self, args[0]);
+}
+
+static PyObject *
+Writer_call(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    return PyVectorcall_Call(self, args, kwargs);
+}
+
+static int
+Writer_init(Writer *self, PyObject *args, PyObject *kwargs)
+{
+    static char *names[] = {"task", "topic", "serialize_key", "serialize_value", "as_read",
+                            "output", "sources", "sink_name", "producer_record", "no_source",
+                            "production", NULL};
+    PyObject *values[11];
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOO!O!OOOO:Writer", names, &values[0],
+                                     &values[1], &values[2], &values[3], &values[4],
+                                     &PyList_Type, &values[5], &PyList_Type, &values[6],
+                                     &values[7], &values[8], &values[9], &values[10]))
+        return -1;
+    if (!PyType_Check(values[8]) || !PyType_IsSubtype((PyTypeObject *)values[8], &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "producer_record must be a tuple type");
+        return -1;
+    }
+    PyObject **fields[] = {&self->task, &self->topic, &self->serialize_key,
+                           &self->serialize_value, &self->as_read, &self->output,
+                           &self->sources, &self->sink_name, &self->producer_record,
+                           &self->no_source, &self->production};
+    for (int i = 0; i < 11; i++) {
+        Py_INCREF(values[i]);
+        Py_XSETREF(*fields[i], values[i]);
+    }
+    self->vectorcall = Writer_vectorcall;
+    return 0;
+}
+
+/* The writer refers to its task, whose delivery functions refer to the writer. */
+static int
+Writer_traverse(Writer *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->task);
+    Py_VISIT(self->topic);
+    Py_VISIT(self->serialize_key);
+    Py_VISIT(self->serialize_value);
+    Py_VISIT(self->as_read);
+    Py_VISIT(self->output);
+    Py_VISIT(self->sources);
+    Py_VISIT(self->sink_name);
+    Py_VISIT(self->producer_record);
+    Py_VISIT(self->no_source);
+    Py_VISIT(self->production);
+    return 0;
+}
+
+static int
+Writer_clear(Writer *self)
+{
+    Py_CLEAR(self->task);
+    Py_CLEAR(self->topic);
+    Py_CLEAR(self->serialize_key);
+    Py_CLEAR(self->serialize_value);
+    Py_CLEAR(self->as_read);
+    Py_CLEAR(self->output);
+    Py_CLEAR(self->sources);
+    Py_CLEAR(self->sink_name);
+    Py_CLEAR(self->producer_record);
+    Py_CLEAR(self->no_source);
+    Py_CLEAR(self->production);
+    return 0;
+}
+
+static void
+Writer_dealloc(Writer *self)
+{
+    PyObject_GC_UnTrack(self);
+    Writer_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject WriterType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "streamplatform.runtime._task_loop.Writer",
+    .tp_doc = "A sink's delivery function (sink_writers.sink_writer's write), in C.",
+    .tp_basicsize = sizeof(Writer),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Writer_init,
+    .tp_dealloc = (destructor)Writer_dealloc,
+    .tp_traverse = (traverseproc)Writer_traverse,
+    .tp_clear = (inquiry)Writer_clear,
+    .tp_call = Writer_call,
+    .tp_vectorcall_offset = offsetof(Writer, vectorcall),
+};
+
 static PyMethodDef methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL,
      "The Python objects the loop needs (task.py, once)."},
@@ -484,5 +704,17 @@ PyInit__task_loop(void)
     CORES_INTERN(str_timestamp_sum, "timestamp_sum_ms");
     CORES_INTERN(str_timestamp_min, "timestamp_min");
     CORES_INTERN(str_timestamped, "timestamped");
-    return PyModule_Create(&definition);
+    CORES_INTERN(str_topic, "topic");
+    if (PyType_Ready(&WriterType) < 0)
+        return NULL;
+    PyObject *module = PyModule_Create(&definition);
+    if (module == NULL)
+        return NULL;
+    Py_INCREF(&WriterType);
+    if (PyModule_AddObject(module, "Writer", (PyObject *)&WriterType) < 0) {
+        Py_DECREF(&WriterType);
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
 }

@@ -18,6 +18,13 @@ from streamplatform.serdes import AS_READ_SERDES, serializer_for, uses_context
 
 _new_tuple = tuple.__new__  # builds a NamedTuple without its Python-level __new__
 
+try:  # a sink's write in C (runtime/_task_loop.c), built where a C compiler is available
+    from streamplatform.runtime._task_loop import Writer as _native_writer
+except ImportError:  # pragma: no cover - depends on the build
+    _native_writer = None  # type: ignore[assignment,misc]
+# Tests set this to False to build the Python reference where the C writer would be built.
+NATIVE_WRITER = True
+
 
 def sink_writer(task: Any, sink: SinkNode) -> Callable[[Record], None]:
     """The delivery function of a sink: serialize, choose the partition, collect."""
@@ -33,6 +40,14 @@ def sink_writer(task: Any, sink: SinkNode) -> Callable[[Record], None]:
         return context_writer(task, sink, topic)
     if not as_read and internal and sink.partition_by is None and sink.partitioner is None:
         return repartition_writer(task, sink, topic)
+    if not internal and _native_writer is not None and NATIVE_WRITER:
+        # `write` below in C, for a sink of a topic of its own (no partition to choose).
+        return _native_writer(  # type: ignore[no-any-return]
+            task=task, topic=topic, serialize_key=serialize_key,
+            serialize_value=serialize_value, as_read=as_read, output=task.output,
+            sources=task.output_sources, sink_name=sink.name, producer_record=ProducerRecord,
+            no_source=NO_SOURCE, production=PRODUCTION,
+        )  # fmt: skip
 
     def write(record: Record) -> None:
         current = task.current
