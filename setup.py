@@ -7,11 +7,12 @@
 ``streamplatform.dsl._session_core`` the session aggregation's,
 ``streamplatform.dsl._sliding_core`` the sliding-window aggregation's,
 ``streamplatform.runtime._kafka_rows`` turns a task's consumed Kafka messages into its record
-tuples, ``streamplatform.runtime._task_loop`` is a task's loop over its records, and ``streamplatform.registry._avro_core`` reads Avro values in bulk. Without them the
+tuples, ``streamplatform.runtime._task_loop`` is a task's loop over its records and its sinks'
+writes, and ``streamplatform.registry._avro_core`` reads Avro values in bulk. Without them the
 same code runs in its pure-Python reference, which gives the same results, slower
 (dsl/dedup.py, dsl/window_aggregate.py, dsl/stream_join.py, dsl/table_join.py,
-dsl/session_aggregate.py, dsl/sliding_aggregate.py, runtime/kafka_input.py, runtime/task.py, registry/serdes.py
-with fastavro).
+dsl/session_aggregate.py, dsl/sliding_aggregate.py, runtime/kafka_input.py, runtime/task.py,
+runtime/sink_writers.py, registry/serdes.py with fastavro).
 
 The cores are expected: an install whose C build fails **fails**, with a message saying why and
 what to do, instead of going on without it. (A warning would not do: ``pip install --quiet``,

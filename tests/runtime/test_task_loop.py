@@ -50,12 +50,14 @@ class Ticker(Processor):
 
 
 def _event_time(record: ConsumedRecord, partition_time: int) -> int:
-    """"t" in the value; a negative "t" is no event time (the deserialization handler)."""
-    return record.value["t"]
+    """The value's "t"; a negative "t" is no event time (the deserialization handler), nor is
+    "t" 399, which stands for a time beyond Kafka's int64."""
+    t = record.value["t"]
+    return 2**63 if t == 399 else t
 
 
 def _topology():
-    """"a" (JSON, its own time) deduplicated into "copy" (written as read), and merged with
+    """Topic "a" (JSON, its own time) deduplicated into "copy" (written as read), and merged with
     "b" (JSON, event time from the value) through the Ticker into "out"."""
     builder = StreamsBuilder()
     a = builder.stream("a", Serdes.string(), Serdes.json())
@@ -92,8 +94,12 @@ def _value(n: int | None, t: int) -> bytes | None:
 # (topic, value's n, value's t, record timestamp): n 9 is no JSON, 3 fails the Ticker, None is
 # a tombstone (the Ticker's value["n"] fails on it); t < 0 is no event time for "b".
 records_ = st.lists(
-    st.tuples(st.sampled_from(["a", "b"]), st.one_of(st.integers(0, 9), st.none()),
-              st.integers(-5, 400), st.integers(0, 400)),  # fmt: skip
+    st.tuples(
+        st.sampled_from(["a", "b"]),
+        st.one_of(st.integers(0, 9), st.none()),
+        st.integers(-5, 400),
+        st.integers(0, 400),
+    ),  # fmt: skip
     max_size=60,
 )
 
@@ -221,9 +227,27 @@ def test_a_topic_the_task_does_not_read_is_refused_by_either_loop(tmp_path):
     for native in (True, False):
         task = _task(tmp_path / str(native), native)
         try:
-            with patch.object(task_module, "NATIVE_LOOP", native):
-                with pytest.raises(ValueError, match="does not read topic 'c'"):
-                    task.process_all([("c", 0, 0, 0, b"k", b"{}", [])] * 2)
+            with (
+                patch.object(task_module, "NATIVE_LOOP", native),
+                pytest.raises(ValueError, match="does not read topic 'c'"),
+            ):
+                task.process_all([("c", 0, 0, 0, b"k", b"{}", [])] * 2)
             assert task.current is None and task.records_in == 0
         finally:
             task.close()
+
+
+def test_an_event_time_beyond_int64_goes_to_the_handler_with_either_loop(tmp_path):
+    records = _consumed([("b", 1, 399, 5), ("b", 2, 7, 6)], plain=False)
+    outcomes = []
+    for native in (True, False):
+        task = _task(tmp_path / str(native), native)
+        try:
+            answer, state = _run(task, native, records)
+            (dlq,) = [record for record in state[0] if record[0] == "dlq"]
+            assert b"fits Kafka's int64" in dict(dlq[4])["__streams.errors.message"]
+            assert task.stream_time == 7
+            outcomes.append((answer, state))
+        finally:
+            task.close()
+    assert outcomes[0] == outcomes[1]

@@ -15,6 +15,7 @@ from streamplatform.dsl.graph import SourceNode
 from streamplatform.records import ConsumedRecord
 from streamplatform.serdes import Serdes, deserialize_all, deserializer_for, uses_context
 
+_MAX_TIME = 2**63 - 1  # Kafka's timestamps are int64
 UNDECODED = object()  # decoded: a record whose key and value process_all decodes
 # Records decoded at once by decoded. Small: a slice's decoded values are still in the
 # CPU's cache when the loop reaches them. Decoding a 10k-record chunk at once cost more than it
@@ -133,10 +134,11 @@ def extracted(
     partition_time = partition_times.get(partition, -1)
     given = ConsumedRecord(record[0], record[1], record[2], record[3], key, value, record[6])
     timestamp = extract(given, partition_time)
-    if type(timestamp) is not int or timestamp < 0:
+    if type(timestamp) is not int or timestamp < 0 or timestamp > _MAX_TIME:
         raise ValueError(
             f"the timestamp extractor gave {timestamp!r} for {record[0]}-{record[1]} "
-            f"offset {record[2]}: an event time must be an int >= 0 (ms)"
+            f"offset {record[2]}: an event time must be an int >= 0 (ms) that fits Kafka's "
+            "int64"
         )
     if timestamp > partition_time:
         partition_times[partition] = timestamp

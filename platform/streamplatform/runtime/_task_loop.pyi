@@ -1,0 +1,38 @@
+# The C extension's interface (_task_loop.c); Task._process_all and sink_writers.sink_writer's
+# write are its references.
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+def configure(
+    undecoded: object,
+    consumed_record: type,
+    record: type,
+    streams_error: type,
+    deserialization: str,
+    processing: str,
+    stream_time: Any,
+) -> None: ...
+def process_all(
+    task: Any,
+    triples: Iterable[tuple[Any, Any, Any]],
+    checks: Sequence[Callable[[], bool]],
+    every: int,
+) -> bool: ...
+
+class Writer:
+    def __init__(
+        self,
+        *,
+        task: Any,
+        topic: str,
+        serialize_key: Callable[[Any], Any],
+        serialize_value: Callable[[Any], Any],
+        as_read: frozenset[str],
+        output: list[Any],
+        sources: list[Any],
+        sink_name: str,
+        producer_record: type,
+        no_source: Any,
+        production: str,
+    ) -> None: ...
+    def __call__(self, record: Any) -> None: ...
