@@ -71,14 +71,10 @@ new_record(PyObject *key, PyObject *value, PyObject *timestamp, PyObject *header
     return record;
 }
 
-/* The pending exception, when the reference's `except Exception as exception` would catch it
- * and its `except StreamsError: raise` would not re-raise it: taken (a new reference to the
- * exception object, with its traceback). NULL with the exception left pending otherwise. */
+/* The pending exception taken: a new reference to the exception object, with its traceback. */
 static PyObject *
-caught(void)
+taken(void)
 {
-    if (PyErr_ExceptionMatches(streams_error) || !PyErr_ExceptionMatches(PyExc_Exception))
-        return NULL;
     PyObject *type, *value, *traceback;
     PyErr_Fetch(&type, &value, &traceback);
     PyErr_NormalizeException(&type, &value, &traceback);
@@ -87,6 +83,17 @@ caught(void)
     Py_XDECREF(type);
     Py_XDECREF(traceback);
     return value;
+}
+
+/* The pending exception, when the reference's `except Exception as exception` would catch it
+ * and its `except StreamsError: raise` would not re-raise it: taken (a new reference to the
+ * exception object, with its traceback). NULL with the exception left pending otherwise. */
+static PyObject *
+caught(void)
+{
+    if (PyErr_ExceptionMatches(streams_error) || !PyErr_ExceptionMatches(PyExc_Exception))
+        return NULL;
+    return taken();
 }
 
 /* task._handle(setting, node, record, exception): 0, or -1 with its exception. */
@@ -526,13 +533,7 @@ Writer_write(Writer *self, PyObject *record)
             /* `except Exception` in the reference: a StreamsError too goes to the handler. */
             if (!PyErr_ExceptionMatches(PyExc_Exception))
                 goto done;
-            PyObject *type, *exception, *traceback;
-            PyErr_Fetch(&type, &exception, &traceback);
-            PyErr_NormalizeException(&type, &exception, &traceback);
-            if (traceback != NULL && exception != NULL)
-                PyException_SetTraceback(exception, traceback);
-            Py_XDECREF(type);
-            Py_XDECREF(traceback);
+            PyObject *exception = taken();
             PyObject *handle = PyObject_GetAttr(self->task, str_handle), *handled = NULL;
             if (handle != NULL) {
                 PyObject *args[5] = {self->production, self->sink_name, record, exception,
