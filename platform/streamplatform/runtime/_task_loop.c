@@ -414,6 +414,11 @@ process_all(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 Py_DECREF(fired);
             }
         }
+        /* Python's signal handlers run between bytecodes, so the reference's loop raises a
+         * handler's exception (KeyboardInterrupt) within a record or so; when every callable
+         * of a record's path is C, only this asks for them. A no-op off the main thread. */
+        if ((sums.processed & 1023) == 0 && PyErr_CheckSignals() < 0)
+            goto record_done;
         if (check_count > 0 && --countdown == 0) {
             countdown = every;
             for (Py_ssize_t i = 0; i < check_count; i++) {
