@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import jvm_class_archive
 import pytest
 from hypothesis import settings
 from process_markers import fail_on_missing_markers
@@ -26,6 +27,11 @@ settings.load_profile("ci" if os.environ.get("CI") else "default")
 # Semantics do not depend on them; the benchmarks (bench/) keep the JVM's defaults. A value
 # set by whoever runs the tests is kept.
 os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+
+# Markers of tests that start Spark driver JVMs of their own; a run with enough of them builds
+# the class archive those JVMs start from (jvm_class_archive.py).
+CHILD_JVM_MARKERS = ("child_process", "cluster", "connect_server", "dagster_dev")
+ARCHIVE_WORTH_TESTS = 5
 
 pytest_plugins = [
     "streamplatform.kafka.pytest_fixtures",
@@ -54,6 +60,25 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     its fixtures', and the helpers of the tests beside this file that they name) is read by
     tests/process_markers.py; a missing marker is a usage error."""
     fail_on_missing_markers(items, Path(__file__).parent)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Once the run's tests are known and before any Spark JVM starts: every driver JVM of the
+    run maps its classes from the class archive (jvm_class_archive.py), built first when the
+    run starts enough JVMs to repay it and there is none yet."""
+    if session.config.option.collectonly or not session.items:
+        return
+    children = sum(
+        any(item.get_closest_marker(name) for name in CHILD_JVM_MARKERS) for item in session.items
+    )
+    options, said = jvm_class_archive.prepare(
+        os.environ["SPARK_SUBMIT_OPTS"], build=children >= ARCHIVE_WORTH_TESTS
+    )
+    if options:
+        os.environ["SPARK_SUBMIT_OPTS"] += " " + options
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(said)
 
 
 @pytest.fixture(scope="session")
