@@ -55,7 +55,7 @@ tools:
 	@command -v java >/dev/null || { echo "streamplatform needs Java 17+ ('java' not found)."; exit 1; }
 	@command -v mvn >/dev/null || { echo "streamplatform needs Maven ('mvn' not found)."; exit 1; }
 
-$(VENV)/.installed: pyproject.toml setup.py platform/streamplatform/dsl/_cores.h platform/streamplatform/dsl/_dedup_core.c platform/streamplatform/dsl/_window_core.c platform/streamplatform/dsl/_join_core.c platform/streamplatform/dsl/_table_join_core.c platform/streamplatform/dsl/_session_core.c platform/streamplatform/dsl/_sliding_core.c platform/streamplatform/runtime/_kafka_rows.c platform/streamplatform/registry/_avro_core.c | tools
+$(VENV)/.installed: pyproject.toml setup.py platform/streamplatform/dsl/_cores.h platform/streamplatform/dsl/_dedup_core.c platform/streamplatform/dsl/_window_core.c platform/streamplatform/dsl/_join_core.c platform/streamplatform/dsl/_table_join_core.c platform/streamplatform/dsl/_session_core.c platform/streamplatform/dsl/_sliding_core.c platform/streamplatform/runtime/_kafka_rows.c platform/streamplatform/runtime/_task_loop.c platform/streamplatform/state/_sorted_keys.c platform/streamplatform/registry/_avro_core.c | tools
 	@echo "==> Python virtualenv in $(VENV) with streamplatform (editable) and dev tools"
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -m pip install --quiet --upgrade pip

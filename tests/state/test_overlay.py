@@ -54,19 +54,27 @@ def check(operations, staged: Overlay) -> None:
     assert staged.sorted_items(None, None) == expected(model, None, None)
 
 
+# The overlay's keys in order through the C SortedKeys (when built) and through the reference.
+SORTED_KEYS = [pytest.param(True, id="c-sorted-keys"), pytest.param(False, id="python-sorted-keys")]
+
+
+@pytest.mark.parametrize("native", SORTED_KEYS)
 @settings(max_examples=300, deadline=None)
-@given(OPERATIONS)
-def test_scans_see_the_staged_writes_in_order_with_small_chunks(operations):
+@given(operations=OPERATIONS)
+def test_scans_see_the_staged_writes_in_order_with_small_chunks(operations, native):
     """Chunks of 2 keys: every insertion, removal and scan crosses chunk bounds and splits."""
     with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(overlay, "NATIVE_SORTED_KEYS", native and overlay.NATIVE_SORTED_KEYS)
         patch.setattr(overlay, "_CHUNK", 2)
         patch.setattr(overlay, "_INSERT_AT_MOST", 3)
         check(operations, Overlay("data"))
 
 
-def test_a_scan_after_every_write_over_many_keys():
+@pytest.mark.parametrize("native", SORTED_KEYS)
+def test_a_scan_after_every_write_over_many_keys(native, monkeypatch):
     """A windowed aggregation's pattern: a write, a scan of a key's range, many times over,
     with removals; at the real chunk size, keys past several chunk splits."""
+    monkeypatch.setattr(overlay, "NATIVE_SORTED_KEYS", native and overlay.NATIVE_SORTED_KEYS)
     rng = random.Random(7)
     staged, model = Overlay("data"), {}
     for step in range(6000):
@@ -84,8 +92,10 @@ def test_a_scan_after_every_write_over_many_keys():
     assert staged.sorted_items(None, None) == expected(model, None, None)
 
 
-def test_sorted_keys_split_and_remove():
-    keys = SortedKeys([])
+@pytest.mark.parametrize("native", SORTED_KEYS)
+def test_sorted_keys_split_and_remove(native, monkeypatch):
+    monkeypatch.setattr(overlay, "NATIVE_SORTED_KEYS", native and overlay.NATIVE_SORTED_KEYS)
+    keys = overlay.sorted_keys([])
     for number in range(2000, 0, -1):  # each at the front: the first chunk splits again and again
         keys.insert(number.to_bytes(2, "big"))
     assert keys.between(None, None) == [n.to_bytes(2, "big") for n in range(1, 2001)]
@@ -96,3 +106,83 @@ def test_sorted_keys_split_and_remove():
     assert keys.between(None, None) == []
     keys.insert(b"x")
     assert keys.between(b"a", b"y") == [b"x"] and keys.between(b"y", None) == []
+
+
+needs_c_sorted_keys = pytest.mark.skipif(
+    not overlay.NATIVE_SORTED_KEYS,
+    reason="the C SortedKeys is not built (STREAMPLATFORM_NO_C_CORE): the overlay runs the "
+    "reference, which the tests above check",
+)
+
+
+@needs_c_sorted_keys
+def test_the_overlay_uses_the_c_sorted_keys_when_built():
+    staged = Overlay("data")
+    staged.put(b"a", b"1")
+    assert staged.sorted_items(None, None) == [(b"a", b"1")]
+    assert type(staged._sorted).__module__ == "streamplatform.state._sorted_keys"
+
+
+SORTED_KEY_OPERATIONS = st.lists(
+    st.one_of(
+        st.tuples(st.just("insert"), KEYS, st.none()),
+        st.tuples(st.just("insert_all"), st.lists(KEYS, max_size=6), st.none()),
+        st.tuples(st.just("remove"), KEYS, st.none()),
+        st.tuples(st.just("between"), st.one_of(st.none(), KEYS), st.one_of(st.none(), KEYS)),
+    ),
+    max_size=200,
+)
+
+
+@needs_c_sorted_keys
+@settings(max_examples=300, deadline=None)
+@given(
+    initial=st.lists(KEYS, max_size=20),
+    chunk=st.integers(min_value=1, max_value=4),
+    operations=SORTED_KEY_OPERATIONS,
+)
+def test_the_c_sorted_keys_answer_as_the_reference(initial, chunk, operations):
+    """Every operation's result, and every key in order after it, from both; keys only
+    inserted when not there (as the overlay does); small chunks so that splits and emptied
+    chunks happen all the time."""
+    from streamplatform.state._sorted_keys import SortedKeys as NativeSortedKeys
+
+    keys = sorted(set(initial))
+    c_keys, reference, present = NativeSortedKeys(keys, chunk), SortedKeys(keys, chunk), set(keys)
+    for name, first, second in operations:
+        if name == "insert":
+            if first in present:
+                continue
+            present.add(first)
+            assert c_keys.insert(first) is reference.insert(first) is None
+        elif name == "insert_all":
+            new = [key for key in dict.fromkeys(first) if key not in present]
+            present.update(new)
+            c_keys.insert_all(new)
+            reference.insert_all(new)
+        elif name == "remove":
+            present.discard(first)
+            assert c_keys.remove(first) == reference.remove(first)
+        else:
+            assert c_keys.between(first, second) == reference.between(first, second)
+            writes = {key: key + b"!" for key in present}
+            assert c_keys.items_between(first, second, writes) == reference.items_between(
+                first, second, writes
+            )
+        assert c_keys.between(None, None) == reference.between(None, None) == sorted(present)
+
+
+@needs_c_sorted_keys
+def test_the_c_sorted_keys_refuse_what_is_not_bytes():
+    from streamplatform.state._sorted_keys import SortedKeys as NativeSortedKeys
+
+    keys = NativeSortedKeys([b"a"], 2)
+    for call in (lambda: keys.insert("b"), lambda: keys.remove(1), lambda: keys.between("a", None),
+                 lambda: keys.between(None, 2), lambda: NativeSortedKeys(["a"], 2)):  # fmt: skip
+        with pytest.raises(TypeError, match="must be bytes"):
+            call()
+    with pytest.raises(KeyError):
+        keys.items_between(None, None, {})
+    with pytest.raises(ValueError, match="chunk"):
+        NativeSortedKeys([], 0)
+    assert keys.between(None, None) == [b"a"]

@@ -60,12 +60,13 @@ class SortedKeys:
     on window close writes its store and reads a key's windows per record) made a flat list
     quadratic."""
 
-    __slots__ = ("_chunks", "_lasts")
+    __slots__ = ("_chunks", "_lasts", "_chunk")
 
-    def __init__(self, keys: list[bytes]) -> None:
-        """``keys``: sorted, no duplicates."""
-        self._chunks = [keys[at : at + _CHUNK] for at in range(0, len(keys), _CHUNK)]
-        self._lasts = [chunk[-1] for chunk in self._chunks]  # each chunk's largest key
+    def __init__(self, keys: list[bytes], chunk: int) -> None:
+        """``keys``: sorted, no duplicates; a chunk splits in two above twice ``chunk``."""
+        self._chunks = [keys[at : at + chunk] for at in range(0, len(keys), chunk)]
+        self._lasts = [part[-1] for part in self._chunks]  # each chunk's largest key
+        self._chunk = chunk
 
     def insert(self, key: bytes) -> None:
         """Put ``key`` (not yet here) into place."""
@@ -80,10 +81,16 @@ class SortedKeys:
         chunk = chunks[at]
         insort(chunk, key)
         lasts[at] = chunk[-1]
-        if len(chunk) > 2 * _CHUNK:
-            chunks.insert(at + 1, chunk[_CHUNK:])
-            del chunk[_CHUNK:]
+        size = self._chunk
+        if len(chunk) > 2 * size:
+            chunks.insert(at + 1, chunk[size:])
+            del chunk[size:]
             lasts.insert(at, chunk[-1])
+
+    def insert_all(self, keys: list[bytes]) -> None:
+        """``insert`` each of ``keys`` (none here yet, no repeats)."""
+        for key in keys:
+            self.insert(key)
 
     def remove(self, key: bytes) -> bool:
         """Take ``key`` out; False when it is not here."""
@@ -117,6 +124,30 @@ class SortedKeys:
             out += chunk[low:]
             at += 1
         return out
+
+    def items_between(
+        self, start: bytes | None, end: bytes | None, writes: dict[bytes, bytes | None]
+    ) -> list[tuple[bytes, bytes | None]]:
+        """(key, ``writes[key]``) for the keys ``between(start, end)``."""
+        return [(key, writes[key]) for key in self.between(start, end)]
+
+
+# The C twin of SortedKeys (state/_sorted_keys.c), the same results for less interpreter work
+# per insertion and range read; tests/state/test_overlay.py holds the two together, and
+# NATIVE_SORTED_KEYS lets them run the reference.
+try:  # built with the package where a C compiler is available (setup.py)
+    from streamplatform.state import _sorted_keys
+except ImportError:  # pragma: no cover - depends on the build
+    _sorted_keys = None  # type: ignore[assignment]
+NATIVE_SORTED_KEYS = _sorted_keys is not None
+
+
+def sorted_keys(keys: list[bytes]) -> SortedKeys:
+    """A SortedKeys of ``keys`` (sorted, no duplicates) at the chunk size ``_CHUNK``: the C
+    one when built and ``NATIVE_SORTED_KEYS``."""
+    if NATIVE_SORTED_KEYS and _sorted_keys is not None:
+        return _sorted_keys.SortedKeys(keys, _CHUNK)  # type: ignore[return-value]  # same API
+    return SortedKeys(keys, _CHUNK)
 
 
 class Overlay:
@@ -196,18 +227,16 @@ class Overlay:
         """A copy of the staged writes with start <= key < end, in key order."""
         ordered, added = self._sorted, self._added
         if ordered is None or (len(added) > _INSERT_AT_MOST and len(added) > self._in_order // 8):
-            ordered = self._sorted = SortedKeys(sorted(self.writes))
+            ordered = self._sorted = sorted_keys(sorted(self.writes))
             self._in_order = len(self.writes)
             added.clear()
         elif added:
             # A few keys since the last scan (a scan after every write or so, as a windowed
             # aggregation's or a stream-stream join's): each into place.
-            for key in added:
-                ordered.insert(key)
+            ordered.insert_all(added)
             self._in_order += len(added)
             added.clear()
-        writes = self.writes
-        return [(key, writes[key]) for key in ordered.between(start, end)]
+        return ordered.items_between(start, end, self.writes)
 
     def entries(self) -> Iterable[tuple[str, bytes, bytes | None]]:
         name = self.column_family
