@@ -1,6 +1,6 @@
 /* What the C cores (_dedup_core.c, _window_core.c, _session_core.c, _sliding_core.c,
- * _join_core.c) share: Kafka's int64 times read from and written to their Python objects, and
- * the 128-bit sums and differences of them. Included by each core, after Python.h; every
+ * _join_core.c) share: Kafka's int64 times read from and written to their Python objects, the
+ * 128-bit sums and differences of them, and a store transaction's put in its common case. Included by each core, after Python.h; every
  * function is static, so each core has its own copy and no symbol is exported. */
 #ifndef STREAMPLATFORM_CORES_H
 #define STREAMPLATFORM_CORES_H
@@ -295,6 +295,173 @@ held_writes_count(HeldWrites *held)
     return held->writes == NULL ? 0 : PyDict_GET_SIZE(held->writes);
 }
 
+/* transaction.put(key, value) for a store's transaction, by name `put_name`.
+ *
+ * state/transaction.py's KeyValueTransaction.put and Overlay.put are the reference; their
+ * common case (an open transaction that stages its writes, bytes, a key that is not the one
+ * it just read as absent, no fresh key to unstage for a delete) is done here on the same
+ * attributes, without the two Python frames: a window store on window close stages about ten
+ * writes a record. Anything else, and any other object, calls `put_name`.
+ * tests/dsl/test_transaction_put.py holds the two ways to the same transaction. */
+static PyObject *kv_transaction_type, *overlay_type, *str_apply_each_write, *str_closed,
+    *str_missed, *str_fresh, *str_data, *str_writes, *str_num_bytes, *str_sorted, *str_added;
+static CORES_UNUSED int transaction_put_ready; /* 0: not tried yet, 1: ready, -1: no fast path */
+
+static CORES_UNUSED int
+transaction_put_prepare(void)
+{
+    const struct { PyObject **variable; const char *text; } names[] = {
+        {&str_apply_each_write, "_apply_each_write"}, {&str_closed, "_closed"},
+        {&str_missed, "_missed"}, {&str_fresh, "_fresh"}, {&str_data, "_data"},
+        {&str_writes, "writes"}, {&str_num_bytes, "num_bytes"}, {&str_sorted, "_sorted"},
+        {&str_added, "_added"},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if ((*names[i].variable = PyUnicode_InternFromString(names[i].text)) == NULL)
+            return -1;
+    PyObject *transactions = PyImport_ImportModule("streamplatform.state.transaction");
+    PyObject *overlays = transactions == NULL ? NULL
+                                              : PyImport_ImportModule("streamplatform.state.overlay");
+    if (overlays != NULL) {
+        kv_transaction_type = PyObject_GetAttrString(transactions, "KeyValueTransaction");
+        overlay_type = PyObject_GetAttrString(overlays, "Overlay");
+    }
+    Py_XDECREF(transactions);
+    Py_XDECREF(overlays);
+    return kv_transaction_type != NULL && overlay_type != NULL ? 0 : -1;
+}
+
+/* 1: staged here; 0: not the common case (nothing changed); -1: an error. */
+static CORES_UNUSED int
+transaction_put_here(PyObject *transaction, PyObject *key, PyObject *value)
+{
+    PyObject *apply = NULL, *closed = NULL, *missed = NULL, *fresh = NULL, *overlay = NULL,
+             *writes = NULL, *num_bytes = NULL, *sorted = NULL, *added = NULL, *total = NULL;
+    int done = -1;
+    if ((apply = PyObject_GetAttr(transaction, str_apply_each_write)) == NULL
+        || (closed = PyObject_GetAttr(transaction, str_closed)) == NULL)
+        goto out;
+    done = 0;
+    if (apply != Py_False || closed != Py_False)
+        goto out;
+    done = -1;
+    if (value == Py_None) {
+        if ((fresh = PyObject_GetAttr(transaction, str_fresh)) == NULL)
+            goto out;
+        done = 0;
+        if (!PySet_CheckExact(fresh) || PySet_GET_SIZE(fresh) != 0)
+            goto out;
+    }
+    else {
+        if ((missed = PyObject_GetAttr(transaction, str_missed)) == NULL)
+            goto out;
+        done = 0;
+        if (missed == key)
+            goto out;
+    }
+    done = -1;
+    if ((overlay = PyObject_GetAttr(transaction, str_data)) == NULL)
+        goto out;
+    done = 0;
+    if ((PyObject *)Py_TYPE(overlay) != overlay_type)
+        goto out;
+    done = -1;
+    if ((writes = PyObject_GetAttr(overlay, str_writes)) == NULL)
+        goto out;
+    done = 0;
+    if (!PyDict_CheckExact(writes))
+        goto out;
+    done = -1;
+    if ((num_bytes = PyObject_GetAttr(overlay, str_num_bytes)) == NULL)
+        goto out;
+    PyObject *old = PyDict_GetItemWithError(writes, key); /* borrowed */
+    if (old == NULL && PyErr_Occurred())
+        goto out;
+    Py_ssize_t value_size = value == Py_None ? 0 : PyBytes_GET_SIZE(value);
+    Py_ssize_t change;
+    if (old == NULL) {
+        change = PyBytes_GET_SIZE(key) + value_size;
+        if ((sorted = PyObject_GetAttr(overlay, str_sorted)) == NULL)
+            goto out;
+        if (sorted != Py_None && (added = PyObject_GetAttr(overlay, str_added)) == NULL)
+            goto out;
+    }
+    else {
+        change = value_size - (old == Py_None ? 0 : PyBytes_Size(old));
+        if (PyErr_Occurred())
+            goto out;
+    }
+    PyObject *delta = PyLong_FromSsize_t(change);
+    if (delta == NULL)
+        goto out;
+    total = PyNumber_Add(num_bytes, delta);
+    Py_DECREF(delta);
+    if (total == NULL || PyObject_SetAttr(overlay, str_num_bytes, total) < 0)
+        goto out;
+    if (added != NULL && PyList_Append(added, key) < 0)
+        goto out;
+    if (PyDict_SetItem(writes, key, value) < 0)
+        goto out;
+    done = 1;
+out:
+    Py_XDECREF(apply);
+    Py_XDECREF(closed);
+    Py_XDECREF(missed);
+    Py_XDECREF(fresh);
+    Py_XDECREF(overlay);
+    Py_XDECREF(writes);
+    Py_XDECREF(num_bytes);
+    Py_XDECREF(sorted);
+    Py_XDECREF(added);
+    Py_XDECREF(total);
+    return done;
+}
+
+static CORES_UNUSED int
+transaction_put(PyObject *transaction, PyObject *put_name, PyObject *key, PyObject *value)
+{
+    if (transaction_put_ready == 0)
+        transaction_put_ready = transaction_put_prepare() == 0 ? 1 : -1;
+    if (transaction_put_ready < 0)
+        PyErr_Clear(); /* no fast path: every put through put_name */
+    else if ((PyObject *)Py_TYPE(transaction) == kv_transaction_type && PyBytes_CheckExact(key)
+             && (value == Py_None || PyBytes_CheckExact(value))) {
+        int done = transaction_put_here(transaction, key, value);
+        if (done != 0)
+            return done < 0 ? -1 : 0;
+    }
+    PyObject *args[3] = {transaction, key, value};
+    PyObject *written = PyObject_VectorcallMethod(put_name, args, 3, NULL);
+    if (written == NULL)
+        return -1;
+    Py_DECREF(written);
+    return 0;
+}
+
+/* transaction_put as a module function, `transaction_put(transaction, key, value)`, for the
+ * tests that hold it to KeyValueTransaction.put (CORES_MODULE_METHODS in a core's module). */
+static CORES_UNUSED PyObject *
+transaction_put_function(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    static PyObject *put_name;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "transaction_put(transaction, key, value)");
+        return NULL;
+    }
+    if (put_name == NULL && (put_name = PyUnicode_InternFromString("put")) == NULL)
+        return NULL;
+    if (transaction_put(args[0], put_name, args[1], args[2]) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+#define CORES_MODULE_METHODS                                                                   \
+    static PyMethodDef module_methods[] = {                                                    \
+        {"transaction_put", (PyCFunction)(void (*)(void))transaction_put_function,             \
+         METH_FASTCALL, "transaction.put(key, value), its common case in C (tests)."},          \
+        {NULL},                                                                                \
+    };
+
 /* The window at `store_key` written as `value` (bytes with the timestamp first, or None) with
  * its time-index key `index`; `fresh`: the transaction does not have it (used when it is not
  * held yet). A fresh window's deletion holds nothing: there is nothing to delete. */
@@ -356,19 +523,12 @@ held_release(HeldWrites *held, PyObject *store, PyObject *transaction_name, PyOb
         int expired = PyTuple_GET_ITEM(write, 2) == Py_True && below != LLONG_MIN
                       && int64_at(PyBytes_AS_STRING(index) + 1) < below;
         if (!expired) {
-            PyObject *args[3] = {transaction, store_key, value};
-            PyObject *done = PyObject_VectorcallMethod(put_name, args, 3, NULL);
-            if (done == NULL) {
-                failed = -1;
+            if (transaction_put(transaction, put_name, store_key, value) < 0
+                || transaction_put(transaction, put_name, index,
+                                   value == Py_None ? Py_None : empty) < 0) {
+                failed = -1; /* a write not (wholly) in the transaction: keep it held */
                 break;
             }
-            Py_DECREF(done);
-            PyObject *index_args[3] = {transaction, index, value == Py_None ? Py_None : empty};
-            if ((done = PyObject_VectorcallMethod(put_name, index_args, 3, NULL)) == NULL) {
-                failed = -1; /* the window is in, its index key not yet: keep the write */
-                break;
-            }
-            Py_DECREF(done);
         }
         failed = PyDict_DelItem(held->writes, store_key);
     }
@@ -722,16 +882,9 @@ write_through(PyObject *transaction, PyObject *put_name, PyObject *store_key,
         if (held_put(held, store_key, value, index, fresh) < 0)
             goto done;
     }
-    else {
-        PyObject *args[3] = {transaction, store_key, value};
-        PyObject *written = PyObject_VectorcallMethod(put_name, args, 3, NULL);
-        if (written == NULL)
-            goto done;
-        Py_DECREF(written);
-        PyObject *index_args[3] = {transaction, index, index_value};
-        if ((written = PyObject_VectorcallMethod(put_name, index_args, 3, NULL)) == NULL)
-            goto done;
-        Py_DECREF(written);
+    else if (transaction_put(transaction, put_name, store_key, value) < 0
+             || transaction_put(transaction, put_name, index, index_value) < 0) {
+        goto done;
     }
     failed = data != Py_None ? pending_add(pending, int64_at(key + prefix_length), index)
                              : pending_forget(pending, index);

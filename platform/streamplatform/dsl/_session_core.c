@@ -1047,8 +1047,11 @@ static PyTypeObject CoreType = {
     .tp_methods = Core_methods,
 };
 
+CORES_MODULE_METHODS
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_session_core", "SessionWindowAggregate's per-record path in C.", -1,
+    module_methods,
 };
 
 PyMODINIT_FUNC

@@ -1213,9 +1213,11 @@ static PyTypeObject CoreType = {
     .tp_methods = Core_methods,
 };
 
+CORES_MODULE_METHODS
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_sliding_core", "SlidingWindowAggregate's per-record path in C.",
-    -1,
+    -1, module_methods,
 };
 
 PyMODINIT_FUNC
