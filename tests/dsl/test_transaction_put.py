@@ -38,6 +38,7 @@ STEPS = st.lists(
         st.tuples(st.just("put"), KEYS, VALUES),
         st.tuples(st.just("get"), KEYS, st.none()),  # a miss makes the key's next put fresh
         st.tuples(st.just("get_then_put"), KEYS, VALUES),  # the same key object: `_missed`
+        st.tuples(st.just("fresh_then_delete"), KEYS, st.binary(max_size=3)),  # unstaged
         st.tuples(st.just("scan"), st.none(), st.none()),  # staged keys kept in order
         st.tuples(st.just("commit"), st.none(), st.none()),
     ),
@@ -55,7 +56,7 @@ def state(txn: KeyValueTransaction) -> tuple:
 
 
 @pytest.mark.parametrize("level", list(IsolationLevel))
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=60, deadline=None)  # two RocksDB stores opened per example
 @given(steps=STEPS)
 def test_the_c_put_leaves_what_the_python_put_leaves(tmp_path_factory, level, steps):
     directory = tmp_path_factory.mktemp("put")
@@ -81,6 +82,10 @@ def test_the_c_put_leaves_what_the_python_put_leaves(tmp_path_factory, level, st
                 elif name == "get_then_put":
                     txn.get(key)
                     put(key, value)
+                elif name == "fresh_then_delete":  # a fresh key's delete unstages its put
+                    txn.get(key)
+                    put(key, value)
+                    put(bytes(bytearray(key)), None)
                 elif name == "scan":
                     list(txn.range())
                 else:
