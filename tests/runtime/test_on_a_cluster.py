@@ -10,7 +10,8 @@ a master and two workers, each worker's executor keeping task state on its own d
   the tasks that lived on the dead worker restore their state on the other one, counted in the
   batch results with the executor's state dir.
 
-Cost: ~3 min (the cluster starts in ~20 s, each driver and its executors in ~30 s).
+Cost: ~6 min (the cluster starts in ~20 s, each driver and its executors in ~15-30 s; a test
+that runs several jobs runs them in one driver, one application, so its executors start once).
 """
 
 from __future__ import annotations
@@ -50,8 +51,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.broker, pytest.mark.spark]
 
 TESTS = str(Path(__file__).parents[1])
 
-# The driver: runs one job to the end on the cluster, then prints one JSON line with each
-# batch's results and the failed task attempts of the whole application.
+# The driver: runs its jobs one after the other to the end on the cluster (one application:
+# its executors start once), then prints one JSON line with each job's batch results and the
+# failed task attempts of the whole application.
 DRIVER = textwrap.dedent("""
     import json, sys, time, urllib.request
     sys.path.insert(0, {tests!r})
@@ -60,30 +62,35 @@ DRIVER = textwrap.dedent("""
     from streamplatform.spark import spark_session
 
     spec = json.loads(sys.argv[1])
-    spark = spark_session(master=spec["master"], app_name=spec["config"]["application.id"],
-                          extra=spec["spark"])
+    app_name = spec["runs"][0]["config"]["application.id"]
+    spark = spark_session(master=spec["master"], app_name=app_name, extra=spec["spark"])
     sc = spark.sparkContext
     deadline = time.monotonic() + 120  # a standalone app starts with the first executor
     while sc._jsc.sc().getExecutorMemoryStatus().size() < 3:  # 2 executors and the driver
         assert time.monotonic() < deadline, "the executors did not register"
         time.sleep(0.1)
-    if spec["job"] == "dedup":
-        topology, sinks = dedup_topology(spec["source"], "deduplicated"), ["deduplicated"]
-    elif spec["job"] == "pages":  # a re-keyed windowed count into the Kafka topic "rates"
-        from runtime.event_time_jobs import pages_per_minute
-        topology, sinks = pages_per_minute(spec["source"], spec["rates"]), []
-    else:
-        topology, sinks = join_topology(spec["source"], spec["rates"], "enriched"), ["enriched"]
-    job = StreamingJob(topology, spec["config"], spark=spark, delta_sinks=sinks)
-    results = job.run_until_caught_up()
-    job.close()
+    runs = []
+    for run in spec["runs"]:
+        if run["job"] == "dedup":
+            topology, sinks = dedup_topology(run["source"], "deduplicated"), ["deduplicated"]
+        elif run["job"] == "pages":  # a re-keyed windowed count into the Kafka topic "rates"
+            from runtime.event_time_jobs import pages_per_minute
+            topology, sinks = pages_per_minute(run["source"], run["rates"]), []
+        else:
+            topology = join_topology(run["source"], run["rates"], "enriched")
+            sinks = ["enriched"]
+        job = StreamingJob(topology, run["config"], spark=spark, delta_sinks=sinks)
+        results = job.run_until_caught_up()
+        job.close()
+        runs.append([{{"batch_id": r.batch_id, "records_in": r.records_in,
+                       "restored_records": r.restored_records, "restores": r.restores,
+                       "tasks_reused": r.metrics.get("tasks_reused", 0), "path": r.path,
+                       "buffered": r.metrics.get("repartition_buffered", 0)}}
+                      for r in results])
     url = f"{{sc.uiWebUrl}}/api/v1/applications/{{sc.applicationId}}/allexecutors"
     executors = json.load(urllib.request.urlopen(url, timeout=30))
     print(json.dumps({{
-        "batches": [{{"batch_id": r.batch_id, "records_in": r.records_in,
-                      "restored_records": r.restored_records, "restores": r.restores,
-                      "tasks_reused": r.metrics.get("tasks_reused", 0), "path": r.path,
-                      "buffered": r.metrics.get("repartition_buffered", 0)}} for r in results],
+        "runs": runs,
         "failed_attempts": sum(e["failedTasks"] for e in executors if e["id"] != "driver"),
         "executors": sorted(e["id"] for e in executors if e["id"] != "driver"),
         "tasks": sum(e["totalTasks"] for e in executors if e["id"] != "driver"),
@@ -100,16 +107,26 @@ def cluster(tmp_path_factory):
 
 
 def _run_on(cluster, job, config, source, rates=None, executor_env=None, during_run=None):
-    """Run ``job`` on ``cluster`` from a driver process of its own; its JSON report."""
+    """Run ``job`` on ``cluster`` from a driver process of its own; its JSON report, with the
+    job's batches under ``batches``."""
+    report = _run_all_on(cluster, [(job, config, source, rates)], executor_env, during_run)
+    return report | {"batches": report["runs"][0]}
+
+
+def _run_all_on(cluster, runs, executor_env=None, during_run=None):
+    """Run each (job, config, source, rates) of ``runs`` in turn on ``cluster``, in one
+    driver process of its own (one application); its JSON report: each run's batches under
+    ``runs``, the application's executors and failed task attempts."""
     spark = {
         "spark.driver.host": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1",
         "spark.ui.port": str(free_port()),  # the REST API (on 127.0.0.1, bindAddress)
         "spark.executor.memory": "1g",
     } | {f"spark.executorEnv.{key}": value for key, value in (executor_env or {}).items()}
-    spec = {"master": cluster.master_url, "job": job, "config": config, "source": source,
-            "rates": rates, "spark": spark}  # fmt: skip
-    log = cluster.work_dir / f"driver-{config['application.id']}.log"
+    spec = {"master": cluster.master_url, "spark": spark,
+            "runs": [{"job": job, "config": config, "source": source, "rates": rates}
+                     for job, config, source, rates in runs]}  # fmt: skip
+    log = cluster.work_dir / f"driver-{runs[0][1]['application.id']}.log"
     with open(log, "w") as errors:  # a file: Spark's log lines must never fill a pipe
         driver = subprocess.Popen(
             [sys.executable, "-c", DRIVER.format(tests=TESTS), json.dumps(spec)],
@@ -157,16 +174,6 @@ def test_dedup_and_join_on_the_cluster_equal_local_with_no_failed_attempt(
     source, sent = source_topic
     app = f"cluster-dedup-{uuid.uuid4().hex[:6]}"
     tables = root["platform.delta.root"]
-    report = _run_on(
-        cluster, "dedup", _cluster_config(kafka_settings, tmp_path, app, source, root), source
-    )
-    assert report["failed_attempts"] == 0, report
-    assert len(report["executors"]) == 2 and report["tasks"] > 0
-    assert sum(b["records_in"] for b in report["batches"]) == RECORDS
-    rows = delta_rows(spark, f"{tables}/{app}/deduplicated")
-    assert sorted((k, v) for _, _, k, v in rows) == expected_with_the_test_driver(source, sent)
-    assert len({(p, o) for p, o, _, _ in rows}) == len(rows)
-
     transactions, rates = join_input(kafka_settings, f"cluster-join-{uuid.uuid4().hex[:6]}")
     settings = {"platform.max.records.per.batch": 6}
     local = job_config(kafka_settings, tmp_path, "join-local", transactions, **settings)
@@ -174,11 +181,21 @@ def test_dedup_and_join_on_the_cluster_equal_local_with_no_failed_attempt(
                        delta_sinks=["enriched"])  # fmt: skip
     job.run_until_caught_up()
     job.close()
-    config = _cluster_config(kafka_settings, tmp_path, "join-cluster", transactions, root,
-                             **settings)  # fmt: skip
-    report = _run_on(cluster, "join", config, transactions, rates)
+    # Both jobs in one application: its executors start once (~15-20 s a start).
+    report = _run_all_on(cluster, [
+        ("dedup", _cluster_config(kafka_settings, tmp_path, app, source, root), source, None),
+        ("join", _cluster_config(kafka_settings, tmp_path, "join-cluster", transactions, root,
+                                 **settings), transactions, rates),
+    ])  # fmt: skip
     assert report["failed_attempts"] == 0, report
-    assert len(report["batches"]) >= 2
+    assert len(report["executors"]) == 2 and report["tasks"] > 0
+    dedup_batches, join_batches = report["runs"]
+    assert sum(b["records_in"] for b in dedup_batches) == RECORDS
+    rows = delta_rows(spark, f"{tables}/{app}/deduplicated")
+    assert sorted((k, v) for _, _, k, v in rows) == expected_with_the_test_driver(source, sent)
+    assert len({(p, o) for p, o, _, _ in rows}) == len(rows)
+
+    assert len(join_batches) >= 2
     clean = join_tables(spark, tmp_path / "delta" / "join-local")  # local[2], a local disk
     assert all(clean.values())
     assert join_tables(spark, f"{tables}/join-cluster") == clean
@@ -298,17 +315,21 @@ def test_a_job_on_a_secured_broker_runs_in_the_clusters_executors(
         source = f"in-{uuid.uuid4().hex[:8]}"
         create_topics(settings, [TopicSpec(source, 3), TopicSpec(f"{source}-dlq", 1)])
         sent = make_input(settings, source)
-        for path, limit in (
-            ("direct-spark", {}),
-            ("delta-write", {"platform.sink.driver.max.records": 0}),
-        ):
-            app = f"cluster-secured-{uuid.uuid4().hex[:6]}"
-            config = _cluster_config(settings, tmp_path, app, source,
-                                     **{"platform.max.records.per.batch": 100_000} | limit) | settings  # fmt: skip
-            report = _run_on(cluster, "dedup", config, source)
-            assert report["failed_attempts"] == 0, report
-            assert {b["path"] for b in report["batches"]} == {path}
+        paths = [  # (application id, the path its batches must take, its settings)
+            (f"cluster-secured-{uuid.uuid4().hex[:6]}", "direct-spark", {}),
+            (f"cluster-secured-{uuid.uuid4().hex[:6]}", "delta-write",
+             {"platform.sink.driver.max.records": 0}),
+        ]  # fmt: skip
+        # Both paths in one application: its executors start once.
+        report = _run_all_on(cluster, [
+            ("dedup", _cluster_config(settings, tmp_path, app, source,
+                                      **{"platform.max.records.per.batch": 100_000} | limit)
+             | settings, source, None)
+            for app, _, limit in paths
+        ])  # fmt: skip
+        assert report["failed_attempts"] == 0, report
+        want = expected_with_the_test_driver(source, sent)
+        for (app, path, _), batches in zip(paths, report["runs"], strict=True):
+            assert {b["path"] for b in batches} == {path}
             rows = delta_rows(spark, f"{tmp_path}/delta/{app}/deduplicated")
-            assert sorted((k, v) for _, _, k, v in rows) == expected_with_the_test_driver(
-                source, sent
-            )
+            assert sorted((k, v) for _, _, k, v in rows) == want
