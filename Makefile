@@ -89,12 +89,13 @@ HEAVY_MARKERS := child_process or cluster or connect_server or dagster_dev or br
 FAST_TESTS := not (slow or $(HEAVY_MARKERS))
 PYTEST_ARGS ?=
 
-# The fast tier (<= 10 min on 2 cores): unit tests and in-process integration on the run's one
-# broker and one SparkSession. Installs nothing system-wide.
+# The fast tier (~10 min on 2 cores): unit tests and in-process integration on the run's one
+# broker and one SparkSession; property tests draw a third of their examples
+# (tests/property_budget.py). Installs nothing system-wide.
 test: setup
-	@$(BIN)/pytest -m "$(FAST_TESTS)" $(PYTEST_ARGS)
+	@STREAMPLATFORM_TEST_TIER=fast $(BIN)/pytest -m "$(FAST_TESTS)" $(PYTEST_ARGS)
 
-# Everything, every marker (~60 min on 2 cores): child drivers, Spark clusters, Spark Connect,
+# Everything, every marker (~70 min on 2 cores): child drivers, Spark clusters, Spark Connect,
 # dagster dev, the browser test, the slow tests. CI runs it (.ci/run).
 test-all: setup browser
 	@$(BIN)/pytest $(PYTEST_ARGS)

@@ -9,6 +9,7 @@ from unittest.mock import patch
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from property_budget import examples
 
 from streamplatform import StreamsBuilder, TopologyTestDriver
 from streamplatform.config import StreamsConfig
@@ -279,7 +280,7 @@ def model_with_store(interval, events):
     return out, {k: e for k, e in store.items() if e[0] >= stream_time - interval}
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     interval=INTERVALS,
     events=EVENTS,
@@ -339,7 +340,7 @@ _IDS = st.recursive(
 )
 
 
-@settings(max_examples=300, derandomize=True)
+@settings(max_examples=examples(300), derandomize=True)
 @given(_IDS)
 def test_an_id_loaded_back_from_the_store_equals_its_in_memory_key(identity):
     """The dedup keeps ids in memory by a cheaper key than the store's; after a restart the
@@ -353,7 +354,7 @@ def test_an_id_loaded_back_from_the_store_equals_its_in_memory_key(identity):
 
 
 @pytest.mark.slow  # 15-35 s: 200 examples on RocksDB stores (make test keeps the model test above)
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     interval=INTERVALS,
     events=EVENTS,
@@ -384,7 +385,7 @@ def test_exactly_once_buffered_writes_match_the_model_and_the_write_through_stor
     assert committed == model_store
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     interval=st.integers(min_value=1, max_value=20),
     events=st.lists(

@@ -20,6 +20,7 @@ from unittest.mock import patch
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from property_budget import examples
 
 from streamplatform import StreamsBuilder
 from streamplatform.config import StreamsConfig
@@ -119,7 +120,7 @@ def _run(directory, interval, events, native, settings=None):
 
 
 @needs_c_core
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(interval=st.integers(0, 2 * MINUTE), events=rows, fraction=st.sampled_from([1, 4, 64]))
 def test_the_c_core_and_the_python_core_are_indistinguishable(
     tmp_path_factory, interval, events, fraction
@@ -240,7 +241,7 @@ held_entries = st.one_of(
 
 
 @needs_c_core
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(pending=st.dictionaries(memory_keys, held_entries, max_size=8),
        in_store=st.sets(memory_keys, max_size=4))  # fmt: skip
 def test_the_c_hand_over_writes_what_the_python_one_writes(pending, in_store):

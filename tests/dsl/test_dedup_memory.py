@@ -14,6 +14,7 @@ from unittest.mock import patch
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from property_budget import examples
 
 from streamplatform import StreamsBuilder
 from streamplatform.config import StreamsConfig
@@ -39,7 +40,7 @@ def _committed_ids(store: dict[bytes, bytes]) -> dict[str, tuple[int, int]]:
     }
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     interval=INTERVALS,
     events=EVENTS,
@@ -66,7 +67,7 @@ def test_ids_kept_in_the_store_only_give_the_models_output_and_store(
     assert indexed >= {key[1:] for key in held[1] if key.startswith(ID_PREFIX)}
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(interval=INTERVALS, events=EVENTS, commit_every=st.integers(min_value=1, max_value=12))
 def test_ids_moved_out_of_memory_between_commits_change_nothing(
     tmp_path_factory, interval, events, commit_every
@@ -99,7 +100,7 @@ def test_ids_moved_out_of_memory_between_commits_change_nothing(
 
 
 @needs_c_core
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(interval=st.integers(0, 2 * MINUTE), events=rows)
 def test_with_ids_out_of_memory_the_c_and_python_cores_are_indistinguishable(
     tmp_path_factory, interval, events

@@ -12,6 +12,7 @@ import os
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from property_budget import examples
 
 from streamplatform.records import TopicPartition
 from streamplatform.state import IsolationLevel, TransactionalKeyValueStore
@@ -56,7 +57,7 @@ def state(txn: KeyValueTransaction) -> tuple:
 
 
 @pytest.mark.parametrize("level", list(IsolationLevel))
-@settings(max_examples=60, deadline=None)  # two RocksDB stores opened per example
+@settings(max_examples=examples(60), deadline=None)  # two RocksDB stores opened per example
 @given(steps=STEPS)
 def test_the_c_put_leaves_what_the_python_put_leaves(tmp_path_factory, level, steps):
     directory = tmp_path_factory.mktemp("put")

@@ -16,6 +16,7 @@ from unittest.mock import patch
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from property_budget import examples
 
 from streamplatform import EmitStrategy, StreamsBuilder, TimeWindows
 from streamplatform.dsl import window_aggregate
@@ -103,7 +104,7 @@ def _run(directory, topology, cache_bytes, rows, native):
 
 
 @needs_c_core
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=examples(120), deadline=None)
 @given(
     kind=st.sampled_from(["count", "reduce", "aggregate"]),
     size=st.sampled_from([MINUTE, 3 * MINUTE]),

@@ -8,11 +8,14 @@ from fractions import Fraction
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from property_budget import examples
 
 from bench.placement_bench import kafka_rule_peer, spread
 from streamplatform.placement import Placement, assign, plan_standbys
 
-SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 KEYS = ("zone", "cluster", "rack")
 
 

@@ -19,6 +19,7 @@ import fastavro
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from property_budget import examples
 
 from streamplatform.registry.avro_program import MAX_DEPTH, program
 from streamplatform.registry.serdes import AvroSerde
@@ -151,7 +152,7 @@ def schemas_and_values(draw: Any) -> tuple[Any, list[Any]]:
     return schema, draw(st.lists(values(schema), min_size=1, max_size=4))
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(schemas_and_values())
 def test_the_reader_reads_what_fastavro_reads(case: tuple[Any, list[Any]]) -> None:
     schema, written = case
@@ -175,7 +176,7 @@ def _check(parsed: Any, datas: list[bytes]) -> None:
 
 
 @pytest.mark.slow  # a property test of hundreds of examples: make test-all
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(schemas_and_values(), st.data())
 def test_malformed_values_raise_and_never_crash(case: tuple[Any, list[Any]], data: Any) -> None:
     schema, written = case
@@ -277,7 +278,7 @@ LOGICAL = [
 
 
 @pytest.mark.slow  # a property test of hundreds of examples: make test-all
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.sampled_from(LOGICAL), _TIMES)
 def test_dates_and_times_as_fastavro_converts_them(schema: dict, amount: int) -> None:
     parsed = _parsed(schema)

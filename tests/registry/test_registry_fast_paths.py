@@ -20,6 +20,7 @@ from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, Proto
 from confluent_kafka.serialization import MessageField, SerializationContext
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from property_budget import examples
 
 from streamplatform import StreamsBuilder, TopologyTestDriver
 from streamplatform.registry import serdes as registry_serdes
@@ -51,7 +52,7 @@ def _confluent_protobuf(scope: str, message_type: Any) -> tuple[Any, Any]:
 # Protobuf -------------------------------------------------------------------------------
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(st.tuples(st.integers(-(2**63), 2**63 - 1),
                           st.floats(allow_nan=False)), min_size=1, max_size=20))  # fmt: skip
 def test_protobuf_writes_and_reads_what_confluent_writes_and_reads(values) -> None:
@@ -119,7 +120,7 @@ def _outcome(call: Any, *args: Any) -> Any:
         return type(error).__name__, str(cause).split(": ", 2)[-1]
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(st.lists(transactions, min_size=1, max_size=25))
 def test_json_schema_writes_and_reads_what_confluent_does(values) -> None:
     """Valid and invalid values, many of the same shape: every outcome is confluent's, the

@@ -10,6 +10,7 @@ import json
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from property_budget import examples
 
 from streamplatform import StreamsBuilder
 from streamplatform.config import StreamsConfig
@@ -81,7 +82,7 @@ def _assert_bulk_as_one_by_one(tmp_path_factory, records, second_value_serde=Non
         one_by_one.close()
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.lists(st.tuples(keys, values, st.integers(0, 3 * MINUTE)), max_size=3 * DECODE_SLICE))
 def test_a_list_and_one_record_at_a_time_give_the_same_result(tmp_path_factory, rows):
     records = [
@@ -91,7 +92,7 @@ def test_a_list_and_one_record_at_a_time_give_the_same_result(tmp_path_factory, 
     _assert_bulk_as_one_by_one(tmp_path_factory, records)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(
     rows=st.lists(st.tuples(st.booleans(), keys, values, st.integers(0, 3 * MINUTE)),
                   max_size=2 * DECODE_SLICE),

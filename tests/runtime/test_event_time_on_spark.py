@@ -117,7 +117,8 @@ def test_a_rekeyed_windowed_count_counts_what_the_test_driver_counts(
         assert results[-1].metrics.get("repartition_buffered", 0) == 0
 
 
-@pytest.mark.parametrize("cap", [2, 1, 100_000])
+# make test keeps a cap of 1 (cut after every record) and no cap; 2 is make test-all's
+@pytest.mark.parametrize("cap", [pytest.param(2, marks=pytest.mark.slow), 1, 100_000])
 def test_a_join_of_a_dense_and_a_sparse_topic_pairs_what_the_test_driver_pairs(
     spark, kafka_settings, tmp_path, cap
 ):

@@ -16,6 +16,7 @@ from unittest.mock import patch
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from property_budget import examples
 
 from streamplatform import StreamsBuilder
 from streamplatform.config import StreamsConfig
@@ -180,7 +181,7 @@ def test_the_c_loop_and_writers_are_the_ones_that_run(tmp_path):
 
 
 @needs_c_loop
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(rows=records_, plain=st.booleans(), split=st.integers(0, 60))
 def test_the_c_loop_and_the_python_reference_are_indistinguishable(
     tmp_path_factory, rows, plain, split
@@ -201,7 +202,7 @@ def test_the_c_loop_and_the_python_reference_are_indistinguishable(
 
 
 @needs_c_loop
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(rows=records_)
 def test_a_handler_that_fails_the_task_leaves_the_same_state_with_either_loop(
     tmp_path_factory, rows

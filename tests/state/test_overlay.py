@@ -7,6 +7,7 @@ import random
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from property_budget import examples
 
 from streamplatform.state import overlay
 from streamplatform.state.overlay import Overlay, SortedKeys
@@ -59,7 +60,7 @@ SORTED_KEYS = [pytest.param(True, id="c-sorted-keys"), pytest.param(False, id="p
 
 
 @pytest.mark.parametrize("native", SORTED_KEYS)
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(operations=OPERATIONS)
 def test_scans_see_the_staged_writes_in_order_with_small_chunks(operations, native):
     """Chunks of 2 keys: every insertion, removal and scan crosses chunk bounds and splits."""
@@ -135,7 +136,7 @@ SORTED_KEY_OPERATIONS = st.lists(
 
 
 @needs_c_sorted_keys
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     initial=st.lists(KEYS, max_size=20),
     chunk=st.integers(min_value=1, max_value=4),

@@ -10,6 +10,7 @@ from unittest import mock
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from property_budget import examples
 
 from streamplatform.state import (
     PUT_RETURN_CODE_NOT_PUT,
@@ -24,7 +25,9 @@ from streamplatform.state.history_cache import HistoryCache
 
 RC, RU = IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED
 TP = ("input", 0)
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 # Keys that are prefixes of each other, empty, and 0xff-heavy exercise the byte ordering.
 KEYS = st.sampled_from([b"", b"a", b"a\x00", b"ab", b"b", b"\xff", b"\xff\xff"])
