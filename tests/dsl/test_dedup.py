@@ -354,7 +354,7 @@ def test_an_id_loaded_back_from_the_store_equals_its_in_memory_key(identity):
 
 
 @pytest.mark.slow  # 15-35 s: 200 examples on RocksDB stores (make test keeps the model test above)
-@settings(max_examples=examples(200), deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(
     interval=INTERVALS,
     events=EVENTS,

@@ -16,7 +16,6 @@ from unittest.mock import patch
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from property_budget import examples
 
 from streamplatform import JoinWindows, StreamsBuilder
 from streamplatform.config import StreamsConfig
@@ -153,7 +152,7 @@ def _run(directory, topology, rows, native):
 
 @needs_c_core
 @pytest.mark.slow  # the differential property test: make test-all (~15 s)
-@settings(max_examples=examples(150), deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(
     kind=st.sampled_from(["inner", "left", "outer"]),
     before_after=st.sampled_from(_BEFORE_AFTER),

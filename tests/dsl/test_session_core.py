@@ -17,7 +17,6 @@ from unittest.mock import patch
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from property_budget import examples
 
 from streamplatform import EmitStrategy, SessionWindows, StreamsBuilder
 from streamplatform.dsl import session_aggregate
@@ -124,7 +123,7 @@ def _run(directory, topology, cache_bytes, rows, native):
 
 @needs_c_core
 @pytest.mark.slow  # the differential property test: make test-all (~15 s)
-@settings(max_examples=examples(150), deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(
     kind=st.sampled_from(["count", "reduce", "aggregate"]),
     gap=st.sampled_from([MINUTE, 3 * MINUTE]),

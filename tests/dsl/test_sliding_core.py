@@ -19,7 +19,6 @@ from unittest.mock import patch
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from property_budget import examples
 
 from streamplatform import EmitStrategy, StreamsBuilder
 from streamplatform.dsl import SlidingWindows, sliding_aggregate
@@ -141,7 +140,7 @@ def _run(directory, topology, cache_bytes, rows, native):
 
 @needs_c_core
 @pytest.mark.slow  # the differential property test: make test-all (~15 s)
-@settings(max_examples=examples(150), deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(
     kind=st.sampled_from(["count", "reduce", "aggregate"]),
     difference=st.sampled_from([0, 2, 5, 10]),
@@ -184,7 +183,7 @@ def _one_key(*times: int) -> list[tuple[bytes, str, int, bool]]:
 
 @needs_c_core
 @pytest.mark.slow  # the differential property test: make test-all (~15 s)
-@settings(max_examples=examples(150), deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(
     kind=st.sampled_from(["count", "aggregate"]),
     difference=st.sampled_from([1, 2, 3, 5]),

@@ -15,7 +15,6 @@ from unittest.mock import patch
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from property_budget import examples
 
 from streamplatform import StreamsBuilder
 from streamplatform.config import StreamsConfig
@@ -126,7 +125,7 @@ def _run(directory, topology, rows, native):
 
 @needs_c_core
 @pytest.mark.slow  # the differential property test: make test-all (~40 s)
-@settings(max_examples=examples(150), deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(
     kind=st.sampled_from(["inner", "left", "outer"]),
     key_serde=st.sampled_from(["string", "called"]),

@@ -176,7 +176,7 @@ def _check(parsed: Any, datas: list[bytes]) -> None:
 
 
 @pytest.mark.slow  # a property test of hundreds of examples: make test-all
-@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(schemas_and_values(), st.data())
 def test_malformed_values_raise_and_never_crash(case: tuple[Any, list[Any]], data: Any) -> None:
     schema, written = case
@@ -278,7 +278,7 @@ LOGICAL = [
 
 
 @pytest.mark.slow  # a property test of hundreds of examples: make test-all
-@settings(max_examples=examples(300), deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(st.sampled_from(LOGICAL), _TIMES)
 def test_dates_and_times_as_fastavro_converts_them(schema: dict, amount: int) -> None:
     parsed = _parsed(schema)
