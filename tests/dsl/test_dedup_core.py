@@ -18,7 +18,7 @@ from pathlib import Path
 from unittest.mock import patch
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from property_budget import examples
 
@@ -129,6 +129,63 @@ def test_the_c_core_and_the_python_core_are_indistinguishable(
         python = _run(tmp_path_factory.mktemp("python"), interval, events, native=False)
         native = _run(tmp_path_factory.mktemp("native"), interval, events, native=True)
     assert native == python
+
+
+def _counted_as_staged(core):
+    """What the store would count for the held writes once staged: one entry per id, its
+    key (``held_size``) and a put's 16-byte entry."""
+    return len(core.pending), sum(
+        dedup.held_size(key) + (0 if entry is None else 16) for key, entry in core.pending.items()
+    )
+
+
+@pytest.mark.parametrize("native", [False, pytest.param(True, marks=needs_c_core)])
+@settings(max_examples=examples(100), deadline=None)
+@given(interval=st.integers(0, 2 * MINUTE), events=rows, fraction=st.sampled_from([1, 4, 64]))
+# An id forwarded again while its put is held (its entry expired, not yet purged); and one
+# handed over at a commit, put again, then expired: its held put becomes a delete.
+@example(1_000, [(b"a", "tx-0", 1_000, False), (b"a", "tx-1", 0, False),
+                 (b"a", "tx-1", 1_500, False)], 1)  # fmt: skip
+@example(1_000, [(b"a", "tx-0", 1_000, False), (b"a", "tx-1", 0, True),
+                 (b"a", "tx-1", 1_500, False), (b"a", "tx-2", 3_000, False)], 1)  # fmt: skip
+def test_the_held_writes_are_counted_as_the_store_counts_staged_writes(
+    tmp_path_factory, native, interval, events, fraction
+):
+    """After every record the counters the uncommitted limits read equal the held writes'
+    count as staged in the store: an id put and expired before the hand-over counts for
+    nothing, a put turned into a delete counts its key only."""
+    with patch.object(dedup, "_PURGE_SLACK_FRACTION", fraction), \
+            patch.object(dedup, "NATIVE_CORE", native):  # fmt: skip
+        task = _task(tmp_path_factory.mktemp("count"), interval)
+    try:
+        for offset, (key, identity, timestamp, commit) in enumerate(events):
+            task.process(_record(offset, key, identity, timestamp))
+            core = _core(task)
+            assert (core.pending_entries, core.pending_bytes) == _counted_as_staged(core)
+            if commit:
+                task.commit()
+    finally:
+        task.close()
+
+
+def test_a_batch_of_short_lived_ids_is_not_cut_for_writes_it_never_makes(tmp_path):
+    """1,000 ids 100 ms apart through a 1-second deduplication under an uncommitted limit of
+    100 records: each id expires long before the commit, so the batch is not cut; with an
+    hour's interval every id stays held and the limit cuts it."""
+    records = [("in", 0, n, n * 100, b"k", json.dumps({"id": n}).encode(), ()) for n in range(1_000)]
+    limit = {"statestore.uncommitted.max.records": 100}
+    short = _task(tmp_path / "short", 1_000, limit)
+    try:
+        assert short.process_all(records, stop_early=True) is False
+        assert short.needs_early_commit() is False
+    finally:
+        short.close()
+    long = _task(tmp_path / "long", 60 * MINUTE, limit)
+    try:
+        assert long.process_all(records, stop_early=True) is True
+        assert 40 <= long.records_in <= 60  # two store writes a held id
+    finally:
+        long.close()
 
 
 @needs_c_core

@@ -99,6 +99,71 @@ def test_ids_moved_out_of_memory_between_commits_change_nothing(
     assert _committed_ids(results["exactly_once_v2"][1]) == model_store
 
 
+@settings(max_examples=examples(60), deadline=None)
+@given(
+    interval=INTERVALS,
+    events=EVENTS,
+    commit_every=st.integers(min_value=1, max_value=12),
+    budget=st.sampled_from([600, 1_200, 2_500, 5_000]),
+)
+def test_ids_let_go_and_memory_complete_again_change_nothing(
+    tmp_path_factory, interval, events, commit_every, budget
+):
+    """Budgets of a few ids: memory lets its ids go at some commits and spills, keeps them
+    at others, and stops asking the store once stream time has passed what it let go by
+    more than the interval. Output and store are still the model's, under both guarantees,
+    with the limits asked after every record as the runtime asks them."""
+    results = {}
+    for guarantee in ("exactly_once_v2", "at_least_once"):
+        task = _task(tmp_path_factory.mktemp(guarantee), interval, budget, guarantee)
+        try:
+            forwarded = []
+            for offset, (key, timestamp) in enumerate(events):
+                raw_key = None if key is None else key.encode()
+                record = ("in", 0, offset, timestamp, raw_key, b"v", ())
+                if task.process_all([record], stop_early=True):
+                    task.commit()
+                if (offset + 1) % commit_every == 0:
+                    task.commit()
+                    forwarded += _forwarded_offsets(task)
+            task.commit()
+            forwarded += _forwarded_offsets(task)
+            results[guarantee] = forwarded, dict(task.stores[STORE].prefix(b""))
+        finally:
+            task.close()
+    out, model_store = model_with_store(interval, events)
+    assert results["exactly_once_v2"][0] == results["at_least_once"][0] == out
+    assert results["exactly_once_v2"][1] == results["at_least_once"][1]
+    assert _committed_ids(results["exactly_once_v2"][1]) == model_store
+
+
+def test_misses_stop_asking_the_store_once_what_memory_let_go_has_expired(tmp_path):
+    """Memory lets its ids go at a commit (stream time 7 s); an id let go is still a
+    duplicate when stream time is exactly an interval past it (both ends inclusive), so the
+    store is asked until stream time passes 7 s + the interval, and not after."""
+    task = _task(tmp_path, MINUTE, budget=4_096)  # let go above 2 KiB at a commit
+    try:
+        processor = _processor(task)
+        record = lambda offset, key, ts: ("in", 0, offset, ts, key, b"v", ())  # noqa: E731
+        task.process_all([record(n, b"id-%d" % n, n * 1_000) for n in range(8)], stop_early=True)
+        task.commit()
+        core = processor._core
+        assert len(core.entries) == 0 and core.lookup is not None  # let go
+        # The limits are asked after every record (the budget is under 1 MiB).
+        task.process_all([record(8, b"z", 67_000)], stop_early=True)
+        assert core.lookup is not None  # stream time 67 s: id-7 (7 s) is still live
+        task.process_all([record(9, b"id-7", 67_000)], stop_early=True)  # a duplicate
+        task.process_all([record(10, b"y", 67_001)], stop_early=True)
+        assert core.lookup is None  # everything let go is past the interval now
+        task.process_all([record(11, b"id-7", 67_002), record(12, b"y", 67_003)], stop_early=True)
+        task.commit()
+        assert _forwarded_offsets(task) == [*range(9), 10, 11]
+        stored = _committed_ids(dict(task.stores[STORE].prefix(b"")))
+        assert stored == {"z": (67_000, 8), "y": (67_001, 10), "id-7": (67_002, 11)}
+    finally:
+        task.close()
+
+
 @needs_c_core
 @settings(max_examples=examples(100), deadline=None)
 @given(interval=st.integers(0, 2 * MINUTE), events=rows)
@@ -233,9 +298,13 @@ def test_a_store_bigger_than_the_budget_is_not_loaded_at_open(tmp_path):
     try:
         processor = _processor(task)
         assert len(processor._core.entries) == 0 and processor._core.lookup is not None
-        task.process_all([("in", 0, 5_000, 5_000, b"id-17", b"v", ())])  # a duplicate
-        task.process_all([("in", 0, 5_001, 5_001, b"id-new", b"v", ())])
+        # The limits asked after every record, as the runtime asks them: the stored ids
+        # stay live for an hour of stream time, so misses keep asking the store.
+        task.process_all([("in", 0, 5_000, 5_000, b"id-17", b"v", ())], stop_early=True)
+        task.process_all([("in", 0, 5_001, 5_001, b"id-new", b"v", ())], stop_early=True)
+        task.process_all([("in", 0, 5_002, 5_002, b"id-18", b"v", ())], stop_early=True)
         assert _forwarded_offsets(task) == [5_001]
+        assert processor._core.lookup is not None
     finally:
         task.close()
 

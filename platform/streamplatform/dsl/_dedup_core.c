@@ -82,23 +82,32 @@ expire(Core *self, PyObject *key, PyObject *entry, long long *count, long long *
     int result = -1;
     if (PyDict_DelItem(self->entries, key) < 0)
         goto done;
+    Py_ssize_t size = held_size(key);
+    if (size < 0)
+        goto done;
+    /* What the held writes counted for this id before: nothing, a delete or a put. */
+    PyObject *before = PyDict_GetItemWithError(self->pending, key);
+    if (before == NULL && PyErr_Occurred())
+        goto done;
     int in_store = PySet_Contains(self->in_store, key);
     if (in_store < 0)
         goto done;
     if (in_store) {
         if (PyDict_SetItem(self->pending, key, Py_None) < 0)  /* a delete */
             goto done;
+        if (before == NULL) {  /* a new held delete: its key */
+            *count += 1;
+            *nbytes += size;
+        }
+        else if (before != Py_None)  /* a held put becomes a delete: its entry goes */
+            *nbytes -= 16;
     }
-    else if (PyDict_DelItem(self->pending, key) < 0) {  /* pending.pop(id_key, None) */
-        if (!PyErr_ExceptionMatches(PyExc_KeyError))
+    else if (before != NULL) {  /* never handed over: nothing to delete */
+        *count -= 1;
+        *nbytes -= before == Py_None ? size : size + 16;
+        if (PyDict_DelItem(self->pending, key) < 0)
             goto done;
-        PyErr_Clear();
     }
-    Py_ssize_t size = held_size(key);
-    if (size < 0)
-        goto done;
-    *count += 1;
-    *nbytes += size;
     result = 0;
 done:
     Py_DECREF(key);
@@ -300,14 +309,24 @@ Core_process(Core *self, PyObject *record)
     wide horizon = (wide)stream_time - self->interval;
     if ((wide)timestamp >= horizon) {
         entry = PyTuple_Pack(2, timestamp_object, has_offset ? offset_object : no_offset);
-        if (entry == NULL || PyDict_SetItem(self->entries, id_key, entry) < 0
-            || PyDict_SetItem(self->pending, id_key, entry) < 0)
+        if (entry == NULL || PyDict_SetItem(self->entries, id_key, entry) < 0)
             goto done;
-        Py_ssize_t size = held_size(id_key);
-        if (size < 0)
+        /* What the held writes counted for this id before: nothing, a delete or a put. */
+        PyObject *before = PyDict_GetItemWithError(self->pending, id_key);
+        if (before == NULL && PyErr_Occurred())
             goto done;
-        self->pending_entries += 1;
-        self->pending_bytes += size + 16;
+        int held_before = before != NULL, delete_before = before == Py_None;
+        if (PyDict_SetItem(self->pending, id_key, entry) < 0)
+            goto done;
+        if (!held_before) {  /* a new held write: its key and the entry's 16 bytes */
+            Py_ssize_t size = held_size(id_key);
+            if (size < 0)
+                goto done;
+            self->pending_entries += 1;
+            self->pending_bytes += size + 16;
+        }
+        else if (delete_before)  /* a held delete becomes a put again */
+            self->pending_bytes += 16;
         /* if not in_order or timestamp >= in_order[-1][0]: in_order.append(...) */
         int in_order = 1;
         Py_ssize_t length = PyObject_Length(self->in_order);

@@ -17,7 +17,9 @@ timestamp order (nearly all: popping its head is O(1)) and a heap of the others.
 When the ids outgrow the budget, a commit empties memory of them (they are all in the store by
 then) and from then on a miss of the dict asks the store (RocksDB, its bloom filters and block
 cache): memory holds only the ids of the current commit. The store's own index expires what
-memory no longer holds, at every commit. The budget bounds the ids held between commits too:
+memory no longer holds, at every commit. Once stream time has moved more than the interval past
+the last time memory let ids go, none of those can cause a drop any more, and misses stop
+asking the store until memory lets ids go again. The budget bounds the ids held between commits too:
 past 15/16 of it (the task asks after every few records) the processor hands its held writes
 to the store's transaction and empties memory, as a commit would, without ending the batch;
 the transaction's writes are then bounded by the uncommitted limits, which commit early. So
@@ -27,7 +29,10 @@ Under READ_COMMITTED (exactly once) no one sees a write before the commit, so th
 in a dict until ``before_commit()`` hands them to the store's transaction, which stays what
 commits, prepares and leaves as the changelog: an id stored and expired within one commit
 interval (nearly all, when the interval is short next to a batch) never reaches the store. The
-waiting writes count towards the store's uncommitted limits (``uncommitted_limit_exceeded``).
+waiting writes count towards the store's uncommitted limits (``uncommitted_limit_exceeded``) as
+the store counts staged writes, one per id: an id stored and expired before the hand-over
+counts for nothing, so a long batch of short-lived ids is not cut early for writes it never
+makes.
 Under READ_UNCOMMITTED every write goes to the store at once, as readers expect to see it,
 and its index key at the commit.
 
@@ -87,6 +92,7 @@ _pack, _unpack = pack_entry, unpack_entry
 _META_KEY = META_KEY
 _PURGE_SLACK_FRACTION = 64  # entries held past expiry: at most 1/64 of an interval's worth
 _NEVER_PURGED = -(2**63)
+_ABSENT = object()  # not among the held writes
 
 try:  # the C per-record path, built with the package where a C compiler is available
     from streamplatform.dsl import _dedup_core as _native
@@ -162,7 +168,9 @@ class _DedupCore:
         # (committed, or handed over since): an expired id not among them was never handed
         # over, and its put is dropped instead of followed by a delete.
         self.pending: dict[MemoryKey, Entry | None] = {}
-        self.pending_entries = self.pending_bytes = 0  # every write counted, as a store does
+        # The held writes as the store counts staged ones: one per id (a put expired before
+        # it was handed over is gone), its key and a put's 16-byte entry.
+        self.pending_entries = self.pending_bytes = 0
         self.forwarded = self.dropped = 0
         self.late = 0  # forwarded but too old to open a window
         # Set by the processor once `entries` no longer holds every stored id: the store's
@@ -218,14 +226,19 @@ class _DedupCore:
         if timestamp >= horizon:
             entry = entries[id_key] = (timestamp, NO_OFFSET if offset is None else offset)
             if self.put is None:
-                self.pending[id_key] = entry
-                self.pending_entries += 1
-                # held_size(id_key) + 16, inlined for the (str key, str id) pair.
-                self.pending_bytes += (
-                    len(id_key[0]) + len(id_key[1]) + 28
-                    if type(id_key) is tuple
-                    else held_size(id_key) + 16
-                )
+                pending = self.pending
+                before = pending.get(id_key, _ABSENT)
+                pending[id_key] = entry
+                if before is _ABSENT:  # a new held write: its key and the entry's 16 bytes
+                    self.pending_entries += 1
+                    # held_size(id_key) + 16, inlined for the (str key, str id) pair.
+                    self.pending_bytes += (
+                        len(id_key[0]) + len(id_key[1]) + 28
+                        if type(id_key) is tuple
+                        else held_size(id_key) + 16
+                    )
+                elif before is None:  # a held delete becomes a put again
+                    self.pending_bytes += 16
             else:
                 self.put(store_key(id_key), _pack(*entry))
             if not in_order or timestamp >= in_order[-1][0]:
@@ -249,19 +262,26 @@ class _DedupCore:
                 put(store_key(id_key), None)  # a delete
             return
         pending, in_store = self.pending, self.in_store
-        expired = self._expire(horizon)
-        nbytes = 0
-        for id_key in expired:
-            if id_key in in_store:
-                pending[id_key] = None
-            else:
-                pending.pop(id_key, None)  # never handed over: nothing to delete
-            nbytes += (
+        entries = nbytes = 0
+        for id_key in self._expire(horizon):
+            size = (
                 len(id_key[0]) + len(id_key[1]) + 12
                 if type(id_key) is tuple
                 else held_size(id_key)
             )  # fmt: skip
-        self.pending_entries += len(expired)
+            before = pending.get(id_key, _ABSENT)
+            if id_key in in_store:
+                pending[id_key] = None
+                if before is _ABSENT:  # a new held delete: its key
+                    entries += 1
+                    nbytes += size
+                elif before is not None:  # a held put becomes a delete: its entry goes
+                    nbytes -= 16
+            elif before is not _ABSENT:  # never handed over: nothing to delete
+                del pending[id_key]
+                entries -= 1
+                nbytes -= size if before is None else size + 16
+        self.pending_entries += entries
         self.pending_bytes += nbytes
 
     def _expire(self, horizon: int) -> list[MemoryKey]:
@@ -366,8 +386,14 @@ class DeduplicationProcessor(Processor):
                 context=context, put=None if buffered else self._put_through, entries=entries,
                 in_order=in_order, in_store=in_store,
             )  # fmt: skip
+        # While memory does not hold every stored id, a miss asks the store; until when: no
+        # id outside memory can cause a drop once the horizon has passed the stream time at
+        # which memory last let ids go (``_lookup_until``, module docstring). Every stored
+        # entry's timestamp is at most that stream time (a saved one, here).
+        self._lookup_until: int | None = None
         if loaded is None:
             self._core.lookup = self._dedup_store.lookup
+            self._lookup_until = None if saved is None else _unpack(saved)[0]
         self._key_bytes = mean_key_bytes(entries)
         # The task calls the core's process directly: no Python frame of this class per
         # record.
@@ -412,6 +438,8 @@ class DeduplicationProcessor(Processor):
         asks this instead of the store, between two records). Being asked is also when the
         processor keeps to its budget: past it, it spills (``_spill``) before answering."""
         core = self._initialised()
+        if core.lookup is not None:
+            self._stop_lookups_once_complete(core)
         if self._spill_at is not None:
             used = self.memory_bytes()
             if used > self._spill_at:
@@ -479,6 +507,8 @@ class DeduplicationProcessor(Processor):
         self.peak_memory_bytes = max(self.peak_memory_bytes, used)
         if used > self.budget // 2 and core.entries:
             self._forget_entries()
+        elif core.lookup is not None:
+            self._stop_lookups_once_complete(core)
 
     def _forget_entries(self) -> None:
         """Empty memory of the ids (all in the store's transaction, nothing held: this runs
@@ -489,6 +519,18 @@ class DeduplicationProcessor(Processor):
         del core.expiry[:]
         core.in_store.clear()
         core.lookup = self._dedup_store.lookup
+        # Every entry let go has a timestamp at most the stream time (that of a record seen).
+        self._lookup_until = self.context.stream_time
+
+    def _stop_lookups_once_complete(self, core: _DedupCore | _native.Core) -> None:
+        """Misses stop asking the store once no entry outside memory can cause a drop: every
+        such entry is at most ``_lookup_until`` old, and KIP-655's rule forwards past an entry
+        that stream time has passed by more than the interval. Memory holds every id stored
+        since, so a miss is a new id again."""
+        until = self._lookup_until
+        if until is not None and self.context.stream_time - self.interval > until:
+            core.lookup = None
+            self._lookup_until = None
 
     def metrics(self) -> dict[str, int]:
         core = self._core
