@@ -172,7 +172,9 @@ def test_a_batch_of_short_lived_ids_is_not_cut_for_writes_it_never_makes(tmp_pat
     """1,000 ids 100 ms apart through a 1-second deduplication under an uncommitted limit of
     100 records: each id expires long before the commit, so the batch is not cut; with an
     hour's interval every id stays held and the limit cuts it."""
-    records = [("in", 0, n, n * 100, b"k", json.dumps({"id": n}).encode(), ()) for n in range(1_000)]
+    records = [
+        ("in", 0, n, n * 100, b"k", json.dumps({"id": n}).encode(), ()) for n in range(1_000)
+    ]
     limit = {"statestore.uncommitted.max.records": 100}
     short = _task(tmp_path / "short", 1_000, limit)
     try:
