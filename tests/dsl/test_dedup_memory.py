@@ -75,9 +75,16 @@ def test_ids_moved_out_of_memory_between_commits_change_nothing(
     """With a budget of 1 byte the task asks after every record, and the processor hands its
     held writes to the store's transaction and empties memory each time (a spill), between
     commits: output and store are still the model's, under both guarantees alike."""
+    _check_asked_after_every_record(tmp_path_factory, interval, events, commit_every, 1)
+
+
+def _check_asked_after_every_record(tmp_path_factory, interval, events, commit_every, budget):
+    """``events`` through a task with ``budget``, the limits asked after every record as the
+    runtime asks them, a commit every ``commit_every`` records: output and store are the
+    model's, under exactly once and at least once alike."""
     results = {}
     for guarantee in ("exactly_once_v2", "at_least_once"):
-        task = _task(tmp_path_factory.mktemp(guarantee), interval, budget=1, guarantee=guarantee)
+        task = _task(tmp_path_factory.mktemp(guarantee), interval, budget, guarantee)
         try:
             forwarded = []
             for offset, (key, timestamp) in enumerate(events):
@@ -113,28 +120,7 @@ def test_ids_let_go_and_memory_complete_again_change_nothing(
     at others, and stops asking the store once stream time has passed what it let go by
     more than the interval. Output and store are still the model's, under both guarantees,
     with the limits asked after every record as the runtime asks them."""
-    results = {}
-    for guarantee in ("exactly_once_v2", "at_least_once"):
-        task = _task(tmp_path_factory.mktemp(guarantee), interval, budget, guarantee)
-        try:
-            forwarded = []
-            for offset, (key, timestamp) in enumerate(events):
-                raw_key = None if key is None else key.encode()
-                record = ("in", 0, offset, timestamp, raw_key, b"v", ())
-                if task.process_all([record], stop_early=True):
-                    task.commit()
-                if (offset + 1) % commit_every == 0:
-                    task.commit()
-                    forwarded += _forwarded_offsets(task)
-            task.commit()
-            forwarded += _forwarded_offsets(task)
-            results[guarantee] = forwarded, dict(task.stores[STORE].prefix(b""))
-        finally:
-            task.close()
-    out, model_store = model_with_store(interval, events)
-    assert results["exactly_once_v2"][0] == results["at_least_once"][0] == out
-    assert results["exactly_once_v2"][1] == results["at_least_once"][1]
-    assert _committed_ids(results["exactly_once_v2"][1]) == model_store
+    _check_asked_after_every_record(tmp_path_factory, interval, events, commit_every, budget)
 
 
 def test_misses_stop_asking_the_store_once_what_memory_let_go_has_expired(tmp_path):
