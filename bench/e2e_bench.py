@@ -38,6 +38,16 @@ idles; ``--before-first`` runs it first instead, to tell the order's effect from
 
     .venv/bin/python bench/e2e_bench.py --records 2000000 --repeats 3 --before 39e16e6
 
+``--alternate <git revision>``: our job only, without native, on this checkout's library and
+on the revision's (a worktree as for ``--before``), each in a child process of its own on the
+same broker and topics: ``--rounds`` rounds (default 4) of both children in turn, the first
+of a round alternating, each child a warm-up then 2 runs. On this machine the speed drifts
+over minutes by more than a change of a few percent, so a comparison of one block of runs
+before or after another (``--before``) can show a regression where there is none, or hide
+one; children in turn spread the drift over both.
+
+    .venv/bin/python bench/e2e_bench.py --records 2000000 --alternate 663a564 --rounds 4
+
 ``--cache-mb``: our ``statestore.cache.max.bytes``; a small one (1) puts the ids past the
 tasks' shares, so that the dedup hands them to its store and reads misses back from it, as a
 long interval with many ids does. Each of our runs prints its hand-overs (``dedup_spills``).
@@ -246,8 +256,9 @@ def print_median(name: str, records: int, runs: list[float], written: set[int], 
     """One line of a bench's summary: the median run's records/s, its rows and its path."""
     median = statistics.median(runs)
     counts = " or ".join(f"{count:,}" for count in sorted(written))
+    counted = f"; {counts} {unit}" if written else ""  # a child's rows are not counted
     print(f"{name}: {records / median:>9,.0f} records/s ({median:.1f} s, runs "
-          f"{min(runs):.1f}-{max(runs):.1f} s; {counts} {unit}; path {path})")  # fmt: skip
+          f"{min(runs):.1f}-{max(runs):.1f} s{counted}; path {path})")  # fmt: skip
 
 
 def kafka_stream(spark, settings: dict, topic: str, max_offsets_per_trigger: int | None = None):
@@ -456,30 +467,78 @@ def kafka_sink(args: argparse.Namespace) -> None:
     print(f"ratio ours EOS / native (records/s): {native:.2f}x")
 
 
-def run_revision_child(args: argparse.Namespace, bootstrap: str) -> dict:
-    """Our job on ``args.before``'s library, in a child process on this run's topics: its
-    seconds per run and paths (see the module's docstring)."""
+@contextlib.contextmanager
+def revision_worktree(revision: str) -> Iterator[Path]:
+    """A git worktree of ``revision`` with its own C cores built (a core missing would run its
+    Python reference instead) and this checkout's JVM jars (not committed); removed at the
+    end."""
     worktree = Path(tempfile.mkdtemp(prefix="e2e-before-"))
     subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(worktree),
-                    args.before], check=True, capture_output=True)  # fmt: skip
+                    revision], check=True, capture_output=True)  # fmt: skip
     try:
-        # The JVM jars are not committed: this checkout's. The C cores are built from the
-        # revision's own sources (a core missing would run its Python reference instead).
         (worktree / ".jvm").symlink_to(REPO / ".jvm")
         subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=worktree,
                        check=True, capture_output=True)  # fmt: skip
-        env = os.environ | {"PYTHONPATH": str(worktree / "platform"),
-                            "PYSPARK_PYTHON": sys.executable}  # fmt: skip
-        child = subprocess.run(
-            [sys.executable, __file__, "--child-of", bootstrap, "--records", str(args.records),
-             "--repeats", str(args.repeats),
-             *(["--cache-mb", str(args.cache_mb)] if args.cache_mb is not None else [])],
-            env=env, check=True, stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        return json.loads(child.stdout.strip().splitlines()[-1])
+        yield worktree
     finally:
         subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(worktree)],
                        check=False, capture_output=True)  # fmt: skip
+
+
+def run_child(args: argparse.Namespace, bootstrap: str, library: Path, repeats: int,
+              name: str = "before") -> dict:  # fmt: skip
+    """Our job on the library under ``library`` (a ``platform`` directory), in a child process
+    on this run's topics (a warm-up, then ``repeats`` runs): its seconds per run and paths.
+    ``name`` prefixes its application ids: each child needs its own consumer groups, or it
+    would find the last one's offsets committed and take the replay's path."""
+    env = os.environ | {"PYTHONPATH": str(library), "PYSPARK_PYTHON": sys.executable}
+    child = subprocess.run(
+        [sys.executable, __file__, "--child-of", bootstrap, "--child-name", name,
+         "--records", str(args.records), "--repeats", str(repeats),
+         *(["--cache-mb", str(args.cache_mb)] if args.cache_mb is not None else [])],
+        env=env, check=True, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    return json.loads(child.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def run_revision_child(args: argparse.Namespace, bootstrap: str) -> dict:
+    """Our job on ``args.before``'s library, in a child process on this run's topics: its
+    seconds per run and paths (see the module's docstring)."""
+    with revision_worktree(args.before) as worktree:
+        return run_child(args, bootstrap, worktree / "platform", args.repeats)
+
+
+def alternate(args: argparse.Namespace) -> None:
+    """``--alternate``: our job only, on this checkout's library and on the revision's, in
+    child processes taken in turn on one broker (see the module's docstring)."""
+    seconds: dict[str, list[float]] = {"now": [], "then": []}
+    paths: dict[str, set[str]] = {"now": set(), "then": set()}
+    with tempfile.TemporaryDirectory() as directory, \
+            revision_worktree(args.alternate) as worktree:  # fmt: skip
+        tmp = Path(directory)
+        with LocalBroker(tmp / "broker") as broker:
+            settings = {"bootstrap.servers": broker.bootstrap_servers}
+            create_topics(settings, [TopicSpec(t, PARTITIONS) for t in ("bench", "warmup")])
+            produce(settings, "bench", args.records)
+            produce(settings, "warmup", args.warmup_records, seed=11)
+            libraries = {"now": REPO / "platform", "then": worktree / "platform"}
+            for round_ in range(args.rounds):
+                # Alternate which goes first: the machine's speed drifts over minutes.
+                for which in ("now", "then") if round_ % 2 == 0 else ("then", "now"):
+                    result = run_child(args, broker.bootstrap_servers, libraries[which], 2,
+                                       f"{which}{round_}")  # fmt: skip
+                    seconds[which] += result["seconds"]
+                    paths[which].update(result["paths"])
+                    runs = ", ".join(f"{s:.1f} s" for s in result["seconds"])
+                    print(f"  round {round_} {which:4s}: {runs}", flush=True)
+    n = args.records
+    print(f"{n:,} records, {PARTITIONS} partitions, local[2]; {args.rounds} rounds of two child "
+          "processes in turn, each a warm-up and 2 runs")  # fmt: skip
+    for which, name in (("now", "this checkout"), ("then", args.alternate)):
+        print_median(f"{name:<13s}", n, seconds[which], set(), "rows",
+                     ", ".join(sorted(paths[which])))  # fmt: skip
+    ratio = statistics.median(seconds["then"]) / statistics.median(seconds["now"])
+    print(f"ratio now / {args.alternate}: {ratio:.2f}x (records/s, medians)")
 
 
 def child_runs(args: argparse.Namespace) -> None:
@@ -487,19 +546,19 @@ def child_runs(args: argparse.Namespace) -> None:
     ``--repeats`` runs); prints its library's location on stderr, then JSON."""
     import streamplatform
 
-    print(f"  before: library {Path(streamplatform.__file__).parent}", file=sys.stderr)
+    print(f"  {args.child_name}: library {Path(streamplatform.__file__).parent}", file=sys.stderr)
     settings = {"bootstrap.servers": args.child_of}
     seconds: list[float] = []
     with tempfile.TemporaryDirectory() as directory:
         tmp = Path(directory)
         spark = spark_session(master="local[2]", app_name="e2e-bench-before")
-        run_ours(spark, settings, "warmup", tmp, args.records, "warmup-before")
+        run_ours(spark, settings, "warmup", tmp, args.records, f"warmup-{args.child_name}")
         for repeat in range(args.repeats):
             elapsed, written, results = run_ours(spark, settings, "bench", tmp, args.records,
-                                                 f"before-{repeat}")  # fmt: skip
+                                                 f"{args.child_name}-{repeat}")  # fmt: skip
             seconds.append(elapsed)
             PATHS.setdefault("delta", set()).update(paths_of(results))
-            print(f"  run {repeat} before: {args.records / elapsed:>9,.0f} records/s "
+            print(f"  run {repeat} {args.child_name}: {args.records / elapsed:>9,.0f} records/s "
                   f"({elapsed:.1f} s, {written:,} rows)", file=sys.stderr, flush=True)  # fmt: skip
         spark.stop()
     print(json.dumps({"seconds": seconds, "paths": sorted(PATHS.get("delta", ()))}))
@@ -518,6 +577,10 @@ def main() -> None:
                              "local-master shortcuts are off")  # fmt: skip
     parser.add_argument("--before", help="a git revision whose library also runs our job, in "
                         "the same run (Delta sink, local[2])")  # fmt: skip
+    parser.add_argument("--alternate", metavar="REVISION",
+                        help="our job only, this checkout and REVISION's library in child "
+                             "processes taken in turn on one broker (--rounds)")  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=4, help="with --alternate")
     parser.add_argument("--before-first", action="store_true",
                         help="run the --before revision before this checkout")  # fmt: skip
     parser.add_argument("--cache-mb", type=float,
@@ -525,6 +588,7 @@ def main() -> None:
                              "a small one puts the ids past the tasks' shares, so that the "
                              "dedup hands them to its store and reads them back")  # fmt: skip
     parser.add_argument("--child-of", help=argparse.SUPPRESS)  # the --before child's broker
+    parser.add_argument("--child-name", default="before", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.cache_mb is not None:
         OURS_SETTINGS["statestore.cache.max.bytes"] = int(args.cache_mb * 1024 * 1024)
@@ -535,6 +599,9 @@ def main() -> None:
         args.warmup_records = args.records
     if args.sink == "kafka":
         kafka_sink(args)
+        return
+    if args.alternate:
+        alternate(args)
         return
     ours: list[float] = []
     native: list[float] = []
