@@ -407,17 +407,24 @@ def count_committed(settings: dict, topic: str) -> int:
     return total
 
 
+@contextlib.contextmanager
+def bench_topics(tmp: Path, args: argparse.Namespace) -> Iterator[dict]:
+    """A local broker with the bench's "bench" and "warmup" topics filled: its settings."""
+    with LocalBroker(tmp / "broker") as broker:
+        settings = {"bootstrap.servers": broker.bootstrap_servers}
+        create_topics(settings, [TopicSpec(t, PARTITIONS) for t in ("bench", "warmup")])
+        produce(settings, "bench", args.records)
+        produce(settings, "warmup", args.warmup_records, seed=11)
+        yield settings
+
+
 def kafka_sink(args: argparse.Namespace) -> None:
     """The ``--sink kafka`` variant (module docstring)."""
     runs: dict[str, list[float]] = {"eos": [], "alos": [], "native": []}
     rows: dict[str, set[int]] = {which: set() for which in runs}
     with tempfile.TemporaryDirectory() as directory:
         tmp = Path(directory)
-        with LocalBroker(tmp / "broker") as broker:
-            settings = {"bootstrap.servers": broker.bootstrap_servers}
-            create_topics(settings, [TopicSpec(t, PARTITIONS) for t in ("bench", "warmup")])
-            produce(settings, "bench", args.records)
-            produce(settings, "warmup", args.warmup_records, seed=11)
+        with bench_topics(tmp, args) as settings:
             spark = spark_session(master="local[2]", app_name="e2e-bench-kafka")
 
             def run(which: str, topic: str, name: str) -> tuple[float, int]:
@@ -516,16 +523,13 @@ def alternate(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as directory, \
             revision_worktree(args.alternate) as worktree:  # fmt: skip
         tmp = Path(directory)
-        with LocalBroker(tmp / "broker") as broker:
-            settings = {"bootstrap.servers": broker.bootstrap_servers}
-            create_topics(settings, [TopicSpec(t, PARTITIONS) for t in ("bench", "warmup")])
-            produce(settings, "bench", args.records)
-            produce(settings, "warmup", args.warmup_records, seed=11)
+        with bench_topics(tmp, args) as settings:
+            bootstrap = settings["bootstrap.servers"]
             libraries = {"now": REPO / "platform", "then": worktree / "platform"}
             for round_ in range(args.rounds):
                 # Alternate which goes first: the machine's speed drifts over minutes.
                 for which in ("now", "then") if round_ % 2 == 0 else ("then", "now"):
-                    result = run_child(args, broker.bootstrap_servers, libraries[which], 2,
+                    result = run_child(args, bootstrap, libraries[which], 2,
                                        f"{which}{round_}")  # fmt: skip
                     seconds[which] += result["seconds"]
                     paths[which].update(result["paths"])
