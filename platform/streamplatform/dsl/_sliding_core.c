@@ -601,15 +601,13 @@ put(Core *self, Step *step, long long start, PyObject *result, PyObject *timesta
     PyObject *store_key = prefixed(step->prefix, start);
     if (store_key == NULL)
         return -1;
-    PyObject *window = window_of(self, start);
-    if (window == NULL) {
-        Py_DECREF(store_key);
-        return -1;
-    }
-    PyObject *forwarded = self->emit_final ? Py_None : step->record;
-    int failed;
+    PyObject *forwarded = self->emit_final ? Py_None : step->record, *window = NULL;
+    int failed = -1;
     if (self->emit_final && self->max_bytes <= 0) /* on close: nothing forwarded on update */
         failed = write_through_now(self, step, store_key, result, timestamp);
+    /* the cache keeps the window for the update it forwards later */
+    else if ((window = window_of(self, start)) == NULL)
+        ;
     else if (self->max_bytes > 0)
         failed = cache_put(self, step->prefix, store_key, result, timestamp, forwarded, window);
     else {
@@ -623,7 +621,7 @@ put(Core *self, Step *step, long long start, PyObject *result, PyObject *timesta
     else
         failed = note_write(self, step->prefix, store_key, result, timestamp);
     Py_DECREF(store_key);
-    Py_DECREF(window);
+    Py_XDECREF(window);
     return failed;
 }
 

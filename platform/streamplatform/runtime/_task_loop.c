@@ -18,7 +18,12 @@
  * callables the reference calls, in the same order, so the two behave alike;
  * tests/runtime/test_task_loop.py holds them to the same outputs, state and metrics.
  *
- * `Writer(...)`: a sink's delivery function, for the sinks of the common kind (below).
+ * `Writer(...)`: a sink's delivery function, for the sinks of the common kind (below). Keys
+ * and values of the serdes whose every case it knows (`key_format`, `value_format`: strings,
+ * bytes, longs, and windowed keys of those) it serializes itself, as the serde would.
+ *
+ * `serialize(format, serialize, value, windowed_types)`: the Writer's serialization of one
+ * value, for the tests that hold it to the serde.
  *
  * `configure(undecoded, consumed_record, record, streams_error, deserialization, processing,
  * stream_time)`: the Python objects it needs, given once by task.py at import.
@@ -480,10 +485,159 @@ typedef struct {
     PyObject_HEAD
     PyObject *task, *topic, *serialize_key, *serialize_value, *as_read, *output, *sources,
         *sink_name, *producer_record, *no_source, *production;
+    PyObject *windowed_types; /* (Windowed, Window), for a windowed key format; else None */
+    int key_format, value_format;
     vectorcallfunc vectorcall;
 } Writer;
 
-static PyObject *str_topic;
+static PyObject *str_topic, *str_key, *str_window, *str_start, *str_end;
+
+/* What a sink's serde is, when it is one whose every case the Writer knows
+ * (sink_writers.serde_format gives the code; 0: any other serde, called). The low two bits
+ * are the serde of a plain value, or of a windowed key's key; a windowed key's serde adds
+ * FORMAT_TIME_WINDOWED (windows.TimeWindowedSerde: the key's bytes, then the window's start)
+ * or FORMAT_SESSION_WINDOWED (windows.SessionWindowedSerde: the key's bytes, then the end,
+ * then the start), 8 bytes each, big-endian. serdes.py and windows.py are the references. */
+#define FORMAT_CALL 0
+#define FORMAT_STRING 1
+#define FORMAT_BYTES 2
+#define FORMAT_LONG 3
+#define FORMAT_PLAIN 3
+#define FORMAT_TIME_WINDOWED 4
+#define FORMAT_SESSION_WINDOWED 8
+
+/* A plain value in `format`: 1 with *out (a new reference), 0 for a case left to the serde
+ * (another type, a str that is no UTF-8, an int beyond 64 bits: the serde raises its own
+ * error), -1 on a failure of memory. */
+static int
+plain_serialized(int format, PyObject *value, PyObject **out)
+{
+    if (value == Py_None) {
+        *out = Py_NewRef(Py_None);
+        return 1;
+    }
+    if (format == FORMAT_STRING && PyUnicode_CheckExact(value)) {
+        if ((*out = PyUnicode_AsUTF8String(value)) != NULL)
+            return 1;
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
+            return -1;
+        PyErr_Clear();
+        return 0;
+    }
+    if (format == FORMAT_BYTES && PyBytes_CheckExact(value)) {
+        *out = Py_NewRef(value); /* bytes(value) of exact bytes is value */
+        return 1;
+    }
+    if (format == FORMAT_LONG && PyLong_CheckExact(value)) { /* a bool is not exact */
+        int overflow;
+        long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
+        if (overflow)
+            return 0;
+        char bytes[8];
+        int64_into(bytes, number);
+        return (*out = PyBytes_FromStringAndSize(bytes, 8)) != NULL ? 1 : -1;
+    }
+    return 0;
+}
+
+/* getattr(owner, name) as an exact int within int64: 1 with *out, 0 when it is not one, -1 on
+ * an error. */
+static int
+int64_field(PyObject *owner, PyObject *name, long long *out)
+{
+    PyObject *value = PyObject_GetAttr(owner, name);
+    if (value == NULL)
+        return -1;
+    int found = 0;
+    if (PyLong_CheckExact(value)) {
+        int overflow;
+        *out = PyLong_AsLongLongAndOverflow(value, &overflow);
+        found = !overflow;
+    }
+    Py_DECREF(value);
+    return found;
+}
+
+/* A windowed key (Windowed(key, Window(start, end)), of exactly those types) in `format`:
+ * as plain_serialized. */
+static int
+windowed_serialized(int format, PyObject *types, PyObject *value, PyObject **out)
+{
+    if (value == Py_None) {
+        *out = Py_NewRef(Py_None);
+        return 1;
+    }
+    if (!PyTuple_Check(types) || PyTuple_GET_SIZE(types) != 2
+        || (PyObject *)Py_TYPE(value) != PyTuple_GET_ITEM(types, 0))
+        return 0;
+    PyObject *key = NULL, *window = NULL, *key_bytes = NULL;
+    long long start = 0, end = 0;
+    int found = -1;
+    if ((key = PyObject_GetAttr(value, str_key)) == NULL
+        || (window = PyObject_GetAttr(value, str_window)) == NULL)
+        goto done;
+    found = 0;
+    if ((PyObject *)Py_TYPE(window) != PyTuple_GET_ITEM(types, 1))
+        goto done;
+    if ((found = plain_serialized(format & FORMAT_PLAIN, key, &key_bytes)) != 1)
+        goto done;
+    if ((found = int64_field(window, str_start, &start)) != 1)
+        goto done;
+    int session = (format & FORMAT_SESSION_WINDOWED) != 0;
+    if (session && (found = int64_field(window, str_end, &end)) != 1)
+        goto done;
+    /* `key or b""`: None (or no bytes) is no bytes */
+    Py_ssize_t length = key_bytes == Py_None ? 0 : PyBytes_GET_SIZE(key_bytes);
+    found = -1;
+    if ((*out = PyBytes_FromStringAndSize(NULL, length + (session ? 16 : 8))) == NULL)
+        goto done;
+    char *bytes = PyBytes_AS_STRING(*out);
+    if (length)
+        memcpy(bytes, PyBytes_AS_STRING(key_bytes), length);
+    if (session) {
+        int64_into(bytes + length, end);
+        int64_into(bytes + length + 8, start);
+    }
+    else
+        int64_into(bytes + length, start);
+    found = 1;
+done:
+    Py_XDECREF(key);
+    Py_XDECREF(window);
+    Py_XDECREF(key_bytes);
+    return found;
+}
+
+/* serialize(value) for a serde in `format` (a new reference): C where it knows the case, else
+ * the serde's own call. */
+static PyObject *
+serialized(int format, PyObject *serialize, PyObject *types, PyObject *value)
+{
+    PyObject *out = NULL;
+    int done = 0;
+    if (format & (FORMAT_TIME_WINDOWED | FORMAT_SESSION_WINDOWED))
+        done = windowed_serialized(format, types, value, &out);
+    else if (format != FORMAT_CALL)
+        done = plain_serialized(format, value, &out);
+    if (done < 0)
+        return NULL;
+    return done ? out : PyObject_CallOneArg(serialize, value);
+}
+
+/* serialize(format, serialize, value, windowed_types): `serialized`, for the tests. */
+static PyObject *
+serialize_function(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyLong_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "serialize(format, serialize, value, windowed_types)");
+        return NULL;
+    }
+    long format = PyLong_AsLong(args[0]);
+    if (format == -1 && PyErr_Occurred())
+        return NULL;
+    return serialized((int)format, args[1], args[3], args[2]);
+}
 
 /* A ProducerRecord(topic, key, value, timestamp, headers, None), as _new_tuple builds it. */
 static PyObject *
@@ -531,9 +685,11 @@ Writer_write(Writer *self, PyObject *record)
         value = Py_NewRef(PyTuple_GET_ITEM(current, 5));
     }
     else {
-        key = PyObject_CallOneArg(self->serialize_key, PyTuple_GET_ITEM(record, 0));
+        key = serialized(self->key_format, self->serialize_key, self->windowed_types,
+                         PyTuple_GET_ITEM(record, 0));
         if (key != NULL)
-            value = PyObject_CallOneArg(self->serialize_value, PyTuple_GET_ITEM(record, 1));
+            value = serialized(self->value_format, self->serialize_value,
+                               self->windowed_types, PyTuple_GET_ITEM(record, 1));
         if (value == NULL) {
             /* `except Exception` in the reference: a StreamsError too goes to the handler. */
             if (!PyErr_ExceptionMatches(PyExc_Exception))
@@ -597,13 +753,22 @@ Writer_init(Writer *self, PyObject *args, PyObject *kwargs)
 {
     static char *names[] = {"task", "topic", "serialize_key", "serialize_value", "as_read",
                             "output", "sources", "sink_name", "producer_record", "no_source",
-                            "production", NULL};
-    PyObject *values[11];
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOO!O!OOOO:Writer", names, &values[0],
-                                     &values[1], &values[2], &values[3], &values[4],
-                                     &PyList_Type, &values[5], &PyList_Type, &values[6],
-                                     &values[7], &values[8], &values[9], &values[10]))
+                            "production", "key_format", "value_format", "windowed_types",
+                            NULL};
+    PyObject *values[12];
+    int key_format = FORMAT_CALL, value_format = FORMAT_CALL;
+    values[11] = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOO!O!OOOO|iiO:Writer", names,
+                                     &values[0], &values[1], &values[2], &values[3],
+                                     &values[4], &PyList_Type, &values[5], &PyList_Type,
+                                     &values[6], &values[7], &values[8], &values[9],
+                                     &values[10], &key_format, &value_format, &values[11]))
         return -1;
+    if (key_format < 0 || key_format > (FORMAT_SESSION_WINDOWED | FORMAT_PLAIN)
+        || value_format < 0 || value_format > FORMAT_PLAIN) {
+        PyErr_SetString(PyExc_ValueError, "not a serde format");
+        return -1;
+    }
     if (!PyType_Check(values[8]) || !PyType_IsSubtype((PyTypeObject *)values[8], &PyTuple_Type)) {
         PyErr_SetString(PyExc_TypeError, "producer_record must be a tuple type");
         return -1;
@@ -611,11 +776,13 @@ Writer_init(Writer *self, PyObject *args, PyObject *kwargs)
     PyObject **fields[] = {&self->task, &self->topic, &self->serialize_key,
                            &self->serialize_value, &self->as_read, &self->output,
                            &self->sources, &self->sink_name, &self->producer_record,
-                           &self->no_source, &self->production};
-    for (int i = 0; i < 11; i++) {
+                           &self->no_source, &self->production, &self->windowed_types};
+    for (int i = 0; i < 12; i++) {
         Py_INCREF(values[i]);
         Py_XSETREF(*fields[i], values[i]);
     }
+    self->key_format = key_format;
+    self->value_format = value_format;
     self->vectorcall = Writer_vectorcall;
     return 0;
 }
@@ -635,6 +802,7 @@ Writer_traverse(Writer *self, visitproc visit, void *arg)
     Py_VISIT(self->producer_record);
     Py_VISIT(self->no_source);
     Py_VISIT(self->production);
+    Py_VISIT(self->windowed_types);
     return 0;
 }
 
@@ -652,6 +820,7 @@ Writer_clear(Writer *self)
     Py_CLEAR(self->producer_record);
     Py_CLEAR(self->no_source);
     Py_CLEAR(self->production);
+    Py_CLEAR(self->windowed_types);
     return 0;
 }
 
@@ -683,6 +852,8 @@ static PyMethodDef methods[] = {
      "The Python objects the loop needs (task.py, once)."},
     {"process_all", (PyCFunction)(void (*)(void))process_all, METH_FASTCALL,
      "Task._process_all's loop over (record, key, value) triples, in C."},
+    {"serialize", (PyCFunction)(void (*)(void))serialize_function, METH_FASTCALL,
+     "A Writer's serialization of one value (tests)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -711,6 +882,10 @@ PyInit__task_loop(void)
     CORES_INTERN(str_timestamp_min, "timestamp_min");
     CORES_INTERN(str_timestamped, "timestamped");
     CORES_INTERN(str_topic, "topic");
+    CORES_INTERN(str_key, "key");
+    CORES_INTERN(str_window, "window");
+    CORES_INTERN(str_start, "start");
+    CORES_INTERN(str_end, "end");
     if (PyType_Ready(&WriterType) < 0)
         return NULL;
     PyObject *module = PyModule_Create(&definition);

@@ -18,6 +18,9 @@ def process_all(
     checks: Sequence[Callable[[], bool]],
     every: int,
 ) -> bool: ...
+def serialize(
+    format: int, serialize: Callable[[Any], Any], value: Any, windowed_types: Any
+) -> Any: ...
 
 class Writer:
     def __init__(
@@ -34,5 +37,8 @@ class Writer:
         producer_record: type,
         no_source: Any,
         production: str,
+        key_format: int = 0,
+        value_format: int = 0,
+        windowed_types: tuple[type, type] | None = None,
     ) -> None: ...
     def __call__(self, record: Any) -> None: ...

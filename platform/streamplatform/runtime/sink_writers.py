@@ -9,12 +9,13 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from streamplatform.dsl.graph import ProcessorNode, RecordContext, SinkNode, SourceNode, topic_name
+from streamplatform.dsl.windows import SessionWindowedSerde, TimeWindowedSerde, Window, Windowed
 from streamplatform.errors.exceptions import StreamsError
 from streamplatform.errors.handlers import PROCESSING, PRODUCTION
 from streamplatform.identity import canonical_bytes
 from streamplatform.records import NO_SOURCE, ProducerRecord, Record
 from streamplatform.runtime.partitioner import partition_for
-from streamplatform.serdes import AS_READ_SERDES, serializer_for, uses_context
+from streamplatform.serdes import AS_READ_SERDES, Serdes, serializer_for, uses_context
 
 _new_tuple = tuple.__new__  # builds a NamedTuple without its Python-level __new__
 
@@ -46,7 +47,9 @@ def sink_writer(task: Any, sink: SinkNode) -> Callable[[Record], None]:
             task=task, topic=topic, serialize_key=serialize_key,
             serialize_value=serialize_value, as_read=as_read, output=task.output,
             sources=task.output_sources, sink_name=sink.name, producer_record=ProducerRecord,
-            no_source=NO_SOURCE, production=PRODUCTION,
+            no_source=NO_SOURCE, production=PRODUCTION, key_format=serde_format(sink.key_serde),
+            value_format=serde_format(sink.value_serde, windowed=False),
+            windowed_types=(Windowed, Window),
         )  # fmt: skip
 
     def write(record: Record) -> None:
@@ -72,6 +75,18 @@ def sink_writer(task: Any, sink: SinkNode) -> Callable[[Record], None]:
         add_source(current or NO_SOURCE)
 
     return write
+
+
+def serde_format(serde: Any, windowed: bool = True) -> int:
+    """What the C writer knows of ``serde`` (_task_loop.c, FORMAT_*): the built-in string,
+    bytes and long serdes, and (``windowed``) the time- and session-windowed serdes of their
+    keys, which it serializes itself as they would; 0 for any other serde, which it calls."""
+    plain = {id(Serdes.string()): 1, id(Serdes.bytes()): 2, id(Serdes.long()): 3}
+    if windowed and type(serde) in (TimeWindowedSerde, SessionWindowedSerde):
+        inner = plain.get(id(serde.inner), 0)
+        if inner:
+            return inner | (4 if type(serde) is TimeWindowedSerde else 8)
+    return plain.get(id(serde), 0)
 
 
 def dynamic_writer(task: Any, sink: SinkNode) -> Callable[[Record], None]:
