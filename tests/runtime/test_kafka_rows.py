@@ -67,6 +67,29 @@ def test_the_c_rows_and_the_python_rows_are_the_same(messages, end, earlier):
     assert all(row[6] is NO_HEADERS for row in c_rows if not row[6])
 
 
+def _confluent(message: _Message):
+    """The same message as confluent_kafka's own Message: the type whose accessors the C
+    helper calls directly, where it calls the double's by name."""
+    from confluent_kafka import KafkaError, Message
+
+    error = None if message._error is None else KafkaError(KafkaError._FAIL, message._error)
+    return Message(topic="t", partition=0, offset=message._offset, key=message._key,
+                   value=message._value, headers=message._headers,
+                   timestamp=(1, message._timestamp), error=error)  # fmt: skip
+
+
+@pytest.mark.skipif(kafka_input._native_append_rows is None, reason="the C helper is not built")
+@given(messages=messages, end=st.integers(0, 45), doubles=st.integers(0, 2))
+def test_confluent_kafkas_messages_give_the_rows_their_doubles_give(messages, end, doubles):
+    """Real Messages, with a few doubles among them (another type: called by name)."""
+    real = [_confluent(m) if i >= doubles else m for i, m in enumerate(messages)]
+    python_rows: list = []
+    c_rows: list = []
+    python = kafka_input.append_rows(messages, "t", 0, end, python_rows, NO_HEADERS)
+    native = kafka_input._native_append_rows(real, "t", 0, end, c_rows, NO_HEADERS)
+    assert (native, c_rows) == (python, python_rows)
+
+
 @pytest.mark.skipif(kafka_input._native_append_rows is None, reason="the C helper is not built")
 def test_the_c_rows_hold_no_reference_to_the_messages_left_behind():
     key, value = b"".join([b"k", b"1"]), b"".join([b"v", b"1"])
