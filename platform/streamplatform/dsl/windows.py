@@ -204,6 +204,11 @@ class TimeWindowedSerde:
     """Writes ``Windowed`` keys as Kafka Streams' time-windowed serde does: the key's bytes
     then the window's start (8 bytes, big-endian); reads them back with the window's size."""
 
+    # What a sink's C writer needs to write these keys itself (runtime/sink_writers.py): the
+    # layout, and the key types it writes (any other object goes through serialize).
+    windowed_layout = "time"
+    windowed_types = (Windowed, Window)
+
     def __init__(self, inner: Any, size_ms: int) -> None:
         self.inner = inner
         self.size_ms = size_ms
@@ -226,6 +231,9 @@ class SessionWindowedSerde:
     """Writes session ``Windowed`` keys as Kafka Streams' session-windowed serde does
     (``SessionKeySchema``): the key's bytes, then the session's end, then its start (8 bytes
     each, big-endian)."""
+
+    windowed_layout = "session"  # as TimeWindowedSerde's
+    windowed_types = (Windowed, Window)
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner

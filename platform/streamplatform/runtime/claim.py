@@ -344,6 +344,9 @@ class JobClaim:
                 self._last_commit = time.monotonic()
 
 
+_EXIT_COMMIT_WAIT_S = 30.0  # at most, for a heartbeat's commit in flight at exit
+
+
 def _stop_heartbeats_at_exit() -> None:
     """Stop the heartbeats of the claims this process never released, and wait for them,
     while the interpreter still works. A heartbeat left running is a daemon thread that may be
@@ -353,7 +356,10 @@ def _stop_heartbeats_at_exit() -> None:
     released here (that is ``StreamingJob.close()``'s commit): it ends as a crashed holder's
     does, at once for a driver on this host (the pid is gone), else after the lease."""
     for claim in list(_BEATING):
-        claim._stop_heartbeat(timeout_s=claim.lease_ms / 1000)
+        # Stopped, a heartbeat ends once the commit it is in (if any) ends: wait for that
+        # commit, however slow the storage or the machine. A lease's wait (30 ms in a test)
+        # was shorter than a commit on a loaded machine, and the crash came back.
+        claim._stop_heartbeat(timeout_s=max(claim.lease_ms / 1000, _EXIT_COMMIT_WAIT_S))
         if claim._heartbeat is not None and claim._heartbeat.is_alive():
             log.warning("%s: the claim's heartbeat did not stop at exit", claim.job)
 

@@ -9,7 +9,6 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from streamplatform.dsl.graph import ProcessorNode, RecordContext, SinkNode, SourceNode, topic_name
-from streamplatform.dsl.windows import SessionWindowedSerde, TimeWindowedSerde, Window, Windowed
 from streamplatform.errors.exceptions import StreamsError
 from streamplatform.errors.handlers import PROCESSING, PRODUCTION
 from streamplatform.identity import canonical_bytes
@@ -49,7 +48,7 @@ def sink_writer(task: Any, sink: SinkNode) -> Callable[[Record], None]:
             sources=task.output_sources, sink_name=sink.name, producer_record=ProducerRecord,
             no_source=NO_SOURCE, production=PRODUCTION, key_format=serde_format(sink.key_serde),
             value_format=serde_format(sink.value_serde, windowed=False),
-            windowed_types=(Windowed, Window),
+            windowed_types=getattr(sink.key_serde, "windowed_types", None),
         )  # fmt: skip
 
     def write(record: Record) -> None:
@@ -77,15 +76,21 @@ def sink_writer(task: Any, sink: SinkNode) -> Callable[[Record], None]:
     return write
 
 
+# The layouts of windowed keys the C writer knows (_task_loop.c, FORMAT_*), as a windowed
+# serde declares its own (dsl/windows.py: ``windowed_layout``, and the key types it writes).
+_WINDOWED_LAYOUTS = {"time": 4, "session": 8}
+
+
 def serde_format(serde: Any, windowed: bool = True) -> int:
     """What the C writer knows of ``serde`` (_task_loop.c, FORMAT_*): the built-in string,
     bytes and long serdes, and (``windowed``) the time- and session-windowed serdes of their
     keys, which it serializes itself as they would; 0 for any other serde, which it calls."""
     plain = {id(Serdes.string()): 1, id(Serdes.bytes()): 2, id(Serdes.long()): 3}
-    if windowed and type(serde) in (TimeWindowedSerde, SessionWindowedSerde):
-        inner = plain.get(id(serde.inner), 0)
+    layout = _WINDOWED_LAYOUTS.get(getattr(serde, "windowed_layout", "")) if windowed else None
+    if layout is not None and getattr(serde, "windowed_types", None) is not None:
+        inner = plain.get(id(getattr(serde, "inner", None)), 0)
         if inner:
-            return inner | (4 if type(serde) is TimeWindowedSerde else 8)
+            return inner | layout
     return plain.get(id(serde), 0)
 
 
