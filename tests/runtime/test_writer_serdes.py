@@ -102,6 +102,12 @@ def test_the_built_in_serdes_and_their_windowed_keys_have_a_format():
     assert serde_format(Serdes.json()) == 0
     assert serde_format(TimeWindowedSerde(Serdes.json(), 1)) == 0
 
+    class Upper(TimeWindowedSerde):  # a user's own subclass: its serialize is called
+        def serialize(self, value):
+            return super().serialize(value).upper()
+
+    assert serde_format(Upper(Serdes.string(), 1)) == 0
+
 
 def _windowed_count_task(state_dir, native: bool):
     from streamplatform.runtime.task import Task

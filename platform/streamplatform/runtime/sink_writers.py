@@ -86,7 +86,9 @@ def serde_format(serde: Any, windowed: bool = True) -> int:
     bytes and long serdes, and (``windowed``) the time- and session-windowed serdes of their
     keys, which it serializes itself as they would; 0 for any other serde, which it calls."""
     plain = {id(Serdes.string()): 1, id(Serdes.bytes()): 2, id(Serdes.long()): 3}
-    layout = _WINDOWED_LAYOUTS.get(getattr(serde, "windowed_layout", "")) if windowed else None
+    # Declared by the serde's own class: a subclass (its own serialize, maybe) is called.
+    declared = vars(type(serde)).get("windowed_layout", "")
+    layout = _WINDOWED_LAYOUTS.get(declared) if windowed else None
     if layout is not None and getattr(serde, "windowed_types", None) is not None:
         inner = plain.get(id(getattr(serde, "inner", None)), 0)
         if inner:
