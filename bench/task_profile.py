@@ -8,11 +8,12 @@ change to the per-record path shows here without the e2e bench's noise. Not a co
 is no peer for it); the e2e bench is the one with a target.
 
 ``--kind time|session|sliding`` runs window_bench's windowed count of that kind over its records
-(10,000 keys) instead; ``--profile`` prints cProfile's top functions of the last run (and the
-callers of ``$PROFILE_CALLERS``, a function name); ``--cache-bytes`` sets
-``statestore.cache.max.bytes``.
+(10,000 keys) instead; ``--kind join`` runs stream_join_bench's join over its orders and
+payments, the two topics' records in their produced order, as chunks of 10,000. ``--profile``
+prints cProfile's top functions of the last run (and the callers of ``$PROFILE_CALLERS``, a
+function name); ``--cache-bytes`` sets ``statestore.cache.max.bytes``.
 
-    .venv/bin/python bench/task_profile.py [--records 600000] [--repeats 3] [--kind session]
+    .venv/bin/python bench/task_profile.py [--records 600000] [--repeats 3] [--kind session|join]
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import time
 
 import pyarrow as pa
 from e2e_bench import bench_records, dedup_topology
+from stream_join_bench import events as join_events
+from stream_join_bench import topology as join_topology
 from window_bench import topology as window_topology
 from window_bench import window_records
 
@@ -50,6 +53,17 @@ def arrow_batches(rows: list[tuple[str, str | bytes, int]]) -> list[pa.RecordBat
     return batches
 
 
+def join_chunks(records: int) -> list[list[tuple]]:
+    """stream_join_bench's records in their produced order, as ConsumedRecord tuples of
+    partition 0 of each topic, in chunks of ARROW_BATCH."""
+    offsets = {"orders": 0, "payments": 0}
+    out = []
+    for _, timestamp, topic, key, value in join_events(records, seed=5):
+        out.append((topic, 0, offsets[topic], timestamp, key.encode(), value, []))
+        offsets[topic] += 1
+    return [out[start : start + ARROW_BATCH] for start in range(0, len(out), ARROW_BATCH)]
+
+
 def _bytes(value: str | bytes) -> bytes:
     return value if isinstance(value, bytes) else value.encode()
 
@@ -58,12 +72,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=600_000)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--kind", choices=("dedup", "time", "session", "sliding"),
+    parser.add_argument("--kind", choices=("dedup", "time", "session", "sliding", "join"),
                         default="dedup")  # fmt: skip
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--cache-bytes", type=int, help="statestore.cache.max.bytes")
     args = parser.parse_args()
-    if args.kind == "dedup":
+    chunks = None
+    if args.kind == "join":
+        rows, topology, sink = [], join_topology(""), "joined"
+        chunks = join_chunks(args.records)
+    elif args.kind == "dedup":
         rows, topology, sink = (
             list(bench_records(args.records)),
             dedup_topology("bench"),
@@ -85,7 +103,7 @@ def main() -> None:
                 settings["statestore.cache.max.bytes"] = args.cache_bytes
             runner = TaskBatchRunner(
                 topology, settings, batch_id=0, last_committed=None, changelog_files={},
-                partitions={"bench": 1, sink: 1},
+                partitions={"bench": 1, "orders": 1, "payments": 1, sink: 1},
                 side_output_dir=f"{directory}/side", stream_topic="bench",
             )  # fmt: skip
             profiler = (
@@ -94,7 +112,9 @@ def main() -> None:
             started = time.perf_counter()
             if profiler:
                 profiler.enable()
-            written = sum(batch.num_rows for batch in runner.run_partition(iter(batches)))
+            output = (runner.run_records(iter(chunks)) if chunks is not None
+                      else runner.run_partition(iter(batches)))  # fmt: skip
+            written = sum(batch.num_rows for batch in output)
             if profiler:
                 profiler.disable()
             times.append(time.perf_counter() - started)

@@ -130,6 +130,9 @@ SORTED_KEY_OPERATIONS = st.lists(
         st.tuples(st.just("insert_all"), st.lists(KEYS, max_size=6), st.none()),
         st.tuples(st.just("remove"), KEYS, st.none()),
         st.tuples(st.just("between"), st.one_of(st.none(), KEYS), st.one_of(st.none(), KEYS)),
+        st.tuples(
+            st.just("remove_between"), st.one_of(st.none(), KEYS), st.one_of(st.none(), KEYS)
+        ),
     ),
     max_size=200,
 )
@@ -164,6 +167,13 @@ def test_the_c_sorted_keys_answer_as_the_reference(initial, chunk, operations):
         elif name == "remove":
             present.discard(first)
             assert c_keys.remove(first) == reference.remove(first)
+        elif name == "remove_between":
+            removed = reference.remove_between(first, second)
+            assert c_keys.remove_between(first, second) == removed
+            assert removed == [key for key in sorted(present)
+                               if (first is None or key >= first)
+                               and (second is None or key < second)]  # fmt: skip
+            present.difference_update(removed)
         else:
             assert c_keys.between(first, second) == reference.between(first, second)
             writes = {key: key + b"!" for key in present}
@@ -179,7 +189,8 @@ def test_the_c_sorted_keys_refuse_what_is_not_bytes():
 
     keys = NativeSortedKeys([b"a"], 2)
     for call in (lambda: keys.insert("b"), lambda: keys.remove(1), lambda: keys.between("a", None),
-                 lambda: keys.between(None, 2), lambda: NativeSortedKeys(["a"], 2)):  # fmt: skip
+                 lambda: keys.between(None, 2), lambda: keys.remove_between(None, "b"),
+                 lambda: NativeSortedKeys(["a"], 2)):  # fmt: skip
         with pytest.raises(TypeError, match="must be bytes"):
             call()
     with pytest.raises(KeyError):

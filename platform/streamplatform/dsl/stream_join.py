@@ -201,11 +201,8 @@ class _WindowSide:
         self.next_drop_at = (live + 1) * self.segment_ms + self.retention_ms
         if live <= self.dropped_below:
             return
-        transaction = self.transaction
         low = _RECORD_PREFIX + _TIME.pack(self.dropped_below)
-        expired = [key for key, _ in transaction.range(low, _RECORD_PREFIX + _TIME.pack(live))]
-        for store_key in expired:
-            transaction.delete(store_key)
+        self.transaction.delete_range(low, _RECORD_PREFIX + _TIME.pack(live))
         self.dropped_below = live
 
 

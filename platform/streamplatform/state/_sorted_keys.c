@@ -271,6 +271,60 @@ SortedKeys_items_between(SortedKeys *self, PyObject *const *args, Py_ssize_t nar
     return out;
 }
 
+/* SortedKeys.remove_between: take out the keys with start <= key < end (None: that side
+ * open) and return them in order, in one pass over the chunks they fill. */
+static PyObject *
+SortedKeys_remove_between(SortedKeys *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "remove_between(start, end)");
+        return NULL;
+    }
+    PyObject *start = args[0], *end = args[1];
+    if ((start != Py_None && check_key("start", start) < 0)
+        || (end != Py_None && check_key("end", end) < 0))
+        return NULL;
+    PyObject *removed = PyList_New(0);
+    if (removed == NULL)
+        return NULL;
+    PyObject *chunks = self->chunks, *lasts = self->lasts;
+    Py_ssize_t at = start == Py_None ? 0 : bisect_left(lasts, start);
+    while (at < PyList_GET_SIZE(chunks)) {
+        PyObject *chunk = PyList_GET_ITEM(chunks, at);
+        Py_ssize_t size = PyList_GET_SIZE(chunk);
+        Py_ssize_t low = start == Py_None ? 0 : bisect_left(chunk, start);
+        Py_ssize_t high = end == Py_None ? size : bisect_left(chunk, end);
+        int ended = high < size; /* a key at or above end: the chunks after it keep theirs */
+        if (high > low) {
+            PyObject *part = PyList_GetSlice(chunk, low, high);
+            int failed = part == NULL
+                         || PyList_SetSlice(removed, PyList_GET_SIZE(removed),
+                                            PyList_GET_SIZE(removed), part) < 0
+                         || PyList_SetSlice(chunk, low, high, NULL) < 0;
+            Py_XDECREF(part);
+            if (failed) {
+                Py_DECREF(removed);
+                return NULL;
+            }
+        }
+        size = PyList_GET_SIZE(chunk);
+        if (size > 0) {
+            PyObject *last = PyList_GET_ITEM(chunk, size - 1);
+            Py_INCREF(last);
+            PyList_SetItem(lasts, at, last); /* steals; drops the old last */
+            at++;
+        }
+        else if (PyList_SetSlice(chunks, at, at + 1, NULL) < 0
+                 || PyList_SetSlice(lasts, at, at + 1, NULL) < 0) {
+            Py_DECREF(removed);
+            return NULL;
+        }
+        if (ended)
+            break;
+    }
+    return removed;
+}
+
 static int
 SortedKeys_traverse(SortedKeys *self, visitproc visit, void *arg)
 {
@@ -320,6 +374,8 @@ static PyMethodDef SortedKeys_methods[] = {
      "The keys with start <= key < end, in order (None: that side open)."},
     {"items_between", (PyCFunction)(void (*)(void))SortedKeys_items_between, METH_FASTCALL,
      "(key, writes[key]) for the keys with start <= key < end, in order."},
+    {"remove_between", (PyCFunction)(void (*)(void))SortedKeys_remove_between, METH_FASTCALL,
+     "Take out the keys with start <= key < end and return them, in order."},
     {NULL},
 };
 

@@ -12,7 +12,7 @@ again when many came.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Generator, Iterable, Mapping
+from collections.abc import Container, Generator, Iterable, Mapping
 from operator import itemgetter
 from typing import Protocol
 
@@ -131,6 +131,28 @@ class SortedKeys:
         """(key, ``writes[key]``) for the keys ``between(start, end)``."""
         return [(key, writes[key]) for key in self.between(start, end)]
 
+    def remove_between(self, start: bytes | None, end: bytes | None) -> list[bytes]:
+        """Take out the keys ``between(start, end)`` and return them, in order: one pass over
+        the chunks they fill (a segment of a window store dropped whole), not a search each."""
+        chunks, lasts = self._chunks, self._lasts
+        at = 0 if start is None else bisect_left(lasts, start)
+        removed: list[bytes] = []
+        while at < len(chunks):
+            chunk = chunks[at]
+            low = 0 if start is None else bisect_left(chunk, start)
+            high = len(chunk) if end is None else bisect_left(chunk, end)
+            ended = high < len(chunk)  # a key at or above end: the chunks after it keep theirs
+            removed += chunk[low:high]
+            del chunk[low:high]
+            if chunk:
+                lasts[at] = chunk[-1]
+                at += 1
+            else:
+                del chunks[at], lasts[at]
+            if ended:
+                break
+        return removed
+
 
 # The C twin of SortedKeys (state/_sorted_keys.c), the same results for less interpreter work
 # per insertion and range read; tests/state/test_overlay.py holds the two together, and
@@ -225,6 +247,62 @@ class Overlay:
         self, start: bytes | None, end: bytes | None
     ) -> list[tuple[bytes, bytes | None]]:
         """A copy of the staged writes with start <= key < end, in key order."""
+        return self._ordered().items_between(start, end, self.writes)
+
+    def delete_between(
+        self, start: bytes, end: bytes, unstage: Container[bytes]
+    ) -> tuple[list[bytes], list[bytes]]:
+        """Every staged put with start <= key < end becomes a staged delete, or leaves the
+        overlay when its key is in ``unstage``; staged deletes stay. Returns the keys whose put
+        became a delete, then the keys unstaged, in no particular order.
+
+        The staged keys are not put in order for it: a store that never scans (a stream-stream
+        join's, which drops a segment now and then) would sort every staged key at each drop."""
+        writes, ordered, added = self.writes, self._sorted, self._added
+        if ordered is None:
+            keys = [key for key in writes if start <= key < end]
+        else:
+            keys = ordered.between(start, end)
+            keys += [key for key in added if start <= key < end]
+        puts = [key for key in keys if writes[key] is not None]
+        gone = [key for key in puts if key in unstage]
+        turned = [key for key in puts if key not in unstage] if gone else puts
+        unstaged = 0
+        for key in gone:
+            unstaged += len(key) + len(writes.pop(key))  # type: ignore[arg-type]
+        for key in turned:
+            unstaged += len(writes[key])  # type: ignore[arg-type]
+            writes[key] = None
+        self.num_bytes -= unstaged
+        if ordered is not None and gone:
+            self._unorder(ordered, start, end, gone, len(gone) == len(keys))
+        return turned, gone
+
+    def _unorder(
+        self, ordered: SortedKeys, start: bytes, end: bytes, gone: list[bytes], every: bool
+    ) -> None:
+        """Take ``gone`` (keys unstaged, all in [start, end)) out of the order and of the keys
+        waiting for it; ``every``: they are every staged key of the range."""
+        waiting = set(gone).intersection(self._added) if self._added else set()
+        if waiting:
+            self._added = [key for key in self._added if key not in waiting]
+        if every:  # the common case: the range leaves the order in one pass
+            self._in_order -= len(ordered.remove_between(start, end))
+            return
+        for key in gone:
+            if key not in waiting:
+                ordered.remove(key)
+                self._in_order -= 1
+
+    def delete_all(self, keys: list[bytes]) -> None:
+        """Stage a delete of each of ``keys`` (none staged here yet, no repeats)."""
+        self.writes.update(dict.fromkeys(keys))
+        self.num_bytes += sum(map(len, keys))
+        if self._sorted is not None:
+            self._added += keys
+
+    def _ordered(self) -> SortedKeys:
+        """The staged keys in order, the keys staged since the last scan put into place."""
         ordered, added = self._sorted, self._added
         if ordered is None or (len(added) > _INSERT_AT_MOST and len(added) > self._in_order // 8):
             ordered = self._sorted = sorted_keys(sorted(self.writes))
@@ -236,7 +314,7 @@ class Overlay:
             ordered.insert_all(added)
             self._in_order += len(added)
             added.clear()
-        return ordered.items_between(start, end, self.writes)
+        return ordered
 
     def entries(self) -> Iterable[tuple[str, bytes, bytes | None]]:
         name = self.column_family

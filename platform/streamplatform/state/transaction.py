@@ -271,6 +271,36 @@ class KeyValueTransaction(Transaction):
         """Stage the deletion of `key`; it hides the stored value from this transaction's reads."""
         self.put(key, None)
 
+    def delete_range(self, start: bytes, end: bytes) -> int:
+        """Delete every key with start <= key < end, as ``delete`` of each key that
+        ``range(start, end)`` gives would, in one call, and return how many: a segmented
+        window store dropping an expired segment. A key put after this transaction read it as
+        absent leaves the transaction; every other key gets a staged delete, which the commit
+        writes and logs as ``delete`` would. No value is read."""
+        check_bytes("start", start)
+        check_bytes("end", end)
+        self._check_open()
+        if self._apply_each_write:  # each delete applied at once, as delete does it
+            keys = [key for key, _ in self.range(start, end)]
+            for key in keys:
+                self.put(key, None)
+            return len(keys)
+        data, generation = self._data, self._db.generation
+        writes = data.writes
+        # Committed keys not staged: each gets a staged delete. Read before the overlay
+        # changes, as range would read them; keys only.
+        stored = [key for key in stored_keys(self._db, start, end) if key not in writes]
+        unstage = self._fresh if self._fresh_generation == generation else ()
+        turned, gone = data.delete_between(start, end, unstage)
+        if self._fresh:  # a deleted key is no longer one put after a read as absent
+            for keys in (gone, turned, stored):
+                self._fresh.difference_update(keys)
+        # Counted as the staged deletes they replace, as `put` counts a fresh key's.
+        self._unstaged_entries += len(gone)
+        self._unstaged_bytes += sum(map(len, gone))
+        data.delete_all(stored)
+        return len(stored) + len(turned) + len(gone)
+
     def put_all(self, items: list[tuple[bytes, bytes | None]]) -> None:
         """``put(key, value)`` for each item, in order: one call for many writes (a commit's
         hand-over of what a processor held). Puts of bytes go to the overlay in bulk; a delete,
@@ -356,6 +386,20 @@ def scan(
     else:
         stored.seek(start)
     return db.track(merge_with_stored(stored, staged, end))
+
+
+def stored_keys(db: StateDB, start: bytes, end: bytes) -> list[bytes]:
+    """The keys of the ``data`` column family's stored data in [start, end), in order."""
+    stored = db.iterator(DATA)
+    stored.seek(start)
+    keys: list[bytes] = []
+    while stored.valid():
+        key = stored.key()
+        if key >= end:
+            break
+        keys.append(key)
+        stored.next()
+    return keys
 
 
 def prefix_end(prefix: bytes) -> bytes | None:
