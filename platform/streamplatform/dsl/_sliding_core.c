@@ -36,10 +36,13 @@ static PyObject *str_entries, *str_by_prefix, *str_transaction, *str_range, *str
  * that does not fit, or a store value too short to hold one. */
 static PyObject *timestamp_struct;
 
-/* What memory holds per window kept between records (`kept`), in bytes: its store key, its
- * 3-tuple, its slot in its key's dict, and a share of that dict and of the key's prefix. An
+/* What memory holds per window kept between records (`kept`), in bytes: its start, timestamp
+ * and result reference (24), its share of its key's array as it grows (up to half again), and
+ * its result, an int past the small ones for a count (32). Per key kept: its slot in the
+ * dict, its prefix (a bytes of its key's length + 5) and the capsule and array heads. An
  * estimate, as the record cache's _ENTRY_BYTES. */
-#define KNOWN_WINDOW_BYTES 300
+#define KEPT_WINDOW_BYTES 64
+#define KEPT_KEY_BYTES 240
 #define KEYED_PREFIX 'k'
 #define PREFIX_HEAD 5 /* b"k" + the key's length, 4 bytes big-endian */
 
@@ -52,9 +55,9 @@ typedef struct {
     /* On window close, without a cache: the windows not emitted yet, by start (_cores.h). */
     PendingWindows pending;
     /* A key's windows as _key_windows sees them (the cache's over the store's), kept between
-     * records so that the store is read once per key: prefix -> {store key: (store key,
-     * result, timestamp)}. Every write of a window goes through `put`, which keeps it up to
-     * date. Only immutable results are kept, within the budget (_cores.h, KeptWindows). */
+     * records so that the store is read once per key: prefix -> a capsule of its windows in
+     * a C array (KeyWindows). Every write of a window goes through `put`, which keeps it up
+     * to date. Only immutable results are kept, within the budget (_cores.h, KeptWindows). */
     KeptWindows kept;
     PyObject *transaction; /* the store's writing transaction, while a record is processed */
     long long difference, grace, retention, max_bytes, entry_bytes;
@@ -355,43 +358,149 @@ done:
     return out;
 }
 
-/* The kept windows of a key (`kept`: store key -> (store key, result, timestamp)) whose start
- * is in [low, high), as stored_windows gives them; those no longer seen (starting before
- * `visible`) leave `kept`. */
-static PyObject *
-kept_windows(Core *self, PyObject *kept, Py_ssize_t at, wide low, wide high, wide visible)
+/* A key's kept windows, compact: by start (distinct, never negative), each with its result
+ * (a strong reference to an immutable object) and its timestamp. Held in `kept.by_key` as a
+ * capsule, which frees them when the key's windows leave. */
+typedef struct {
+    long long start, latest;
+    PyObject *result;
+} KeptWindow;
+
+typedef struct {
+    Py_ssize_t size, capacity;
+    KeptWindow *items;
+} KeyWindows;
+
+#define KEY_WINDOWS_CAPSULE "streamplatform.dsl._sliding_core.KeyWindows"
+
+static void
+key_windows_free(PyObject *capsule)
 {
-    PyObject *out = PyList_New(0), *gone = PyList_New(0);
-    if (out == NULL || gone == NULL)
-        goto failed;
-    Py_ssize_t position = 0;
-    PyObject *store_key, *window;
-    while (PyDict_Next(kept, &position, &store_key, &window)) {
-        long long start;
-        if (unpack_at(store_key, at, &start) < 0)
-            goto failed;
-        if ((wide)start < visible) {
-            if (PyList_Append(gone, store_key) < 0)
-                goto failed;
-        }
-        else if ((wide)start >= low && (wide)start < high && PyList_Append(out, window) < 0)
-            goto failed;
+    KeyWindows *windows = PyCapsule_GetPointer(capsule, KEY_WINDOWS_CAPSULE);
+    if (windows == NULL)
+        return;
+    for (Py_ssize_t i = 0; i < windows->size; i++)
+        Py_DECREF(windows->items[i].result);
+    PyMem_Free(windows->items);
+    PyMem_Free(windows);
+}
+
+/* The first index whose start is not below `start`. */
+static Py_ssize_t
+window_at(KeyWindows *windows, wide start)
+{
+    Py_ssize_t low = 0, high = windows->size;
+    while (low < high) {
+        Py_ssize_t middle = low + (high - low) / 2;
+        if ((wide)windows->items[middle].start < start)
+            low = middle + 1;
+        else
+            high = middle;
     }
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(gone); i++) {
-        if (PyDict_DelItem(kept, PyList_GET_ITEM(gone, i)) < 0)
-            goto failed;
-        self->kept.count--;
+    return low;
+}
+
+/* Room for one more window. */
+static int
+key_windows_grow(KeyWindows *windows)
+{
+    if (windows->size < windows->capacity)
+        return 0;
+    Py_ssize_t capacity = windows->capacity + (windows->capacity >> 1) + 4;
+    KeptWindow *items = PyMem_Realloc(windows->items, capacity * sizeof(KeptWindow));
+    if (items == NULL) {
+        PyErr_NoMemory();
+        return -1;
     }
-    Py_DECREF(gone);
-    if (PyList_Sort(out) < 0) { /* by store key: the first item, distinct */
-        Py_DECREF(out);
+    windows->items = items;
+    windows->capacity = capacity;
+    return 0;
+}
+
+/* Over the budget: the windows as the core counts them (KEPT_WINDOW_BYTES a window,
+ * KEPT_KEY_BYTES a key). */
+static int
+kept_over(Core *self, long long windows)
+{
+    long long keys = self->kept.by_key == NULL ? 0 : PyDict_GET_SIZE(self->kept.by_key);
+    return windows * KEPT_WINDOW_BYTES + keys * KEPT_KEY_BYTES > self->kept.budget;
+}
+
+/* The kept windows of a key whose start is in [low, high), as stored_windows gives them
+ * (a new list of (store key, result, timestamp), in time order); those no longer seen
+ * (starting before `visible`) leave. */
+static PyObject *
+kept_windows(Core *self, KeyWindows *windows, PyObject *prefix, wide low, wide high,
+             wide visible)
+{
+    Py_ssize_t gone = window_at(windows, visible);
+    if (gone > 0) {
+        for (Py_ssize_t i = 0; i < gone; i++)
+            Py_DECREF(windows->items[i].result);
+        memmove(windows->items, windows->items + gone,
+                (windows->size - gone) * sizeof(KeptWindow));
+        windows->size -= gone;
+        self->kept.count -= gone;
+    }
+    PyObject *out = PyList_New(0);
+    if (out == NULL)
         return NULL;
+    for (Py_ssize_t i = window_at(windows, low);
+         i < windows->size && (wide)windows->items[i].start < high; i++) {
+        KeptWindow *window = &windows->items[i];
+        PyObject *store_key = prefixed(prefix, window->start);
+        PyObject *latest = store_key == NULL ? NULL : PyLong_FromLongLong(window->latest);
+        PyObject *item = latest == NULL ? NULL : PyTuple_Pack(3, store_key, window->result, latest);
+        Py_XDECREF(store_key);
+        Py_XDECREF(latest);
+        if (item == NULL || PyList_Append(out, item) < 0) {
+            Py_XDECREF(item);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(item);
     }
     return out;
-failed:
-    Py_XDECREF(out);
-    Py_XDECREF(gone);
-    return NULL;
+}
+
+/* The key's windows still seen (`every`, as stored_windows gives them, in time order) kept,
+ * as a new capsule; NULL with no error set: one cannot be (a start below 0). */
+static PyObject *
+keep_windows(PyObject *every, Py_ssize_t at)
+{
+    Py_ssize_t size = PyList_GET_SIZE(every);
+    KeyWindows *windows = PyMem_Calloc(1, sizeof(KeyWindows));
+    if (windows == NULL)
+        return PyErr_NoMemory();
+    windows->capacity = size + 4;
+    windows->items = PyMem_Malloc(windows->capacity * sizeof(KeptWindow));
+    if (windows->items == NULL) {
+        PyMem_Free(windows);
+        return PyErr_NoMemory();
+    }
+    PyObject *capsule = PyCapsule_New(windows, KEY_WINDOWS_CAPSULE, key_windows_free);
+    if (capsule == NULL) {
+        PyMem_Free(windows->items);
+        PyMem_Free(windows);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < size; i++) {
+        PyObject *item = PyList_GET_ITEM(every, i);
+        KeptWindow window;
+        if (unpack_at(PyTuple_GET_ITEM(item, 0), at, &window.start) < 0
+            || as_int64(PyTuple_GET_ITEM(item, 2), &window.latest) < 0) {
+            Py_DECREF(capsule);
+            return NULL;
+        }
+        if (window.start < 0 || (i > 0 && window.start <= windows->items[i - 1].start)) {
+            Py_DECREF(capsule); /* not in the order kept windows take: read each time */
+            return NULL;
+        }
+        window.result = PyTuple_GET_ITEM(item, 1);
+        Py_INCREF(window.result);
+        windows->items[windows->size++] = window;
+    }
+    return capsule;
 }
 
 /* KeyedWindowAggregation._key_windows(prefix, low, high): the key's windows whose start is in
@@ -413,10 +522,11 @@ key_windows(Core *self, PyObject *prefix, wide low, wide high)
         return PyList_New(0);
     if (self->kept.by_key == NULL || high > LLONG_MAX) /* past int64: struct's error, as Python */
         return stored_windows(self, prefix, low, high);
-    Py_ssize_t at = PyBytes_GET_SIZE(prefix);
     PyObject *kept = PyDict_GetItemWithError(self->kept.by_key, prefix);
-    if (kept != NULL)
-        return kept_windows(self, kept, at, low, high, visible);
+    if (kept != NULL) {
+        KeyWindows *windows = PyCapsule_GetPointer(kept, KEY_WINDOWS_CAPSULE);
+        return windows == NULL ? NULL : kept_windows(self, windows, prefix, low, high, visible);
+    }
     if (PyErr_Occurred())
         return NULL;
     if (visible >= LLONG_MAX)
@@ -432,33 +542,34 @@ key_windows(Core *self, PyObject *prefix, wide low, wide high)
         return stored_windows(self, prefix, low, high);
     }
     Py_ssize_t size = PyList_GET_SIZE(every);
-    if ((self->kept.count + size + 1) * KNOWN_WINDOW_BYTES > self->kept.budget) {
+    if (kept_over(self, self->kept.count + size + 1)) {
         kept_over_budget(&self->kept);
         if (self->kept.by_key == NULL) {
             Py_DECREF(every);
             return stored_windows(self, prefix, low, high);
         }
     }
-    PyObject *made = PyDict_New();
-    int failed = made == NULL;
-    for (Py_ssize_t i = 0; !failed && i < size; i++) {
-        PyObject *window = PyList_GET_ITEM(every, i);
-        failed = PyDict_SetItem(made, PyTuple_GET_ITEM(window, 0), window) < 0;
-    }
+    PyObject *made = keep_windows(every, PyBytes_GET_SIZE(prefix));
     Py_DECREF(every);
-    if (failed || PyDict_SetItem(self->kept.by_key, prefix, made) < 0) {
-        Py_XDECREF(made);
+    if (made == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        return stored_windows(self, prefix, low, high);
+    }
+    if (PyDict_SetItem(self->kept.by_key, prefix, made) < 0) {
+        Py_DECREF(made);
         return NULL;
     }
+    KeyWindows *windows = PyCapsule_GetPointer(made, KEY_WINDOWS_CAPSULE);
+    Py_DECREF(made); /* the dict holds it */
     self->kept.count += size;
-    PyObject *out = kept_windows(self, made, at, low, high, visible);
-    Py_DECREF(made);
-    return out;
+    return kept_windows(self, windows, prefix, low, high, visible);
 }
 
-/* After a window's write: the kept windows of its key as the write left them. */
+/* After the write of the window starting at `start`: the kept windows of its key as the
+ * write left them. */
 static int
-note_write(Core *self, PyObject *prefix, PyObject *store_key, PyObject *result,
+note_write(Core *self, PyObject *prefix, long long start, PyObject *result,
            PyObject *timestamp)
 {
     if (self->kept.by_key == NULL)
@@ -466,25 +577,43 @@ note_write(Core *self, PyObject *prefix, PyObject *store_key, PyObject *result,
     PyObject *kept = PyDict_GetItemWithError(self->kept.by_key, prefix);
     if (kept == NULL)
         return PyErr_Occurred() ? -1 : 0;
-    if (!immutable_result(result)) { /* the key's are read from the store again */
-        self->kept.count -= PyDict_Size(kept);
+    KeyWindows *windows = PyCapsule_GetPointer(kept, KEY_WINDOWS_CAPSULE);
+    if (windows == NULL)
+        return -1;
+    long long latest;
+    if (!immutable_result(result) || start < 0 || as_int64(timestamp, &latest) < 0) {
+        if (PyErr_Occurred()) /* not an int64 timestamp: read from the store as Python would */
+            PyErr_Clear();
+        self->kept.count -= windows->size; /* the key's are read from the store again */
         return PyDict_DelItem(self->kept.by_key, prefix);
     }
-    Py_ssize_t before = PyDict_Size(kept);
-    int failed;
+    Py_ssize_t at = window_at(windows, start);
+    int held = at < windows->size && windows->items[at].start == start;
     if (result == Py_None) {
-        int held = PyDict_Contains(kept, store_key);
-        failed = held < 0 || (held && PyDict_DelItem(kept, store_key) < 0);
+        if (held) {
+            Py_DECREF(windows->items[at].result);
+            memmove(windows->items + at, windows->items + at + 1,
+                    (windows->size - at - 1) * sizeof(KeptWindow));
+            windows->size--;
+            self->kept.count--;
+        }
+    }
+    else if (held) {
+        Py_INCREF(result);
+        Py_SETREF(windows->items[at].result, result);
+        windows->items[at].latest = latest;
     }
     else {
-        PyObject *window = PyTuple_Pack(3, store_key, result, timestamp);
-        failed = window == NULL || PyDict_SetItem(kept, store_key, window) < 0;
-        Py_XDECREF(window);
+        if (key_windows_grow(windows) < 0)
+            return -1;
+        memmove(windows->items + at + 1, windows->items + at,
+                (windows->size - at) * sizeof(KeptWindow));
+        Py_INCREF(result);
+        windows->items[at] = (KeptWindow){start, latest, result};
+        windows->size++;
+        self->kept.count++;
     }
-    if (failed)
-        return -1;
-    self->kept.count += PyDict_Size(kept) - before;
-    if (self->kept.count * KNOWN_WINDOW_BYTES > self->kept.budget)
+    if (kept_over(self, self->kept.count))
         kept_over_budget(&self->kept);
     return 0;
 }
@@ -619,7 +748,7 @@ put(Core *self, Step *step, long long start, PyObject *result, PyObject *timesta
     if (failed)
         kept_forget(&self->kept); /* what the store holds of the key is not known any more */
     else
-        failed = note_write(self, step->prefix, store_key, result, timestamp);
+        failed = note_write(self, step->prefix, start, result, timestamp);
     Py_DECREF(store_key);
     Py_XDECREF(window);
     return failed;
