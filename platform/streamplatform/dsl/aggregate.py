@@ -457,7 +457,7 @@ class KeyedWindowAggregation(_Aggregation):
             return []
         transaction, out = self.store.transaction, []
         bounds = _TIME_PREFIX + _TIMESTAMP.pack(low), _TIME_PREFIX + _TIMESTAMP.pack(high + 1)
-        for time_key, _ in list(transaction.range(*bounds)):
+        for time_key in transaction.keys(*bounds):
             store_key, key, suffix = self._store_key(time_key)
             raw = transaction.get(store_key)
             if raw is not None:
@@ -474,7 +474,7 @@ class KeyedWindowAggregation(_Aggregation):
             return
         transaction = self.store.transaction
         low = _TIME_PREFIX + _TIMESTAMP.pack(self.expired_below)
-        for time_key, _ in list(transaction.range(low, _TIME_PREFIX + _TIMESTAMP.pack(below))):
+        for time_key in transaction.keys(low, _TIME_PREFIX + _TIMESTAMP.pack(below)):
             store_key = self._store_key(time_key)[0]
             transaction.delete(store_key)
             transaction.delete(time_key)

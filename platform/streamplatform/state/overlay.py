@@ -249,6 +249,15 @@ class Overlay:
         """A copy of the staged writes with start <= key < end, in key order."""
         return self._ordered().items_between(start, end, self.writes)
 
+    def keys_between(self, start: bytes, end: bytes) -> list[bytes]:
+        """The staged keys (puts and deletes) with start <= key < end, in no particular order,
+        without putting every staged key in order: an expiry's one read of a range, in a
+        store that reads no other range, would sort them all."""
+        ordered, added = self._sorted, self._added
+        if ordered is None:
+            return [key for key in self.writes if start <= key < end]
+        return ordered.between(start, end) + [key for key in added if start <= key < end]
+
     def delete_between(
         self, start: bytes, end: bytes, unstage: Container[bytes]
     ) -> tuple[list[bytes], list[bytes]]:
@@ -258,12 +267,8 @@ class Overlay:
 
         The staged keys are not put in order for it: a store that never scans (a stream-stream
         join's, which drops a segment now and then) would sort every staged key at each drop."""
-        writes, ordered, added = self.writes, self._sorted, self._added
-        if ordered is None:
-            keys = [key for key in writes if start <= key < end]
-        else:
-            keys = ordered.between(start, end)
-            keys += [key for key in added if start <= key < end]
+        writes, ordered = self.writes, self._sorted
+        keys = self.keys_between(start, end)
         puts = [key for key in keys if writes[key] is not None]
         gone = [key for key in puts if key in unstage]
         turned = [key for key in puts if key not in unstage] if gone else puts

@@ -271,6 +271,18 @@ class KeyValueTransaction(Transaction):
         """Stage the deletion of `key`; it hides the stored value from this transaction's reads."""
         self.put(key, None)
 
+    def keys(self, start: bytes, end: bytes) -> list[bytes]:
+        """The keys ``range(start, end)`` gives, in order, as a list: no value is read, and
+        only the staged keys in the range are put in order (an expiry's read of its time
+        index, in a store that reads no other range)."""
+        check_bytes("start", start)
+        check_bytes("end", end)
+        self._check_open()
+        writes = self._data.writes
+        staged = self._data.keys_between(start, end)
+        stored = [key for key in stored_keys(self._db, start, end) if key not in writes]
+        return sorted([key for key in staged if writes[key] is not None] + stored)
+
     def delete_range(self, start: bytes, end: bytes) -> int:
         """Delete every key with start <= key < end, as ``delete`` of each key that
         ``range(start, end)`` gives would, in one call, and return how many: a segmented
