@@ -1,5 +1,5 @@
-"""KeyValueTransaction.delete_range and keys against their references: ``delete`` of each key
-``range`` gives, and the keys ``range`` gives, in the same transaction state (staged puts,
+"""KeyValueTransaction.delete_range, delete_each and keys against their references: ``delete``
+of each key ``range`` gives, ``delete`` of each key given, and the keys ``range`` gives, in the same transaction state (staged puts,
 staged deletes, keys put after a read as absent, committed keys, commits between), under both
 isolation levels."""
 
@@ -24,6 +24,7 @@ OPERATIONS = st.lists(
         st.tuples(st.just("get"), KEYS, st.none()),  # a miss then a put: the key is "fresh"
         st.tuples(st.just("range"), KEYS, KEYS),
         st.tuples(st.just("delete_range"), KEYS, KEYS),
+        st.tuples(st.just("delete_each"), st.lists(KEYS, unique=True, max_size=4), st.none()),
         st.tuples(st.just("commit"), st.none(), st.none()),
     ),
     max_size=40,
@@ -59,7 +60,7 @@ def observed(store) -> tuple:
 @pytest.mark.parametrize("isolation", ISOLATION)
 @settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(operations=OPERATIONS)
-def test_delete_range_does_what_deleting_each_key_of_the_range_does(operations, isolation, native):
+def test_delete_range_and_delete_each_do_what_deleting_each_key_does(operations, isolation, native):
     with pytest.MonkeyPatch.context() as patch, tempfile.TemporaryDirectory() as directory:
         patch.setattr(overlay, "NATIVE_SORTED_KEYS", native and overlay.NATIVE_SORTED_KEYS)
         patch.setattr(overlay, "_CHUNK", 2)  # every removal crosses chunk bounds
@@ -83,6 +84,12 @@ def test_delete_range_does_what_deleting_each_key_of_the_range_does(operations, 
                         else:
                             keys = [key for key, _ in transaction.range(first, second)]
                         assert transaction.keys(first, second) == keys
+                    elif name == "delete_each":
+                        if store is ranged:
+                            transaction.delete_each(first)
+                        else:
+                            for key in first:
+                                transaction.delete(key)
                     elif name == "commit":
                         store.commit({("input", 0): step})
                 counts = None

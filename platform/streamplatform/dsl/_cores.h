@@ -331,9 +331,10 @@ transaction_put_prepare(void)
     return kv_transaction_type != NULL && overlay_type != NULL ? 0 : -1;
 }
 
-/* 1: staged here; 0: not the common case (nothing changed); -1: an error. */
+/* 1: staged here (`*replaced` then says whether the key was staged with a value before); 0:
+ * not the common case (nothing changed); -1: an error. */
 static CORES_UNUSED int
-transaction_put_here(PyObject *transaction, PyObject *key, PyObject *value)
+transaction_put_here(PyObject *transaction, PyObject *key, PyObject *value, int *replaced)
 {
     PyObject *apply = NULL, *closed = NULL, *missed = NULL, *fresh = NULL, *overlay = NULL,
              *writes = NULL, *num_bytes = NULL, *sorted = NULL, *added = NULL, *total = NULL;
@@ -402,6 +403,7 @@ transaction_put_here(PyObject *transaction, PyObject *key, PyObject *value)
         goto out;
     if (PyDict_SetItem(writes, key, value) < 0)
         goto out;
+    *replaced = old != NULL && old != Py_None;
     done = 1;
 out:
     Py_XDECREF(apply);
@@ -417,16 +419,21 @@ out:
     return done;
 }
 
+/* transaction_put, and `*replaced` set when `key` was staged with a value (not a deletion)
+ * before the put, as far as the common case saw: 0 when it did not look (a put through
+ * `put_name`). */
 static CORES_UNUSED int
-transaction_put(PyObject *transaction, PyObject *put_name, PyObject *key, PyObject *value)
+transaction_put_replacing(PyObject *transaction, PyObject *put_name, PyObject *key,
+                          PyObject *value, int *replaced)
 {
+    *replaced = 0;
     if (transaction_put_ready == 0)
         transaction_put_ready = transaction_put_prepare() == 0 ? 1 : -1;
     if (transaction_put_ready < 0)
         PyErr_Clear(); /* no fast path: every put through put_name */
     else if ((PyObject *)Py_TYPE(transaction) == kv_transaction_type && PyBytes_CheckExact(key)
              && (value == Py_None || PyBytes_CheckExact(value))) {
-        int done = transaction_put_here(transaction, key, value);
+        int done = transaction_put_here(transaction, key, value, replaced);
         if (done != 0)
             return done < 0 ? -1 : 0;
     }
@@ -436,6 +443,13 @@ transaction_put(PyObject *transaction, PyObject *put_name, PyObject *key, PyObje
         return -1;
     Py_DECREF(written);
     return 0;
+}
+
+static CORES_UNUSED int
+transaction_put(PyObject *transaction, PyObject *put_name, PyObject *key, PyObject *value)
+{
+    int replaced;
+    return transaction_put_replacing(transaction, put_name, key, value, &replaced);
 }
 
 /* transaction_put as a module function, `transaction_put(transaction, key, value)`, for the
@@ -882,9 +896,15 @@ write_through(PyObject *transaction, PyObject *put_name, PyObject *store_key,
         if (held_put(held, store_key, value, index, fresh) < 0)
             goto done;
     }
-    else if (transaction_put(transaction, put_name, store_key, value) < 0
-             || transaction_put(transaction, put_name, index, index_value) < 0) {
-        goto done;
+    else {
+        /* A window staged with a value has its time-index key staged with b"" beside it (the
+         * two are put and deleted together), so putting b"" there again would leave the
+         * transaction as it is: most of a sliding window's updates within a commit. */
+        int replaced;
+        if (transaction_put_replacing(transaction, put_name, store_key, value, &replaced) < 0
+            || (!(replaced && value != Py_None)
+                && transaction_put(transaction, put_name, index, index_value) < 0))
+            goto done;
     }
     failed = data != Py_None ? pending_add(pending, int64_at(key + prefix_length), index)
                              : pending_forget(pending, index);

@@ -474,9 +474,14 @@ class KeyedWindowAggregation(_Aggregation):
             return
         transaction = self.store.transaction
         low = _TIME_PREFIX + _TIMESTAMP.pack(self.expired_below)
-        for time_key in transaction.keys(low, _TIME_PREFIX + _TIMESTAMP.pack(below)):
-            store_key = self._store_key(time_key)[0]
-            transaction.delete(store_key)
-            transaction.delete(time_key)
-            self.cache.pop(store_key)
+        high = _TIME_PREFIX + _TIMESTAMP.pack(below)
+        # Each window's key and its time-index key deleted in one call, as delete of each
+        # would: most of a commit's windows on window close, created and expired within it.
+        time_keys = transaction.keys(low, high)
+        if time_keys:
+            store_keys = [self._store_key(time_key)[0] for time_key in time_keys]
+            transaction.delete_each(store_keys + time_keys)
+            if self.cache.entries:
+                for store_key in store_keys:
+                    self.cache.pop(store_key)
         self.expired_below = below

@@ -299,6 +299,21 @@ class Overlay:
                 ordered.remove(key)
                 self._in_order -= 1
 
+    def delete_each(self, keys: list[bytes]) -> None:
+        """``put(key, None)`` for each of ``keys`` (distinct), staged or not, in one call."""
+        writes, change, new = self.writes, 0, []
+        for key in keys:
+            old = writes.get(key, ABSENT)
+            if old is ABSENT:
+                change += len(key)
+                new.append(key)
+            elif old is not None:
+                change -= len(old)  # type: ignore[arg-type]
+            writes[key] = None
+        self.num_bytes += change
+        if new and self._sorted is not None:
+            self._added += new
+
     def delete_all(self, keys: list[bytes]) -> None:
         """Stage a delete of each of ``keys`` (none staged here yet, no repeats)."""
         self.writes.update(dict.fromkeys(keys))

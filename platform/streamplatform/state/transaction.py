@@ -313,6 +313,32 @@ class KeyValueTransaction(Transaction):
         data.delete_all(stored)
         return len(stored) + len(turned) + len(gone)
 
+    def delete_each(self, keys: list[bytes]) -> None:
+        """``delete`` each of ``keys`` (distinct), in one call: a window store's expiry, which
+        deletes most of a commit's windows in it. A key put after this transaction read it
+        as absent leaves the transaction; every other key gets a staged delete."""
+        for key in keys:
+            if type(key) is not bytes:
+                check_bytes("key", key)
+        self._check_open()
+        if self._apply_each_write:
+            for key in keys:
+                self.put(key, None)
+            return
+        fresh = self._fresh
+        if fresh:
+            gone = [key for key in keys if key in fresh]
+            if gone:
+                fresh.difference_update(gone)
+                if self._fresh_generation == self._db.generation:  # never committed
+                    self._data.discard_all(gone)
+                    # Counted as the staged deletes they replace, as `put` counts them.
+                    self._unstaged_entries += len(gone)
+                    self._unstaged_bytes += sum(map(len, gone))
+                    unstaged = set(gone)
+                    keys = [key for key in keys if key not in unstaged]
+        self._data.delete_each(keys)
+
     def put_all(self, items: list[tuple[bytes, bytes | None]]) -> None:
         """``put(key, value)`` for each item, in order: one call for many writes (a commit's
         hand-over of what a processor held). Puts of bytes go to the overlay in bulk; a delete,
