@@ -360,3 +360,27 @@ def test_writes_held_back_past_the_budget_reach_the_store_as_the_references(
     native = _run(tmp_path / "native", topology, cache_bytes, rows, native=True)
     assert native == python
     assert len(python[-2]) > 10, "the job emitted too few sessions to pass the budget"
+
+
+@needs_c_core
+@pytest.mark.parametrize("final", [False, True])
+def test_after_the_stores_transaction_is_closed_the_core_writes_to_its_new_one(tmp_path, final):
+    """The core takes the store's writing transaction without the property when it is open
+    (_cores.h transaction_of): one closed between records is replaced, as the property
+    replaces it, and the next record's writes go to the new one, not to the closed one."""
+    topology = _topology("count", SessionWindows.of_inactivity_gap_with_no_grace(MINUTE), final,
+                         True)  # fmt: skip
+    task = core_task(tmp_path, topology, 0)
+    try:
+        (store,) = task.stores.values()
+        task.process(ConsumedRecord("in", 0, 0, 5, b"k", b"x", []))
+        closed = store.transaction
+        closed.close()
+        task.process(ConsumedRecord("in", 0, 1, 10 * MINUTE, b"k", b"y", []))
+        opened = store.transaction
+        assert opened is not closed and not opened.closed
+        # the second record's session, [10 min, 10 min], and its time-index key
+        staged = {key for _, key, value in opened.staged_entries() if value is not None}
+        assert any(key.endswith((10 * MINUTE).to_bytes(8, "big") * 2) for key in staged), staged
+    finally:
+        task.close()

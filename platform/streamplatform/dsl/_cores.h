@@ -252,18 +252,6 @@ kept_over_budget(KeptWindows *kept)
         Py_CLEAR(kept->by_key);
 }
 
-/* store.transaction (a new reference), looked up once per record into `*held` (which the core
- * clears after each record): a property finding the store's writing transaction, which no
- * call within a record replaces. */
-static CORES_UNUSED PyObject *
-transaction_of(PyObject *store, PyObject **held, PyObject *name)
-{
-    if (*held == NULL && (*held = PyObject_GetAttr(store, name)) == NULL)
-        return NULL;
-    Py_INCREF(*held);
-    return *held;
-}
-
 /* Writes to the store held back from its transaction until the commit, by a core on window
  * close without a cache, where each write used to go to the transaction at once (Kafka
  * Streams' store there has no cache either): a session merged away, or a window created and
@@ -303,8 +291,9 @@ held_writes_count(HeldWrites *held)
  * attributes, without the two Python frames: a window store on window close stages about ten
  * writes a record. Anything else, and any other object, calls `put_name`.
  * tests/dsl/test_transaction_put.py holds the two ways to the same transaction. */
-static PyObject *kv_transaction_type, *overlay_type, *str_apply_each_write, *str_closed,
-    *str_missed, *str_fresh, *str_data, *str_writes, *str_num_bytes, *str_sorted, *str_added;
+static PyObject *kv_transaction_type, *overlay_type, *kv_store_type, *str_apply_each_write,
+    *str_closed, *str_missed, *str_fresh, *str_data, *str_writes, *str_num_bytes, *str_sorted,
+    *str_added, *str_writer;
 static CORES_UNUSED int transaction_put_ready; /* 0: not tried yet, 1: ready, -1: no fast path */
 
 static CORES_UNUSED int
@@ -314,7 +303,7 @@ transaction_put_prepare(void)
         {&str_apply_each_write, "_apply_each_write"}, {&str_closed, "_closed"},
         {&str_missed, "_missed"}, {&str_fresh, "_fresh"}, {&str_data, "_data"},
         {&str_writes, "writes"}, {&str_num_bytes, "num_bytes"}, {&str_sorted, "_sorted"},
-        {&str_added, "_added"},
+        {&str_added, "_added"}, {&str_writer, "_writer"},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if ((*names[i].variable = PyUnicode_InternFromString(names[i].text)) == NULL)
@@ -322,13 +311,60 @@ transaction_put_prepare(void)
     PyObject *transactions = PyImport_ImportModule("streamplatform.state.transaction");
     PyObject *overlays = transactions == NULL ? NULL
                                               : PyImport_ImportModule("streamplatform.state.overlay");
-    if (overlays != NULL) {
+    PyObject *stores = overlays == NULL
+                           ? NULL
+                           : PyImport_ImportModule("streamplatform.state.transactional");
+    if (stores != NULL) {
         kv_transaction_type = PyObject_GetAttrString(transactions, "KeyValueTransaction");
         overlay_type = PyObject_GetAttrString(overlays, "Overlay");
+        kv_store_type = PyObject_GetAttrString(stores, "TransactionalKeyValueStore");
     }
     Py_XDECREF(transactions);
     Py_XDECREF(overlays);
-    return kv_transaction_type != NULL && overlay_type != NULL ? 0 : -1;
+    Py_XDECREF(stores);
+    return kv_transaction_type != NULL && overlay_type != NULL && kv_store_type != NULL ? 0 : -1;
+}
+
+/* store.transaction (a new reference), looked up once per record into `*held` (which the core
+ * clears after each record): a property finding the store's writing transaction, which no
+ * call within a record replaces. For a TransactionalKeyValueStore (not a subclass) whose
+ * writing transaction is open, that transaction is taken as the property would give it
+ * (StoreBase._writing_transaction) without its two Python frames: a few per record. */
+static CORES_UNUSED PyObject *
+transaction_of(PyObject *store, PyObject **held, PyObject *name)
+{
+    if (*held != NULL) {
+        Py_INCREF(*held);
+        return *held;
+    }
+    if (transaction_put_ready == 0)
+        transaction_put_ready = transaction_put_prepare() == 0 ? 1 : -1;
+    if (transaction_put_ready < 0)
+        PyErr_Clear(); /* no fast path */
+    else if ((PyObject *)Py_TYPE(store) == kv_store_type) {
+        PyObject *writer = PyObject_GetAttr(store, str_writer);
+        if (writer == NULL)
+            return NULL;
+        if ((PyObject *)Py_TYPE(writer) == kv_transaction_type) {
+            PyObject *closed = PyObject_GetAttr(writer, str_closed);
+            if (closed == NULL) {
+                Py_DECREF(writer);
+                return NULL;
+            }
+            int open = closed == Py_False;
+            Py_DECREF(closed);
+            if (open) {
+                *held = writer;
+                Py_INCREF(writer);
+                return writer;
+            }
+        }
+        Py_DECREF(writer);
+    }
+    if ((*held = PyObject_GetAttr(store, name)) == NULL)
+        return NULL;
+    Py_INCREF(*held);
+    return *held;
 }
 
 /* 1: staged here (`*replaced` then says whether the key was staged with a value before); 0:
