@@ -150,6 +150,10 @@ def _run(directory, topology, cache_bytes, rows, native):
     cache_bytes=st.sampled_from([0, 1_800, 10_000_000]),
     rows=events,
 )
+# Write-back past the budget: three keys' windows outgrow 1,800 bytes, so that the kept
+# windows, dirty ones among them, leave memory between commits (and for good at last).
+@example(kind="count", difference=10, grace=20, final=True, string_keys=True, cache_bytes=1_800,
+         rows=[(key, "x", time, time == 30) for time in range(0, 40, 3) for key in (b"a", b"b", b"c")])  # fmt: skip
 def test_the_c_core_and_the_python_reference_are_indistinguishable(
     tmp_path_factory, kind, difference, grace, final, string_keys, cache_bytes, rows
 ):
@@ -202,6 +206,13 @@ def _one_key(*times: int) -> list[tuple[bytes, str, int, bool]]:
 # A record whose left window and the previous one's right window exist: nothing is made.
 @example(kind="count", difference=3, grace=2, final=True, cache_bytes=0,
          rows=_one_key(3, 5, 7, 6, 6, 12, 20))  # fmt: skip
+# On window close with a count's results the core keeps a key's updates in memory until the
+# commit (write-back): final results emitted from there, before any commit; windows created
+# and expired within a commit, and others still open at it; past a commit, after its expiry.
+@example(kind="count", difference=3, grace=0, final=True, cache_bytes=10_000_000,
+         rows=_one_key(3, 5, 7, 12, 20))  # fmt: skip
+@example(kind="count", difference=3, grace=2, final=True, cache_bytes=10_000_000,
+         rows=[*_one_key(3, 5, 7), (b"a", "x", 12, True), *_one_key(13, 14, 30, 31)])  # fmt: skip
 def test_the_c_core_and_the_python_reference_agree_on_one_dense_key(
     tmp_path_factory, kind, difference, grace, final, cache_bytes, rows
 ):

@@ -760,15 +760,21 @@ done:
     return failed;
 }
 
+/* A window's result as a core knows it without the store: `store_key` (its key's prefix the
+ * first `prefix_length` bytes) -> 1 with *result (a new reference) and *timestamp, 0 when the
+ * window is gone, 2 when the core does not know (the store's transaction does), -1 on error. */
+typedef int (*KnownWindow)(void *owner, PyObject *store_key, Py_ssize_t prefix_length,
+                           PyObject **result, long long *timestamp);
+
 /* KeyedWindowAggregation._closed_windows(low, high) from the windows held: those with time
  * in [low, high], in time-index order, as (key bytes, suffix, result, timestamp) read through
- * the held writes, then the store's transaction (a window deleted since is left out); those up to `high` leave
- * memory. `tail`: the suffix's bytes after the time (8 for sessions, 0 for sliding windows).
- * A new list. */
+ * `known` (NULL: none), the held writes, then the store's transaction (a window deleted since
+ * is left out); those up to `high` leave memory. `tail`: the suffix's bytes after the time
+ * (8 for sessions, 0 for sliding windows). A new list. */
 static CORES_UNUSED PyObject *
-pending_closed(PendingWindows *pending, HeldWrites *held, PyObject *transaction,
-               PyObject *get_name, PyObject *deserialize, int long_results, long long low,
-               long long high, Py_ssize_t tail)
+pending_closed(PendingWindows *pending, HeldWrites *held, KnownWindow known, void *owner,
+               PyObject *transaction, PyObject *get_name, PyObject *deserialize,
+               int long_results, long long low, long long high, Py_ssize_t tail)
 {
     PyObject *keys = PyList_New(0), *out = NULL;
     if (keys == NULL)
@@ -805,34 +811,40 @@ pending_closed(PendingWindows *pending, HeldWrites *held, PyObject *transaction,
             to[1 + j] = (char)(((unsigned long long)length >> (8 * (3 - j))) & 0xff);
         memcpy(to + 5, bytes + 1 + suffix, length);
         memcpy(to + 5 + length, bytes + 1, suffix);
-        PyObject *raw;
-        int is_held = held_get(held, store_key, &raw);
-        if (is_held == 0) {
-            PyObject *args[2] = {transaction, store_key};
-            raw = PyObject_VectorcallMethod(get_name, args, 2, NULL);
+        PyObject *result = NULL;
+        long long time = 0;
+        int state = known == NULL ? 2 : known(owner, store_key, 5 + length, &result, &time);
+        if (state == 2) { /* not known: from the held writes, else the store's transaction */
+            PyObject *raw;
+            int is_held = held_get(held, store_key, &raw);
+            if (is_held == 0) {
+                PyObject *args[2] = {transaction, store_key};
+                raw = PyObject_VectorcallMethod(get_name, args, 2, NULL);
+            }
+            state = is_held < 0 || raw == NULL ? -1 : raw == Py_None ? 0 : 1;
+            if (state == 1 && (!PyBytes_Check(raw) || PyBytes_GET_SIZE(raw) < 8)) {
+                PyErr_SetString(PyExc_ValueError, "a stored window's value is too short");
+                state = -1;
+            }
+            else if (state == 1) {
+                time = int64_at(PyBytes_AS_STRING(raw));
+                result = deserialize_result(deserialize, long_results, PyBytes_AS_STRING(raw) + 8,
+                                            PyBytes_GET_SIZE(raw) - 8);
+                state = result == NULL ? -1 : 1;
+            }
+            Py_XDECREF(raw);
         }
         Py_DECREF(store_key);
-        if (is_held < 0 || raw == NULL)
+        if (state < 0)
             goto failed;
-        if (raw == Py_None) {
-            Py_DECREF(raw);
-            continue;
-        }
-        if (!PyBytes_Check(raw) || PyBytes_GET_SIZE(raw) < 8) {
-            Py_DECREF(raw);
-            PyErr_SetString(PyExc_ValueError, "a stored window's value is too short");
-            goto failed;
-        }
-        PyObject *result = deserialize_result(deserialize, long_results,
-                                              PyBytes_AS_STRING(raw) + 8,
-                                              PyBytes_GET_SIZE(raw) - 8);
-        PyObject *timestamp = PyLong_FromLongLong(int64_at(PyBytes_AS_STRING(raw)));
+        if (state == 0)
+            continue; /* deleted since */
+        PyObject *timestamp = PyLong_FromLongLong(time);
         PyObject *key = PyBytes_FromStringAndSize(bytes + 1 + suffix, length);
         PyObject *suffix_bytes = PyBytes_FromStringAndSize(bytes + 1, suffix);
         PyObject *closed = result == NULL || timestamp == NULL || key == NULL
                                    || suffix_bytes == NULL
                                ? NULL : PyTuple_Pack(4, key, suffix_bytes, result, timestamp);
-        Py_DECREF(raw);
         Py_XDECREF(result);
         Py_XDECREF(timestamp);
         Py_XDECREF(key);
@@ -885,8 +897,8 @@ serialize_result(PyObject *serialize, int long_results, PyObject *result)
  * store key: its time, then the rest, + the key's bytes), both in `transaction`; a None
  * result (as serialized) deletes both; with `hold`, both are held back instead (`held`,
  * `fresh` as held_put takes it; `transaction` may then be NULL; without `hold`, `held` may
- * be NULL). The window is then held among those not emitted yet
- * (`pending`, by its time). */
+ * be NULL). The window is then held among those not emitted yet (`pending`, by its time;
+ * NULL: it is there already). */
 static CORES_UNUSED int
 write_through(PyObject *transaction, PyObject *put_name, PyObject *store_key,
               Py_ssize_t prefix_length, Py_ssize_t suffix, PyObject *serialize, int long_results,
@@ -942,8 +954,9 @@ write_through(PyObject *transaction, PyObject *put_name, PyObject *store_key,
                 && transaction_put(transaction, put_name, index, index_value) < 0))
             goto done;
     }
-    failed = data != Py_None ? pending_add(pending, int64_at(key + prefix_length), index)
-                             : pending_forget(pending, index);
+    failed = pending == NULL ? 0
+             : data != Py_None ? pending_add(pending, int64_at(key + prefix_length), index)
+                               : pending_forget(pending, index);
 done:
     Py_DECREF(data);
     Py_XDECREF(value);

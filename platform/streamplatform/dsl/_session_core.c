@@ -685,7 +685,7 @@ emit_final(Core *self, PyObject *record, wide close)
         PyObject *transaction = transaction_of(self->store, &self->transaction, str_transaction);
         if (transaction == NULL)
             goto done;
-        closed = pending_closed(&self->pending, &self->held, transaction, str_get,
+        closed = pending_closed(&self->pending, &self->held, NULL, NULL, transaction, str_get,
                                 self->result_deserialize,
                                 self->long_results, lower, (long long)upper, 8);
         Py_DECREF(transaction);

@@ -11,7 +11,9 @@
  * helpers (`_closed_windows`, and the cache's `put` without a cache and `evict_over_budget`),
  * so the store is touched only where Python touches it, in the same order. What C saves is the
  * interpreter's work per record around those objects: the walk over a key's windows, the scan
- * of its cached windows, the windows' keys and the aggregator's calls.
+ * of its cached windows, the windows' keys and the aggregator's calls. One exception, on
+ * window close with a count's results: a kept key's updates wait in memory until the commit
+ * (see "Write-back" below), and the committed store and the output are the reference's.
  *
  * Every step that Python code can observe (the initializer's and the aggregator's calls, the
  * cache's writes, evictions and forwards, the counters) happens in the reference's order, so
@@ -62,6 +64,10 @@ typedef struct {
     PyObject *transaction; /* the store's writing transaction, while a record is processed */
     long long difference, grace, retention, max_bytes, entry_bytes;
     int string_keys, count, time_first, emit_final, long_results;
+    /* On window close, without a cache, with int64 results (a count's): a kept key's window
+     * writes stay in its kept windows (marked dirty) until the commit, or until its kept
+     * windows leave memory (see keep_write). */
+    int write_back;
 } Core;
 
 /* What one record's path shares. */
@@ -364,6 +370,7 @@ done:
 typedef struct {
     long long start, latest;
     PyObject *result;
+    int dirty; /* written here only: the store's transaction has an older result or none */
 } KeptWindow;
 
 typedef struct {
@@ -424,6 +431,101 @@ kept_over(Core *self, long long windows)
 {
     long long keys = self->kept.by_key == NULL ? 0 : PyDict_GET_SIZE(self->kept.by_key);
     return windows * KEPT_WINDOW_BYTES + keys * KEPT_KEY_BYTES > self->kept.budget;
+}
+
+/* Write-back. On window close the reference writes every update of a window to the store's
+ * transaction at once (Kafka Streams' store there has no cache), about ten a record, and most
+ * of a commit's windows are created, emitted and expired within it. Here a kept key's update
+ * of an int64 result changes its kept window only and marks it dirty; the dirty windows go to
+ * the transaction, each once, as the reference would have left it:
+ * - at the commit (Core.write_held(below), the aggregation's flush before its expiry), but
+ *   those below `below`, which the expiry would delete (and their older versions, staged or
+ *   committed, it does delete: they are in its time index's range);
+ * - before kept windows leave memory (the budget; a key whose result or timestamp is not kept
+ *   this way), so that a key not kept is wholly in the store;
+ * - before the store is read for what memory does not hold (the windows not emitted, read
+ *   again after memory dropped them; the final results scanned from the store).
+ * Nothing else reads the store during a record: the windows not emitted are looked up in the
+ * kept windows first (known_window). An int64 result serializes in C, so that a write back
+ * cannot fail where the reference's write succeeded. */
+
+/* The kept window of the key `prefix` into the store's transaction (`transaction`), as
+ * write_through would have put it; then clean. */
+static int
+write_kept(Core *self, PyObject *transaction, PyObject *prefix, KeptWindow *window)
+{
+    PyObject *store_key = prefixed(prefix, window->start);
+    if (store_key == NULL)
+        return -1;
+    int failed = write_through(transaction, str_put, store_key, PyBytes_GET_SIZE(prefix), 8,
+                               self->result_serialize, self->long_results, window->result,
+                               window->latest, NULL, NULL, 0, 0);
+    Py_DECREF(store_key);
+    if (failed == 0)
+        window->dirty = 0;
+    return failed;
+}
+
+/* The dirty windows of the key `prefix` into the transaction, but those starting below
+ * `below` (LLONG_MIN: none), which are only marked clean. */
+static int
+write_key_windows(Core *self, PyObject *transaction, PyObject *prefix, KeyWindows *windows,
+                  long long below)
+{
+    for (Py_ssize_t i = 0; i < windows->size; i++) {
+        KeptWindow *window = &windows->items[i];
+        if (!window->dirty)
+            continue;
+        if (window->start < below)
+            window->dirty = 0; /* the commit's expiry deletes it */
+        else if (write_kept(self, transaction, prefix, window) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Every dirty kept window into the store's transaction, as write_key_windows; with `below`
+ * (not LLONG_MIN: the commit's), the windows starting below it also leave memory (no longer
+ * seen). */
+static int
+write_back_all(Core *self, long long below)
+{
+    if (!self->write_back || self->kept.by_key == NULL || self->kept.count == 0)
+        return 0;
+    PyObject *transaction = transaction_of(self->store, &self->transaction, str_transaction);
+    if (transaction == NULL)
+        return -1;
+    Py_ssize_t position = 0;
+    PyObject *prefix, *capsule;
+    int failed = 0;
+    while (!failed && PyDict_Next(self->kept.by_key, &position, &prefix, &capsule)) {
+        KeyWindows *windows = PyCapsule_GetPointer(capsule, KEY_WINDOWS_CAPSULE);
+        if (windows == NULL || write_key_windows(self, transaction, prefix, windows, below) < 0) {
+            failed = -1;
+            break;
+        }
+        Py_ssize_t gone = below == LLONG_MIN ? 0 : window_at(windows, below);
+        for (Py_ssize_t i = 0; i < gone; i++)
+            Py_DECREF(windows->items[i].result);
+        if (gone > 0) {
+            memmove(windows->items, windows->items + gone,
+                    (windows->size - gone) * sizeof(KeptWindow));
+            windows->size -= gone;
+            self->kept.count -= gone;
+        }
+    }
+    Py_DECREF(transaction);
+    return failed;
+}
+
+/* Over the budget: the dirty windows written back, then every kept window dropped. */
+static int
+drop_kept(Core *self)
+{
+    if (write_back_all(self, LLONG_MIN) < 0)
+        return -1;
+    kept_over_budget(&self->kept);
+    return 0;
 }
 
 /* The kept windows of a key whose start is in [low, high), as stored_windows gives them
@@ -497,6 +599,7 @@ keep_windows(PyObject *every, Py_ssize_t at)
             return NULL;
         }
         window.result = PyTuple_GET_ITEM(item, 1);
+        window.dirty = 0;
         Py_INCREF(window.result);
         windows->items[windows->size++] = window;
     }
@@ -543,7 +646,10 @@ key_windows(Core *self, PyObject *prefix, wide low, wide high)
     }
     Py_ssize_t size = PyList_GET_SIZE(every);
     if (kept_over(self, self->kept.count + size + 1)) {
-        kept_over_budget(&self->kept);
+        if (drop_kept(self) < 0) {
+            Py_DECREF(every);
+            return NULL;
+        }
         if (self->kept.by_key == NULL) {
             Py_DECREF(every);
             return stored_windows(self, prefix, low, high);
@@ -602,6 +708,7 @@ note_write(Core *self, PyObject *prefix, long long start, PyObject *result,
         Py_INCREF(result);
         Py_SETREF(windows->items[at].result, result);
         windows->items[at].latest = latest;
+        windows->items[at].dirty = 0;
     }
     else {
         if (key_windows_grow(windows) < 0)
@@ -609,13 +716,11 @@ note_write(Core *self, PyObject *prefix, long long start, PyObject *result,
         memmove(windows->items + at + 1, windows->items + at,
                 (windows->size - at) * sizeof(KeptWindow));
         Py_INCREF(result);
-        windows->items[at] = (KeptWindow){start, latest, result};
+        windows->items[at] = (KeptWindow){start, latest, result, 0};
         windows->size++;
         self->kept.count++;
     }
-    if (kept_over(self, self->kept.count))
-        kept_over_budget(&self->kept);
-    return 0;
+    return kept_over(self, self->kept.count) ? drop_kept(self) : 0;
 }
 
 /* KeyedWindowCache.put(store_key, result, timestamp, forwarded, window) with a cache of its
@@ -713,6 +818,120 @@ write_through_now(Core *self, Step *step, PyObject *store_key, PyObject *result,
     return failed;
 }
 
+/* After a write of the key `prefix` that failed: its kept windows dropped (none is dirty:
+ * keep_write wrote them back before the write), as what the store holds of it is not known
+ * any more; the other keys' stay, dirty ones too. The write's error stays set. */
+static void
+forget_key(Core *self, PyObject *prefix)
+{
+    if (self->kept.by_key == NULL)
+        return;
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    PyObject *kept = PyDict_GetItemWithError(self->kept.by_key, prefix);
+    KeyWindows *windows = kept == NULL ? NULL : PyCapsule_GetPointer(kept, KEY_WINDOWS_CAPSULE);
+    Py_ssize_t size = windows == NULL ? 0 : windows->size;
+    if (windows != NULL && PyDict_DelItem(self->kept.by_key, prefix) == 0)
+        self->kept.count -= size;
+    PyErr_Clear(); /* not the error to report: the write's */
+    PyErr_Restore(type, value, traceback);
+}
+
+/* With write-back: the write of `result` (timestamp `timestamp`) into the window starting at
+ * `start` of a kept key, into its kept windows only, the window dirty (1). 0: not written so,
+ * for a key not kept, or a result or timestamp that is not an int64 (the key's dirty windows
+ * are then written back first, and the write goes through). */
+static int
+keep_write(Core *self, Step *step, long long start, PyObject *result, PyObject *timestamp)
+{
+    if (self->kept.by_key == NULL)
+        return 0;
+    PyObject *kept = PyDict_GetItemWithError(self->kept.by_key, step->prefix);
+    if (kept == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    KeyWindows *windows = PyCapsule_GetPointer(kept, KEY_WINDOWS_CAPSULE);
+    if (windows == NULL)
+        return -1;
+    long long latest = 0;
+    int overflow = 1;
+    if (start >= 0 && PyLong_CheckExact(result) && PyLong_CheckExact(timestamp)) {
+        long long value = PyLong_AsLongLongAndOverflow(result, &overflow);
+        if (!overflow && value == -1 && PyErr_Occurred())
+            return -1;
+        if (!overflow && (latest = PyLong_AsLongLongAndOverflow(timestamp, &overflow)) == -1
+            && PyErr_Occurred())
+            return -1;
+    }
+    if (overflow) { /* through the store, as its kept windows first */
+        PyObject *transaction = transaction_of(self->store, &self->transaction, str_transaction);
+        if (transaction == NULL)
+            return -1;
+        int failed = write_key_windows(self, transaction, step->prefix, windows, LLONG_MIN);
+        Py_DECREF(transaction);
+        return failed;
+    }
+    Py_ssize_t at = window_at(windows, start);
+    if (at < windows->size && windows->items[at].start == start) {
+        KeptWindow *window = &windows->items[at];
+        Py_INCREF(result);
+        Py_SETREF(window->result, result);
+        window->latest = latest;
+        window->dirty = 1;
+        return 1;
+    }
+    if (key_windows_grow(windows) < 0)
+        return -1;
+    memmove(windows->items + at + 1, windows->items + at,
+            (windows->size - at) * sizeof(KeptWindow));
+    Py_INCREF(result);
+    windows->items[at] = (KeptWindow){start, latest, result, 1};
+    windows->size++;
+    self->kept.count++;
+    /* a new window: among those not emitted yet, by its time-index key (b"t" + its start +
+     * the key's bytes), as write_through adds it */
+    Py_ssize_t key_length = PyBytes_GET_SIZE(step->prefix) - PREFIX_HEAD;
+    PyObject *index = PyBytes_FromStringAndSize(NULL, 9 + key_length);
+    if (index == NULL)
+        return -1;
+    char *bytes = PyBytes_AS_STRING(index);
+    bytes[0] = 't';
+    int64_into(bytes + 1, start);
+    memcpy(bytes + 9, PyBytes_AS_STRING(step->prefix) + PREFIX_HEAD, key_length);
+    int failed = pending_add(&self->pending, start, index);
+    Py_DECREF(index);
+    if (failed == 0 && kept_over(self, self->kept.count))
+        failed = drop_kept(self);
+    return failed < 0 ? -1 : 1;
+}
+
+/* KnownWindow for pending_closed: a window of a kept key from its kept windows (its dirty
+ * ones are not in the store yet). */
+static int
+known_window(void *owner, PyObject *store_key, Py_ssize_t prefix_length, PyObject **result,
+             long long *timestamp)
+{
+    Core *self = owner;
+    if (!self->write_back || self->kept.by_key == NULL)
+        return 2;
+    PyObject *prefix = PyBytes_FromStringAndSize(PyBytes_AS_STRING(store_key), prefix_length);
+    if (prefix == NULL)
+        return -1;
+    PyObject *kept = PyDict_GetItemWithError(self->kept.by_key, prefix);
+    Py_DECREF(prefix);
+    if (kept == NULL)
+        return PyErr_Occurred() ? -1 : 2;
+    KeyWindows *windows = PyCapsule_GetPointer(kept, KEY_WINDOWS_CAPSULE);
+    if (windows == NULL)
+        return -1;
+    long long start = int64_at(PyBytes_AS_STRING(store_key) + prefix_length);
+    Py_ssize_t at = window_at(windows, start);
+    if (at == windows->size || windows->items[at].start != start)
+        return 0; /* the key's kept windows are all it has still seen */
+    *result = Py_NewRef(windows->items[at].result);
+    *timestamp = windows->items[at].latest;
+    return 1;
+}
+
 /* KeyedWindowAggregation._put: the window starting at `start` gets `result` (its update
  * forwarded unless only final results are). */
 static int
@@ -726,6 +945,11 @@ put(Core *self, Step *step, long long start, PyObject *result, PyObject *timesta
             return -1;
         if (start > store_time && set_int_attr(self->store_time, str_time, start) < 0)
             return -1;
+    }
+    if (self->write_back) {
+        int kept = keep_write(self, step, start, result, timestamp);
+        if (kept != 0)
+            return kept < 0 ? -1 : 0;
     }
     PyObject *store_key = prefixed(step->prefix, start);
     if (store_key == NULL)
@@ -745,7 +969,9 @@ put(Core *self, Step *step, long long start, PyObject *result, PyObject *timesta
         failed = done == NULL ? -1 : 0;
         Py_XDECREF(done);
     }
-    if (failed)
+    if (failed && self->write_back)
+        forget_key(self, step->prefix); /* written back: see keep_write */
+    else if (failed)
         kept_forget(&self->kept); /* what the store holds of the key is not known any more */
     else
         failed = note_write(self, step->prefix, start, result, timestamp);
@@ -1076,7 +1302,8 @@ emit_final(Core *self, PyObject *record, wide close)
             wide visible = (wide)store_time - self->retention + (self->time_first ? 0 : 1);
             wide from = visible > lower ? visible : lower;
             closed = from > upper ? PyList_New(0)
-                                  : pending_closed(&self->pending, NULL, transaction, str_get,
+                                  : pending_closed(&self->pending, NULL, known_window, self,
+                                                   transaction, str_get,
                                                    self->result_deserialize,
                                                    self->long_results, (long long)from,
                                                    upper > LLONG_MAX ? LLONG_MAX
@@ -1084,7 +1311,7 @@ emit_final(Core *self, PyObject *record, wide close)
         }
         Py_XDECREF(transaction);
     }
-    else {
+    else if (write_back_all(self, LLONG_MIN) == 0) { /* the store has them all */
         PyObject *args[3] = {self->aggregation, low, high};
         closed = PyObject_VectorcallMethod(str_closed_windows, args, 3, NULL);
     }
@@ -1116,6 +1343,8 @@ read_pending(Core *self)
         return -1;
     wide lower = emitted == -1 ? 0 : emitted - self->difference;
     lower = lower < 0 ? 0 : lower > LLONG_MAX ? LLONG_MAX : lower;
+    if (write_back_all(self, LLONG_MIN) < 0) /* what is read has to be in the store */
+        return -1;
     PyObject *transaction = transaction_of(self->store, &self->transaction, str_transaction);
     if (transaction == NULL)
         return -1;
@@ -1249,6 +1478,7 @@ Core_init(Core *self, PyObject *args, PyObject *kwargs)
     self->time_first = time_first;
     self->emit_final = emit_final;
     self->long_results = long_results;
+    self->write_back = emit_final && max_bytes <= 0 && memory_bytes > 0 && long_results;
     if (kept_init(&self->kept, memory_bytes) < 0)
         return -1;
     /* on window close the cache is off (KeyedWindowAggregation.init): windows go to the store
@@ -1304,9 +1534,9 @@ Core_process_checked(Core *self, PyObject *record)
     return out;
 }
 
-/* Core.write_held(below), as the session core's: nothing to write. Sliding windows go to the
- * store's transaction as written: holding them back did not pay (their kept windows and the
- * held writes together outgrow the cache share, bench/RESULTS.md). */
+/* Core.write_held(below), at the commit (the aggregation's flush, before its expiry): the
+ * dirty kept windows into the store's transaction, but those starting below `below` (store
+ * time - retention: the expiry deletes them), which leave memory. */
 static PyObject *
 Core_write_held(Core *self, PyObject *below)
 {
@@ -1314,12 +1544,26 @@ Core_write_held(Core *self, PyObject *below)
         PyErr_SetString(PyExc_TypeError, "write_held takes an int");
         return NULL;
     }
+    if (self->window_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Core was not initialised");
+        return NULL;
+    }
+    int overflow;
+    long long time = PyLong_AsLongLongAndOverflow(below, &overflow);
+    if (time == -1 && PyErr_Occurred())
+        return NULL;
+    if (overflow)
+        time = overflow < 0 ? LLONG_MIN + 1 : LLONG_MAX;
+    int failed = write_back_all(self, time == LLONG_MIN ? LLONG_MIN + 1 : time);
+    Py_CLEAR(self->transaction); /* the next record's may be another */
+    if (failed < 0)
+        return NULL;
     Py_RETURN_NONE;
 }
 
 static PyMethodDef Core_methods[] = {
     {"write_held", (PyCFunction)Core_write_held, METH_O,
-     "Nothing: sliding windows are written through (the session core holds writes back)."},
+     "The kept windows' writes held back into the store's transaction, before the commit's expiry."},
     {"process", (PyCFunction)Core_process_checked, METH_O,
      "One record into its sliding windows (SlidingWindowAggregate.process)."},
     {NULL},

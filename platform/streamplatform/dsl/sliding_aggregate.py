@@ -24,7 +24,10 @@ OrderedDict, entries and index of a key's windows; the store's transaction), and
 store: it keeps each key's windows between records (results no aggregator can change in place
 only), and on window close the windows not yet emitted, so that a record's final results need
 no scan of the store's time index; both within the task's cache share (docs/memory.md), read
-again from the store when dropped.
+again from the store when dropped. On window close with int64 results (a count's), a kept
+key's updates stay in its kept windows until the commit's flush (``write_held``), where each
+window still seen goes to the store once, and the windows the commit's expiry would delete
+do not go at all; before its kept windows leave memory, a key's go to the store.
 """
 
 from __future__ import annotations
