@@ -114,3 +114,23 @@ def test_deserialize_all_declines_what_only_the_record_path_does_right():
     assert deserialize_all(Serdes.string(), [b"ok", None]) == ["ok", None]
     assert deserialize_all(Serdes.long(), [b"\x00" * 8]) is None  # no bulk form
     assert deserialize_all(Serdes.bytes(), [b"a", None, bytearray(b"b")]) == [b"a", None, b"b"]
+
+
+@pytest.mark.parametrize("serde", [Serdes.string(), Serdes.bytes(), Serdes.long(), Serdes.json()])
+def test_a_built_in_serde_unpickles_as_the_shared_instance(serde):
+    """A job's topology reaches Spark's executors pickled (cloudpickle); the C cores take
+    their fast paths (a count's int64 results, string keys) where ``serde is Serdes.long()``
+    and the like, so those serdes must come back as the instances the library shares."""
+    import pickle
+
+    from pyspark import cloudpickle
+
+    from streamplatform import StreamsBuilder
+
+    assert pickle.loads(pickle.dumps(serde)) is serde
+    assert cloudpickle.loads(cloudpickle.dumps(serde)) is serde
+    builder = StreamsBuilder()
+    builder.stream("in", serde, serde).to("out")
+    topology = cloudpickle.loads(cloudpickle.dumps(builder.build()))
+    (source,) = [node for node in topology.nodes.values() if getattr(node, "topic", "") == "in"]
+    assert source.key_serde is serde and source.value_serde is serde

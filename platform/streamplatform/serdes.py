@@ -114,6 +114,9 @@ def deserializer_for(
 class _StringSerde:
     name = "string"
 
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return _shared_serde, ("string",)
+
     def serialize(self, value: Any) -> bytes | None:
         if value is None:
             return None
@@ -133,6 +136,9 @@ class _StringSerde:
 class _BytesSerde:
     name = "bytes"
 
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return _shared_serde, ("bytes",)
+
     def serialize(self, value: Any) -> bytes | None:
         if value is None:
             return None
@@ -148,6 +154,10 @@ class _LongSerde:
     """Kafka's LongSerializer: 8 bytes, big-endian, signed."""
 
     name = "long"
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return _shared_serde, ("long",)
+
     _format = struct.Struct(">q")
 
     def serialize(self, value: Any) -> bytes | None:
@@ -179,6 +189,9 @@ class _JsonSerde:
     is kept as the fallback for what orjson refuses: integers beyond 64 bits)."""
 
     name = "json"
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return _shared_serde, ("json",)
 
     def serialize(self, value: Any) -> bytes | None:
         if value is None:
@@ -260,8 +273,15 @@ def deserialize_all(
     return None
 
 
+def _shared_serde(name: str) -> Serde[Any]:
+    """The shared instance of a built-in serde, by name: what one unpickles as (a job's
+    topology reaches Spark's executors pickled), so that ``serde is Serdes.long()`` holds
+    there too. The C cores' fast paths (a count's results, string keys) are chosen so."""
+    return getattr(Serdes, name)()  # type: ignore[no-any-return]
+
+
 class Serdes:
-    """The built-in serdes (stateless; each call returns a shared instance)."""
+    """The built-in serdes (stateless; each call returns a shared instance, pickled as it)."""
 
     _string = _StringSerde()
     _bytes = _BytesSerde()
