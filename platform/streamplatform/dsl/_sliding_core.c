@@ -368,10 +368,13 @@ done:
  * (a strong reference to an immutable object) and its timestamp. Held in `kept.by_key` as a
  * capsule, which frees them when the key's windows leave. */
 typedef struct {
-    long long start, latest;
+    long long start : 63; /* never negative */
+    /* written here only (write-back): the store's transaction has an older result or none */
+    unsigned long long dirty : 1;
+    long long latest;
     PyObject *result;
-    int dirty; /* written here only: the store's transaction has an older result or none */
 } KeptWindow;
+_Static_assert(sizeof(KeptWindow) == 24, "a kept window is counted at 24 bytes of its array");
 
 typedef struct {
     Py_ssize_t size, capacity;
@@ -588,20 +591,19 @@ keep_windows(PyObject *every, Py_ssize_t at)
     }
     for (Py_ssize_t i = 0; i < size; i++) {
         PyObject *item = PyList_GET_ITEM(every, i);
-        KeptWindow window;
-        if (unpack_at(PyTuple_GET_ITEM(item, 0), at, &window.start) < 0
-            || as_int64(PyTuple_GET_ITEM(item, 2), &window.latest) < 0) {
+        long long start, latest;
+        if (unpack_at(PyTuple_GET_ITEM(item, 0), at, &start) < 0
+            || as_int64(PyTuple_GET_ITEM(item, 2), &latest) < 0) {
             Py_DECREF(capsule);
             return NULL;
         }
-        if (window.start < 0 || (i > 0 && window.start <= windows->items[i - 1].start)) {
+        if (start < 0 || (i > 0 && start <= windows->items[i - 1].start)) {
             Py_DECREF(capsule); /* not in the order kept windows take: read each time */
             return NULL;
         }
-        window.result = PyTuple_GET_ITEM(item, 1);
-        window.dirty = 0;
-        Py_INCREF(window.result);
-        windows->items[windows->size++] = window;
+        PyObject *result = PyTuple_GET_ITEM(item, 1);
+        Py_INCREF(result);
+        windows->items[windows->size++] = (KeptWindow){start, 0, latest, result};
     }
     return capsule;
 }
@@ -716,7 +718,7 @@ note_write(Core *self, PyObject *prefix, long long start, PyObject *result,
         memmove(windows->items + at + 1, windows->items + at,
                 (windows->size - at) * sizeof(KeptWindow));
         Py_INCREF(result);
-        windows->items[at] = (KeptWindow){start, latest, result, 0};
+        windows->items[at] = (KeptWindow){start, 0, latest, result};
         windows->size++;
         self->kept.count++;
     }
@@ -884,7 +886,7 @@ keep_write(Core *self, Step *step, long long start, PyObject *result, PyObject *
     memmove(windows->items + at + 1, windows->items + at,
             (windows->size - at) * sizeof(KeptWindow));
     Py_INCREF(result);
-    windows->items[at] = (KeptWindow){start, latest, result, 1};
+    windows->items[at] = (KeptWindow){start, 1, latest, result};
     windows->size++;
     self->kept.count++;
     /* a new window: among those not emitted yet, by its time-index key (b"t" + its start +
