@@ -674,6 +674,32 @@ key_windows(Core *self, PyObject *prefix, wide low, wide high)
     return kept_windows(self, windows, prefix, low, high, visible);
 }
 
+/* The kept window at `at` of `windows` (whose start is `start`, or the place it goes) gets
+ * `result` and `latest`, marked `dirty` or not: 1 when it is new, 0 when it was there, -1 on
+ * an error. */
+static int
+set_kept_window(Core *self, KeyWindows *windows, Py_ssize_t at, long long start,
+                long long latest, PyObject *result, int dirty)
+{
+    if (at < windows->size && windows->items[at].start == start) {
+        KeptWindow *window = &windows->items[at];
+        Py_INCREF(result);
+        Py_SETREF(window->result, result);
+        window->latest = latest;
+        window->dirty = dirty;
+        return 0;
+    }
+    if (key_windows_grow(windows) < 0)
+        return -1;
+    memmove(windows->items + at + 1, windows->items + at,
+            (windows->size - at) * sizeof(KeptWindow));
+    Py_INCREF(result);
+    windows->items[at] = (KeptWindow){start, dirty, latest, result};
+    windows->size++;
+    self->kept.count++;
+    return 1;
+}
+
 /* After the write of the window starting at `start`: the kept windows of its key as the
  * write left them. */
 static int
@@ -706,22 +732,8 @@ note_write(Core *self, PyObject *prefix, long long start, PyObject *result,
             self->kept.count--;
         }
     }
-    else if (held) {
-        Py_INCREF(result);
-        Py_SETREF(windows->items[at].result, result);
-        windows->items[at].latest = latest;
-        windows->items[at].dirty = 0;
-    }
-    else {
-        if (key_windows_grow(windows) < 0)
-            return -1;
-        memmove(windows->items + at + 1, windows->items + at,
-                (windows->size - at) * sizeof(KeptWindow));
-        Py_INCREF(result);
-        windows->items[at] = (KeptWindow){start, 0, latest, result};
-        windows->size++;
-        self->kept.count++;
-    }
+    else if (set_kept_window(self, windows, at, start, latest, result, 0) < 0)
+        return -1;
     return kept_over(self, self->kept.count) ? drop_kept(self) : 0;
 }
 
@@ -872,23 +884,9 @@ keep_write(Core *self, Step *step, long long start, PyObject *result, PyObject *
         Py_DECREF(transaction);
         return failed;
     }
-    Py_ssize_t at = window_at(windows, start);
-    if (at < windows->size && windows->items[at].start == start) {
-        KeptWindow *window = &windows->items[at];
-        Py_INCREF(result);
-        Py_SETREF(window->result, result);
-        window->latest = latest;
-        window->dirty = 1;
-        return 1;
-    }
-    if (key_windows_grow(windows) < 0)
-        return -1;
-    memmove(windows->items + at + 1, windows->items + at,
-            (windows->size - at) * sizeof(KeptWindow));
-    Py_INCREF(result);
-    windows->items[at] = (KeptWindow){start, 1, latest, result};
-    windows->size++;
-    self->kept.count++;
+    int made = set_kept_window(self, windows, window_at(windows, start), start, latest, result, 1);
+    if (made <= 0)
+        return made < 0 ? -1 : 1;
     /* a new window: among those not emitted yet, by its time-index key (b"t" + its start +
      * the key's bytes), as write_through adds it */
     Py_ssize_t key_length = PyBytes_GET_SIZE(step->prefix) - PREFIX_HEAD;
