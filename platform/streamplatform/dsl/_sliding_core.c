@@ -68,6 +68,7 @@ typedef struct {
      * writes stay in its kept windows (marked dirty) until the commit, or until its kept
      * windows leave memory (see keep_write). */
     int write_back;
+    int has_dirty; /* some kept window may be dirty (0: none is, write_back_all has nothing) */
 } Core;
 
 /* What one record's path shares. */
@@ -493,7 +494,8 @@ write_key_windows(Core *self, PyObject *transaction, PyObject *prefix, KeyWindow
 static int
 write_back_all(Core *self, long long below)
 {
-    if (!self->write_back || self->kept.by_key == NULL || self->kept.count == 0)
+    if (!self->write_back || self->kept.by_key == NULL || self->kept.count == 0
+        || (below == LLONG_MIN && !self->has_dirty))
         return 0;
     PyObject *transaction = transaction_of(self->store, &self->transaction, str_transaction);
     if (transaction == NULL)
@@ -518,6 +520,8 @@ write_back_all(Core *self, long long below)
         }
     }
     Py_DECREF(transaction);
+    if (failed == 0)
+        self->has_dirty = 0;
     return failed;
 }
 
@@ -687,6 +691,7 @@ set_kept_window(Core *self, KeyWindows *windows, Py_ssize_t at, long long start,
         Py_SETREF(window->result, result);
         window->latest = latest;
         window->dirty = dirty;
+        self->has_dirty |= dirty;
         return 0;
     }
     if (key_windows_grow(windows) < 0)
@@ -697,6 +702,7 @@ set_kept_window(Core *self, KeyWindows *windows, Py_ssize_t at, long long start,
     windows->items[at] = (KeptWindow){start, dirty, latest, result};
     windows->size++;
     self->kept.count++;
+    self->has_dirty |= dirty;
     return 1;
 }
 
@@ -858,7 +864,10 @@ forget_key(Core *self, PyObject *prefix)
 static int
 keep_write(Core *self, Step *step, long long start, PyObject *result, PyObject *timestamp)
 {
-    if (self->kept.by_key == NULL)
+    /* With the windows not emitted no longer in memory, each record's final results are
+     * scanned from the store (emit_final), which then has to hold every write: write through.
+     * The switch (read_pending) wrote every dirty window back. */
+    if (self->kept.by_key == NULL || self->pending.state == PENDING_OFF)
         return 0;
     PyObject *kept = PyDict_GetItemWithError(self->kept.by_key, step->prefix);
     if (kept == NULL)
@@ -1479,6 +1488,7 @@ Core_init(Core *self, PyObject *args, PyObject *kwargs)
     self->emit_final = emit_final;
     self->long_results = long_results;
     self->write_back = emit_final && max_bytes <= 0 && memory_bytes > 0 && long_results;
+    self->has_dirty = 0;
     if (kept_init(&self->kept, memory_bytes) < 0)
         return -1;
     /* on window close the cache is off (KeyedWindowAggregation.init): windows go to the store
