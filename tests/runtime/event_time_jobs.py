@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from streamplatform import EmitStrategy, JoinWindows, StreamsBuilder, TimeWindows
+from streamplatform import EmitStrategy, JoinWindows, SlidingWindows, StreamsBuilder, TimeWindows
 from streamplatform.serdes import Serdes
 
 
@@ -16,6 +16,25 @@ def pages_per_minute(clicks: str, sink: str):
         b.stream(clicks, Serdes.string(), Serdes.json())
         .group_by(lambda key, value: value["page"], key_serde=Serdes.string())
         .windowed_by(TimeWindows.of_size_and_grace(timedelta(minutes=1), timedelta(minutes=1)))
+        .emit_strategy(EmitStrategy.on_window_close())
+        .count()
+        .to_stream()
+        .map(lambda window, count: (f"{window.key}@{window.window.start}", count))
+        .to(sink, key_serde=Serdes.string(), value_serde=Serdes.long())
+    )
+    return b.build()
+
+
+def views_per_sliding_window(views: str, sink: str):
+    """Per user, views in each sliding window of 5 minutes (1 minute of grace), final
+    results only: the count whose windows wait in memory until the commit (write-back)."""
+    b = StreamsBuilder()
+    (
+        b.stream(views, Serdes.string(), Serdes.json())
+        .group_by_key()
+        .windowed_by(
+            SlidingWindows.of_time_difference_and_grace(timedelta(minutes=5), timedelta(minutes=1))
+        )
         .emit_strategy(EmitStrategy.on_window_close())
         .count()
         .to_stream()

@@ -11,6 +11,7 @@ real broker, against the test driver fed the records in the order they arrived.
 from __future__ import annotations
 
 import json
+import random
 import uuid
 
 import pytest
@@ -31,6 +32,7 @@ from .event_time_jobs import (
     pages_per_minute,
     rate_limited_views,
     views_joined_with_buys,
+    views_per_sliding_window,
 )
 from .support import job_config, read_topic
 
@@ -115,6 +117,47 @@ def test_a_rekeyed_windowed_count_counts_what_the_test_driver_counts(
     if cap == 1:
         assert len(results) >= 3  # cut batch after batch
         assert results[-1].metrics.get("repartition_buffered", 0) == 0
+
+
+@pytest.mark.parametrize("cap", [7, 100_000])
+def test_a_sliding_count_on_window_close_counts_what_the_test_driver_counts(
+    spark, kafka_settings, tmp_path, cap
+):
+    """A user's sliding count on window close, run by Spark's workers (its topology pickled,
+    its count's windows kept in memory until each commit): three users' views, several per
+    user in every batch, 40 s to 4 min apart across two partitions in time order, then a view
+    per partition that closes every window. With a cap of 7 records a partition each batch
+    commits windows still open, which the next batch updates, emits and expires."""
+    topics = _topics(kafka_settings, views=2, out=1)
+    rng = random.Random(7)
+    records, time = [], NOON
+    for _ in range(60):
+        time += rng.choice([40_000, 90_000, 150_000, 240_000])
+        user = rng.choice(["u1", "u2", "u3"])
+        records.append((topics["views"], {"u1": 0, "u2": 1, "u3": 1}[user], user,
+                        {"page": "p"}, time))  # fmt: skip
+    for partition, user in ((0, "u1"), (1, "u2")):
+        records.append((topics["views"], partition, user, {"page": "p"}, time + 30 * MINUTE))
+    _produce(kafka_settings, records)
+    topology = views_per_sliding_window(topics["views"], topics["out"])
+    want = _through_the_test_driver(topology, records, topics["out"], Serdes.long())
+    assert len(want) > 40  # the reference itself: a window or two per view
+
+    app = f"sliding-{uuid.uuid4().hex[:6]}"
+    config = job_config(kafka_settings, tmp_path, app, topics["views"],
+                        **{"platform.max.records.per.batch": cap})  # fmt: skip
+    job = StreamingJob(views_per_sliding_window(topics["views"], topics["out"]), config,
+                       spark=spark)  # fmt: skip
+    try:
+        results = job.run_until_caught_up()
+    finally:
+        job.close()
+    got = read_topic(kafka_settings, topics["out"])
+    assert sorted((r.key, r.value) for r in got) == sorted(
+        (r.key, r.value.to_bytes(8, "big", signed=True)) for r in want
+    )
+    if cap == 7:
+        assert len(results) >= 4  # windows committed open, batch after batch
 
 
 # make test keeps a cap of 1 (cut after every record) and no cap; 2 is make test-all's
