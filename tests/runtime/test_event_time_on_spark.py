@@ -119,7 +119,7 @@ def test_a_rekeyed_windowed_count_counts_what_the_test_driver_counts(
         assert results[-1].metrics.get("repartition_buffered", 0) == 0
 
 
-@pytest.mark.parametrize("cap", [7, 100_000])
+@pytest.mark.parametrize("cap", [7, pytest.param(100_000, marks=pytest.mark.slow)])
 def test_a_sliding_count_on_window_close_counts_what_the_test_driver_counts(
     spark, kafka_settings, tmp_path, cap
 ):
