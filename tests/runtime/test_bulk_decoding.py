@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from property_budget import examples
@@ -142,3 +143,44 @@ def test_two_topics_decode_in_bulk_only_when_their_sources_share_both_serdes(tmp
             assert (values == [{"id": 1}] * 6) is in_bulk
         finally:
             task.close()
+
+
+# Keys and values as a source serde may be handed them: bytes (UTF-8 or not, JSON or not,
+# with an integer beyond 64 bits), None, and other buffers (which the bulk path declines).
+raw_data = st.one_of(
+    values,
+    keys,
+    st.binary(max_size=12),
+    st.integers(-(2**80), 2**80).map(lambda n: str(n).encode()),
+    st.sampled_from(
+        [b'"text"', b"1.5", b"NaN", b"[1, 2, 3]", bytearray(b'{"id": 1}'), bytearray(b"\xff")]
+    ),
+)
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(
+    data=st.lists(st.tuples(raw_data, raw_data), max_size=DECODE_SLICE + 3),
+    start=st.integers(0, 4),
+    serdes=st.tuples(*[st.sampled_from([Serdes.string(), Serdes.bytes(), Serdes.json()])] * 2),
+)  # fmt: skip
+def test_a_slice_decoded_in_c_is_what_deserialize_all_gives(data, start, serdes):
+    """``_task_loop.decode_slice`` against its reference, ``deserialize_all`` per slice: the
+    same keys and values, or both declining the slice (each record then ``UNDECODED``)."""
+    from unittest.mock import patch
+
+    import streamplatform.runtime.source_records as source_records
+    from streamplatform.dsl.graph import SourceNode
+
+    if source_records._native_decode_slice is None:
+        pytest.skip("the package was built without its C extensions")
+    source = SourceNode(name="in", topic="in", key_serde=serdes[0], value_serde=serdes[1])
+    records = [
+        ConsumedRecord("in", 0, offset, 0, key, value, [])
+        for offset, (key, value) in enumerate(data)
+    ]
+    results = []
+    for native in (True, False):
+        with patch.object(source_records, "NATIVE_DECODE", native):
+            results.append(list(source_records.decode_slice(source, records, start)))
+    assert results[0] == results[1]

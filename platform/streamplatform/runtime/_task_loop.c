@@ -32,6 +32,8 @@
 #include <Python.h>
 
 #include <stddef.h>
+#include <stdint.h>
+#include <string.h>
 
 #include "../dsl/_cores.h"
 
@@ -847,6 +849,252 @@ static PyTypeObject WriterType = {
     .tp_vectorcall_offset = offsetof(Writer, vectorcall),
 };
 
+/* ---- Decoding a slice of source records in bulk --------------------------------------------
+ *
+ * `decode_slice(records, start, count, key_kind, value_kind, loads)`: what
+ * source_records.decode_slice does with `serdes.deserialize_all` for the built-in string,
+ * bytes and JSON serdes (DECODE_STRING, DECODE_BYTES, DECODE_JSON): the list of
+ * `(record, key, value)` for records `[start, start + count)`, or None wherever
+ * `deserialize_all` gives None (a key or value that is not bytes or None, UTF-8 that does not
+ * decode, JSON with a run of 19 digits, which needs the standard library, or JSON `loads`,
+ * orjson's, refuses): the caller then hands the slice to the loop undecoded, which decodes each
+ * record through its serde and reports a failure at its record. One pass without the
+ * interpreter: no per-slice lists of keys and values, joins or zips. */
+
+enum { DECODE_STRING = 1, DECODE_BYTES = 2, DECODE_JSON = 3 };
+
+/* Whether `data` holds a run of 19 or more ASCII digits (an integer orjson would read as a
+ * float, losing digits; serdes._JsonSerde takes the standard library for it). */
+static int
+has_long_digit_run(const char *data, Py_ssize_t size)
+{
+    Py_ssize_t run = 0;
+    for (Py_ssize_t i = 0; i < size; i++) {
+        if ((unsigned char)(data[i] - '0') <= 9) {
+            if (++run >= 19)
+                return 1;
+        }
+        else
+            run = 0;
+    }
+    return 0;
+}
+
+/* One key or value decoded as `kind` says: a new reference; NULL without an exception when
+ * the slice must take the record-by-record path; NULL with one for a failure of our own. */
+static PyObject *
+decoded_as(int kind, PyObject *data, PyObject *loads)
+{
+    if (data == Py_None)
+        return Py_NewRef(Py_None);
+    PyObject *result;
+    if (PyByteArray_CheckExact(data) && kind != DECODE_JSON)  /* as deserialize_all does */
+        result = kind == DECODE_BYTES
+            ? PyBytes_FromObject(data)
+            : PyUnicode_DecodeUTF8(PyByteArray_AS_STRING(data), PyByteArray_GET_SIZE(data), NULL);
+    else if (!PyBytes_CheckExact(data))
+        return NULL;
+    else if (kind == DECODE_BYTES)
+        return Py_NewRef(data);
+    else if (kind == DECODE_STRING)
+        result = PyUnicode_DecodeUTF8(PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data), NULL);
+    else if (has_long_digit_run(PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data)))
+        return NULL;
+    else
+        result = PyObject_CallOneArg(loads, data);
+    if (result == NULL && PyErr_ExceptionMatches(PyExc_Exception))
+        PyErr_Clear();  /* deserialize_all's `except Exception: return None` */
+    return result;
+}
+
+static PyObject *
+decode_slice(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "decode_slice(records: list, start, count, key_kind, value_kind, loads)");
+        return NULL;
+    }
+    PyObject *records = args[0], *loads = args[5];
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]), count = PyLong_AsSsize_t(args[2]);
+    int key_kind = PyLong_AsLong(args[3]), value_kind = PyLong_AsLong(args[4]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (key_kind < DECODE_STRING || key_kind > DECODE_JSON || value_kind < DECODE_STRING
+        || value_kind > DECODE_JSON) {
+        PyErr_SetString(PyExc_ValueError, "not a decode kind");
+        return NULL;
+    }
+    Py_ssize_t size = PyList_GET_SIZE(records);
+    start = start < 0 ? 0 : (start > size ? size : start);
+    Py_ssize_t stop = count < 0 || count > size - start ? size : start + count;
+    PyObject *triples = PyList_New(stop - start);
+    if (triples == NULL)
+        return NULL;
+    for (Py_ssize_t i = start; i < stop; i++) {
+        PyObject *record = PyList_GET_ITEM(records, i);
+        if (!PyTuple_Check(record) || PyTuple_GET_SIZE(record) < 6) {
+            PyErr_SetString(PyExc_TypeError, "a source record is not a ConsumedRecord");
+            goto failed;
+        }
+        PyObject *key = decoded_as(key_kind, PyTuple_GET_ITEM(record, 4), loads);
+        if (key == NULL)
+            goto failed;
+        PyObject *value = decoded_as(value_kind, PyTuple_GET_ITEM(record, 5), loads);
+        if (value == NULL) {
+            Py_DECREF(key);
+            goto failed;
+        }
+        PyObject *triple = PyTuple_New(3);
+        if (triple == NULL) {
+            Py_DECREF(key);
+            Py_DECREF(value);
+            goto failed;
+        }
+        PyTuple_SET_ITEM(triple, 0, Py_NewRef(record));
+        PyTuple_SET_ITEM(triple, 1, key);
+        PyTuple_SET_ITEM(triple, 2, value);
+        PyList_SET_ITEM(triples, i - start, triple);
+    }
+    return triples;
+failed:
+    Py_DECREF(triples);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* ---- Output columns as Arrow buffers -------------------------------------------------------
+ *
+ * A task's output rows (sink records, changelog writes) go back to Spark as Arrow columns;
+ * `pa.array` converts a list of Python objects one by one through its generic converter,
+ * which checks each object's kind. These build the buffers of the two column kinds that
+ * dominate, from the rows themselves, for `pa.Array.from_buffers` (runtime/rows.py):
+ *
+ * `binary_buffers(rows, index)`: column `index` of the tuples `rows` (bytes or None) as
+ * `(null_count, validity or None, offsets, data)` of an Arrow binary array, or None when a
+ * value is neither (or the data passes the int32 offsets): the caller then takes `pa.array`.
+ *
+ * `int64_buffer(rows, index)`: column `index` (ints within int64) as an Arrow int64 array's
+ * values, or None when a value is not such an int (None included). */
+
+/* rows[i][index], borrowed; NULL with TypeError when a row is no tuple that long. */
+static PyObject *
+row_item(PyObject *rows, Py_ssize_t i, Py_ssize_t index)
+{
+    PyObject *row = PySequence_Fast_GET_ITEM(rows, i);
+    if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) <= index) {
+        PyErr_SetString(PyExc_TypeError, "a row is not a tuple with that column");
+        return NULL;
+    }
+    return PyTuple_GET_ITEM(row, index);
+}
+
+static int
+rows_and_index(PyObject *const *args, Py_ssize_t nargs, const char *name, PyObject **rows,
+               Py_ssize_t *index)
+{
+    if (nargs != 2 || !(PyList_Check(args[0]) || PyTuple_Check(args[0]))) {
+        PyErr_Format(PyExc_TypeError, "%s(rows: list | tuple, index: int)", name);
+        return -1;
+    }
+    *rows = args[0];
+    *index = PyLong_AsSsize_t(args[1]);
+    if (*index < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "a column index is >= 0");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *
+binary_buffers(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *rows;
+    Py_ssize_t index;
+    if (rows_and_index(args, nargs, "binary_buffers", &rows, &index) < 0)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(rows), nulls = 0;
+    long long total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *value = row_item(rows, i, index);
+        if (value == NULL)
+            return NULL;
+        if (value == Py_None)
+            nulls++;
+        else if (PyBytes_CheckExact(value))
+            total += PyBytes_GET_SIZE(value);
+        else
+            Py_RETURN_NONE;
+    }
+    if (total > INT32_MAX)
+        Py_RETURN_NONE;
+    PyObject *offsets = PyBytes_FromStringAndSize(NULL, (n + 1) * (Py_ssize_t)sizeof(int32_t));
+    PyObject *data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    PyObject *validity = nulls == 0 ? Py_NewRef(Py_None)
+                                    : PyBytes_FromStringAndSize(NULL, (n + 7) / 8);
+    PyObject *result = NULL;
+    if (offsets == NULL || data == NULL || validity == NULL)
+        goto done;
+    int32_t *offset = (int32_t *)PyBytes_AS_STRING(offsets);
+    char *bytes = PyBytes_AS_STRING(data);
+    unsigned char *valid = validity == Py_None ? NULL : (unsigned char *)PyBytes_AS_STRING(validity);
+    if (valid != NULL)
+        memset(valid, 0, (size_t)((n + 7) / 8));
+    int32_t at = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *value = PyTuple_GET_ITEM(PySequence_Fast_GET_ITEM(rows, i), index);
+        offset[i] = at;
+        if (value == Py_None)
+            continue;
+        if (valid != NULL)
+            valid[i >> 3] |= (unsigned char)(1u << (i & 7));
+        Py_ssize_t size = PyBytes_GET_SIZE(value);
+        memcpy(bytes + at, PyBytes_AS_STRING(value), (size_t)size);
+        at += (int32_t)size;
+    }
+    offset[n] = at;
+    result = Py_BuildValue("nOOO", nulls, validity, offsets, data);
+done:
+    Py_XDECREF(offsets);
+    Py_XDECREF(data);
+    Py_XDECREF(validity);
+    return result;
+}
+
+static PyObject *
+int64_buffer(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *rows;
+    Py_ssize_t index;
+    if (rows_and_index(args, nargs, "int64_buffer", &rows, &index) < 0)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(rows);
+    PyObject *buffer = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int64_t));
+    if (buffer == NULL)
+        return NULL;
+    int64_t *values = (int64_t *)PyBytes_AS_STRING(buffer);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *value = row_item(rows, i, index);
+        if (value == NULL) {
+            Py_DECREF(buffer);
+            return NULL;
+        }
+        if (!PyLong_CheckExact(value))
+            goto declined;
+        int overflow;
+        long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
+        if (overflow)
+            goto declined;
+        values[i] = (int64_t)number;
+    }
+    return buffer;
+declined:
+    Py_DECREF(buffer);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL,
      "The Python objects the loop needs (task.py, once)."},
@@ -854,6 +1102,12 @@ static PyMethodDef methods[] = {
      "Task._process_all's loop over (record, key, value) triples, in C."},
     {"serialize", (PyCFunction)(void (*)(void))serialize_function, METH_FASTCALL,
      "A Writer's serialization of one value (tests)."},
+    {"decode_slice", (PyCFunction)(void (*)(void))decode_slice, METH_FASTCALL,
+     "A slice of source records' keys and values decoded by the built-in serdes, or None."},
+    {"binary_buffers", (PyCFunction)(void (*)(void))binary_buffers, METH_FASTCALL,
+     "A column of bytes as an Arrow binary array's buffers, or None."},
+    {"int64_buffer", (PyCFunction)(void (*)(void))int64_buffer, METH_FASTCALL,
+     "A column of ints as an Arrow int64 array's values, or None."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -42,3 +42,16 @@ class Writer:
         windowed_types: tuple[type, type] | None = None,
     ) -> None: ...
     def __call__(self, record: Any) -> None: ...
+
+def decode_slice(
+    records: list[Any],
+    start: int,
+    count: int,
+    key_kind: int,
+    value_kind: int,
+    loads: Callable[[bytes], Any],
+) -> list[tuple[Any, Any, Any]] | None: ...
+def binary_buffers(
+    rows: Sequence[tuple[Any, ...]], index: int
+) -> tuple[int, bytes | None, bytes, bytes] | None: ...
+def int64_buffer(rows: Sequence[tuple[Any, ...]], index: int) -> bytes | None: ...

@@ -39,9 +39,11 @@ from streamplatform.runtime.partition_group import InputQueue, MergeResult, merg
 from streamplatform.runtime.rows import (
     OUTPUT_ARROW,
     SINK_ARROW,
+    binary_column,
     column,
     encode_headers,
     header_structs,
+    int64_column,
     output_batch,
 )
 from streamplatform.runtime.task import Task
@@ -408,10 +410,8 @@ class TaskRun:
             if not records:
                 return None
         n = len(records)
-        topics, keys, values, timestamps, headers, partitions = zip(*records, strict=True)
-        source_topics, source_partitions, source_offsets = (
-            list(map(itemgetter(i), sources)) for i in range(3)
-        )
+        topics, headers, partitions = (list(map(itemgetter(i), records)) for i in (0, 4, 5))
+        source_topics, source_partitions = (list(map(itemgetter(i), sources)) for i in (0, 1))
         topic_counts = Counter(topics)
         dlq = task.dlq_topic
         for topic, count in topic_counts.items():
@@ -425,9 +425,10 @@ class TaskRun:
             kind = pc.if_else(pc.equal(topic_array, dlq), "dlq", "sink")
         header_array = header_structs(headers)
         rows = output_batch(
-            n, kind=kind, topic=topic_array, key=keys, value=values, timestamp=timestamps,
+            n, kind=kind, topic=topic_array, key=binary_column(records, 1),
+            value=binary_column(records, 2), timestamp=int64_column(records, 3),
             headers=header_array, partition=partitions, source_topic=source_topics,
-            source_partition=source_partitions, source_offset=source_offsets,
+            source_partition=source_partitions, source_offset=int64_column(sources, 2),
             task=self.task_name,
         )  # fmt: skip
         if dlq in topic_counts:
@@ -552,11 +553,9 @@ class TaskRun:
         else:
             header_array = pa.nulls(n, pa.string())
         return pa.RecordBatch.from_arrays(
-            [pa.array(list(map(itemgetter(1), records)), pa.binary()),
-             pa.array(list(map(itemgetter(2), records)), pa.binary()),
-             pa.array(list(map(itemgetter(3), records)), pa.int64()), header_array,
-             pa.repeat(pa.scalar(partition, pa.int32()), n),
-             pa.array(list(map(itemgetter(2), sources)), pa.int64())],
+            [binary_column(records, 1), binary_column(records, 2), int64_column(records, 3),
+             header_array, pa.repeat(pa.scalar(partition, pa.int32()), n),
+             int64_column(sources, 2)],
             schema=SINK_ARROW,
         )  # fmt: skip
 
@@ -593,11 +592,11 @@ class TaskRun:
             if store is first and changed:
                 writes = writes + task_offset_rows(changed)
             if writes:
-                column_families, keys, values = zip(*writes, strict=True)
                 self.rows[("changelog", None)] += len(writes)
                 batches.append(output_batch(
                     len(writes), kind="changelog", task=self.task_name, store=name,
-                    column_family=column_families, key=keys, value=values,
+                    column_family=column(list(map(itemgetter(0), writes)), pa.string()),
+                    key=binary_column(writes, 1), value=binary_column(writes, 2),
                 ))  # fmt: skip
             store.prepare(self.runner.batch_id, offsets)
         return batches
