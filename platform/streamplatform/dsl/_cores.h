@@ -766,45 +766,68 @@ done:
 typedef int (*KnownWindow)(void *owner, PyObject *store_key, Py_ssize_t prefix_length,
                            PyObject **result, long long *timestamp);
 
+/* One window pending_closed_each found closed, handed over in time-index order: its key's
+ * bytes, its suffix (the window's time, then `tail` more bytes), its result (borrowed) and
+ * the result's timestamp. 0, or -1 with an exception. */
+typedef int (*ClosedWindow)(void *owner, const char *key, Py_ssize_t key_length,
+                            const char *suffix, Py_ssize_t suffix_length, PyObject *result,
+                            long long time);
+
+/* A window pending_closed_each has read: its time-index key (borrowed from the sorted list),
+ * its result (a reference of its own) and the result's timestamp. */
+typedef struct {
+    PyObject *time_key, *result;
+    long long time;
+} ClosedFound;
+
 /* KeyedWindowAggregation._closed_windows(low, high) from the windows held: those with time
- * in [low, high], in time-index order, as (key bytes, suffix, result, timestamp) read through
- * `known` (NULL: none), the held writes, then the store's transaction (a window deleted since
- * is left out); those up to `high` leave memory. `tail`: the suffix's bytes after the time
- * (8 for sessions, 0 for sliding windows). A new list. */
-static CORES_UNUSED PyObject *
-pending_closed(PendingWindows *pending, HeldWrites *held, KnownWindow known, void *owner,
-               PyObject *transaction, PyObject *get_name, PyObject *deserialize,
-               int long_results, long long low, long long high, Py_ssize_t tail)
+ * in [low, high], in time-index order, read through `known` (NULL: none), the held writes,
+ * then the store's transaction (a window deleted since is left out); those up to `high` leave
+ * memory. `tail`: the suffix's bytes after the time (8 for sessions, 0 for sliding windows).
+ *
+ * Every window is read before the first goes to `each`, as `_closed_windows` returns its whole
+ * list first: a failure to read one forwards none (and memory must read the store again), a
+ * failure of `each` stops there. No tuple or bytes object per window. 0, or -1. */
+static CORES_UNUSED int
+pending_closed_each(PendingWindows *pending, HeldWrites *held, KnownWindow known, void *owner,
+                    PyObject *transaction, PyObject *get_name, PyObject *deserialize,
+                    int long_results, long long low, long long high, Py_ssize_t tail,
+                    ClosedWindow each, void *each_owner)
 {
-    PyObject *keys = PyList_New(0), *out = NULL;
+    PyObject *keys = PyList_New(0);
+    ClosedFound *found = NULL;
+    Py_ssize_t count = 0, i;
     if (keys == NULL)
-        return NULL;
+        return -1;
     while (pending->size > 0 && pending->items[0].time <= high) {
         PendingItem item = pending_pop(pending);
         /* not in `held`: the window was deleted since (pending_forget) */
-        int held = PySet_Discard(pending->held, item.key);
-        int failed = held < 0 || (held && item.time >= low && PyList_Append(keys, item.key) < 0);
+        int is_held = PySet_Discard(pending->held, item.key);
+        int failed = is_held < 0 || (is_held && item.time >= low && PyList_Append(keys, item.key) < 0);
         Py_DECREF(item.key);
-        if (failed) {
-            Py_DECREF(keys);
-            pending_drop(pending, PENDING_UNREAD);
-            return NULL;
-        }
+        if (failed)
+            goto read_failed;
     }
-    if (PyList_Sort(keys) < 0 || (out = PyList_New(0)) == NULL)
-        goto failed;
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys); i++) {
+    if (PyList_Sort(keys) < 0)
+        goto read_failed;
+    if (PyList_GET_SIZE(keys) > 0
+        && (found = PyMem_Malloc(PyList_GET_SIZE(keys) * sizeof(ClosedFound))) == NULL) {
+        PyErr_NoMemory();
+        goto read_failed;
+    }
+    Py_ssize_t suffix = 8 + tail;
+    for (i = 0; i < PyList_GET_SIZE(keys); i++) {
         PyObject *time_key = PyList_GET_ITEM(keys, i);
         const char *bytes = PyBytes_AS_STRING(time_key);
-        Py_ssize_t suffix = 8 + tail, length = PyBytes_GET_SIZE(time_key) - 1 - suffix;
+        Py_ssize_t length = PyBytes_GET_SIZE(time_key) - 1 - suffix;
         if (length < 0) {
             PyErr_SetString(PyExc_ValueError, "a time index key is too short");
-            goto failed;
+            goto read_failed;
         }
         /* the store key: b"k" + the key's length (4 bytes) + the key + the suffix */
         PyObject *store_key = PyBytes_FromStringAndSize(NULL, 5 + length + suffix);
         if (store_key == NULL)
-            goto failed;
+            goto read_failed;
         char *to = PyBytes_AS_STRING(store_key);
         to[0] = 'k';
         for (int j = 0; j < 4; j++)
@@ -836,32 +859,72 @@ pending_closed(PendingWindows *pending, HeldWrites *held, KnownWindow known, voi
         }
         Py_DECREF(store_key);
         if (state < 0)
-            goto failed;
+            goto read_failed;
         if (state == 0)
             continue; /* deleted since */
-        PyObject *timestamp = PyLong_FromLongLong(time);
-        PyObject *key = PyBytes_FromStringAndSize(bytes + 1 + suffix, length);
-        PyObject *suffix_bytes = PyBytes_FromStringAndSize(bytes + 1, suffix);
-        PyObject *closed = result == NULL || timestamp == NULL || key == NULL
-                                   || suffix_bytes == NULL
-                               ? NULL : PyTuple_Pack(4, key, suffix_bytes, result, timestamp);
-        Py_XDECREF(result);
-        Py_XDECREF(timestamp);
-        Py_XDECREF(key);
-        Py_XDECREF(suffix_bytes);
-        int appended = closed == NULL ? -1 : PyList_Append(out, closed);
-        Py_XDECREF(closed);
-        if (appended < 0)
-            goto failed;
+        found[count].time_key = time_key;
+        found[count].result = result;
+        found[count].time = time;
+        count++;
     }
+    int failed = 0;
+    for (i = 0; i < count; i++) {
+        const char *bytes = PyBytes_AS_STRING(found[i].time_key);
+        Py_ssize_t length = PyBytes_GET_SIZE(found[i].time_key) - 1 - suffix;
+        if (failed == 0)
+            failed = each(each_owner, bytes + 1 + suffix, length, bytes + 1, suffix,
+                          found[i].result, found[i].time);
+        Py_DECREF(found[i].result);
+    }
+    PyMem_Free(found);
     Py_DECREF(keys);
-    return out;
-failed:
+    return failed;
+read_failed:
+    for (i = 0; i < count; i++)
+        Py_DECREF(found[i].result);
+    PyMem_Free(found);
     Py_DECREF(keys);
-    Py_XDECREF(out);
     /* windows taken out and not emitted: what memory holds is no longer every window */
     pending_drop(pending, PENDING_UNREAD);
-    return NULL;
+    return -1;
+}
+
+/* ClosedWindow for pending_closed: a (key bytes, suffix, result, timestamp) tuple appended to
+ * the list `owner`. */
+static CORES_UNUSED int
+closed_window_tuple(void *owner, const char *key, Py_ssize_t key_length, const char *suffix,
+                    Py_ssize_t suffix_length, PyObject *result, long long time)
+{
+    PyObject *timestamp = PyLong_FromLongLong(time);
+    PyObject *key_bytes = PyBytes_FromStringAndSize(key, key_length);
+    PyObject *suffix_bytes = PyBytes_FromStringAndSize(suffix, suffix_length);
+    PyObject *closed = timestamp == NULL || key_bytes == NULL || suffix_bytes == NULL
+                           ? NULL : PyTuple_Pack(4, key_bytes, suffix_bytes, result, timestamp);
+    Py_XDECREF(timestamp);
+    Py_XDECREF(key_bytes);
+    Py_XDECREF(suffix_bytes);
+    int appended = closed == NULL ? -1 : PyList_Append((PyObject *)owner, closed);
+    Py_XDECREF(closed);
+    return appended;
+}
+
+/* pending_closed_each's windows as a new list of (key bytes, suffix, result, timestamp), as
+ * `_closed_windows` returns them. */
+static CORES_UNUSED PyObject *
+pending_closed(PendingWindows *pending, HeldWrites *held, KnownWindow known, void *owner,
+               PyObject *transaction, PyObject *get_name, PyObject *deserialize,
+               int long_results, long long low, long long high, Py_ssize_t tail)
+{
+    PyObject *out = PyList_New(0);
+    if (out == NULL)
+        return NULL;
+    if (pending_closed_each(pending, held, known, owner, transaction, get_name, deserialize,
+                            long_results, low, high, tail, closed_window_tuple, out) < 0) {
+        Py_DECREF(out);
+        pending_drop(pending, PENDING_UNREAD);
+        return NULL;
+    }
+    return out;
 }
 
 /* A result a core may keep between records and hand out again: of a type whose value no

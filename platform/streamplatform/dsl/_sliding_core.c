@@ -1233,18 +1233,17 @@ forward_final(Core *self, PyObject *record, PyObject *key, PyObject *window, PyO
     PyObject *windowed = frozen(self->windowed_type, str_key, key, str_window, window);
     if (windowed == NULL)
         return -1;
-    PyObject *items = PyTuple_Pack(4, windowed, result, timestamp, PyTuple_GET_ITEM(record, 3));
-    Py_DECREF(windowed);
-    if (items == NULL)
+    /* Record(...) without its Python-level __new__: a NamedTuple is a tuple of its type */
+    PyTypeObject *type = (PyTypeObject *)self->record_type;
+    PyObject *out = type->tp_alloc(type, 4);
+    if (out == NULL) {
+        Py_DECREF(windowed);
         return -1;
-    PyObject *args = PyTuple_Pack(1, items);
-    Py_DECREF(items);
-    if (args == NULL)
-        return -1;
-    PyObject *out = PyTuple_Type.tp_new((PyTypeObject *)self->record_type, args, NULL);
-    Py_DECREF(args);
-    if (out == NULL)
-        return -1;
+    }
+    PyTuple_SET_ITEM(out, 0, windowed);
+    PyTuple_SET_ITEM(out, 1, Py_NewRef(result));
+    PyTuple_SET_ITEM(out, 2, Py_NewRef(timestamp));
+    PyTuple_SET_ITEM(out, 3, Py_NewRef(PyTuple_GET_ITEM(record, 3)));
     PyObject *done = PyObject_CallOneArg(self->forward, out);
     Py_DECREF(out);
     if (done == NULL)
@@ -1283,6 +1282,54 @@ forward_closed(Core *self, PyObject *record, PyObject *closed)
     return failed;
 }
 
+/* What emit_final's ClosedWindow needs: the core, and the record whose headers the final
+ * results take. */
+typedef struct {
+    Core *self;
+    PyObject *record;
+} Emitting;
+
+/* ClosedWindow for pending_closed_each: forward_closed of one window, without its tuple. */
+static int
+forward_closed_window(void *owner, const char *key_bytes, Py_ssize_t key_length,
+                      const char *suffix, Py_ssize_t suffix_length, PyObject *result,
+                      long long time)
+{
+    Emitting *emitting = owner;
+    Core *self = emitting->self;
+    if (suffix_length != 8) {
+        PyErr_SetString(PyExc_ValueError, "a sliding window's suffix is not 8 bytes");
+        return -1;
+    }
+    PyObject *key = NULL;
+    if (self->string_keys) { /* decoded_key without the bytes object */
+        key = PyUnicode_DecodeUTF8(key_bytes, key_length, NULL);
+        if (key == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+                return -1;
+            PyErr_Clear(); /* the serde says what is wrong with it, below */
+        }
+    }
+    if (key == NULL) {
+        PyObject *data = PyBytes_FromStringAndSize(key_bytes, key_length);
+        if (data == NULL)
+            return -1;
+        key = decoded_key(self, data);
+        Py_DECREF(data);
+        if (key == NULL)
+            return -1;
+    }
+    PyObject *window = window_of(self, int64_at(suffix));
+    PyObject *timestamp = window == NULL ? NULL : PyLong_FromLongLong(time);
+    int failed = timestamp == NULL ? -1
+                                   : forward_final(self, emitting->record, key, window, result,
+                                                   timestamp);
+    Py_DECREF(key);
+    Py_XDECREF(window);
+    Py_XDECREF(timestamp);
+    return failed;
+}
+
 /* SlidingWindowAggregate._emit_final: on window close, the windows that ended before `close`
  * since the last time go on, with their results' timestamps. */
 static int
@@ -1299,27 +1346,33 @@ emit_final(Core *self, PyObject *record, wide close)
     wide lower = emitted == -1 ? 0 : emitted - self->difference;
     if (lower < 0)
         lower = 0;
+    if (self->pending.state == PENDING_READ) { /* the windows held in memory */
+        /* _closed_windows on the time-first store: from what is still seen */
+        long long store_time;
+        if (int_attr(self->store_time, str_time, &store_time) < 0)
+            return -1;
+        wide visible = (wide)store_time - self->retention + (self->time_first ? 0 : 1);
+        wide from = visible > lower ? visible : lower;
+        if (from <= upper) {
+            PyObject *transaction = transaction_of(self->store, &self->transaction,
+                                                   str_transaction);
+            if (transaction == NULL)
+                return -1;
+            Emitting emitting = {self, record};
+            int failed = pending_closed_each(&self->pending, NULL, known_window, self,
+                                             transaction, str_get, self->result_deserialize,
+                                             self->long_results, (long long)from,
+                                             upper > LLONG_MAX ? LLONG_MAX : (long long)upper,
+                                             0, forward_closed_window, &emitting);
+            Py_DECREF(transaction);
+            if (failed < 0)
+                return -1;
+        }
+        return set_int_attr(self->emitted_to, str_time, close);
+    }
     PyObject *low = wide_number(lower), *high = wide_number(upper), *closed = NULL;
     if (low == NULL || high == NULL)
         ;
-    else if (self->pending.state == PENDING_READ) { /* the windows held in memory */
-        /* _closed_windows on the time-first store: from what is still seen */
-        long long store_time;
-        PyObject *transaction = NULL;
-        if (int_attr(self->store_time, str_time, &store_time) == 0
-            && (transaction = transaction_of(self->store, &self->transaction, str_transaction)) != NULL) {
-            wide visible = (wide)store_time - self->retention + (self->time_first ? 0 : 1);
-            wide from = visible > lower ? visible : lower;
-            closed = from > upper ? PyList_New(0)
-                                  : pending_closed(&self->pending, NULL, known_window, self,
-                                                   transaction, str_get,
-                                                   self->result_deserialize,
-                                                   self->long_results, (long long)from,
-                                                   upper > LLONG_MAX ? LLONG_MAX
-                                                                     : (long long)upper, 0);
-        }
-        Py_XDECREF(transaction);
-    }
     else if (write_back_all(self, LLONG_MIN) == 0) { /* the store has them all */
         PyObject *args[3] = {self->aggregation, low, high};
         closed = PyObject_VectorcallMethod(str_closed_windows, args, 3, NULL);
