@@ -8,12 +8,14 @@
 ``streamplatform.dsl._sliding_core`` the sliding-window aggregation's,
 ``streamplatform.state._sorted_keys`` keeps a transaction's staged keys in order,
 ``streamplatform.runtime._kafka_rows`` turns a task's consumed Kafka messages into its record
-tuples, ``streamplatform.runtime._task_loop`` is a task's loop over its records and its sinks'
-writes, and ``streamplatform.registry._avro_core`` reads Avro values in bulk. Without them the
-same code runs in its pure-Python reference, which gives the same results, slower
-(dsl/dedup.py, dsl/window_aggregate.py, dsl/stream_join.py, dsl/table_join.py,
-dsl/session_aggregate.py, dsl/sliding_aggregate.py, runtime/kafka_input.py, runtime/task.py,
-runtime/sink_writers.py, state/overlay.py, registry/serdes.py with fastavro).
+tuples, ``streamplatform.runtime._task_loop`` is a task's loop over its records, its sinks'
+writes, its source records' decoding and its output columns' Arrow buffers, and
+``streamplatform.registry._avro_core`` reads Avro values in bulk. Without them the same code
+runs in its pure-Python reference, which gives the same results, slower (dsl/dedup.py,
+dsl/window_aggregate.py, dsl/stream_join.py, dsl/table_join.py, dsl/session_aggregate.py,
+dsl/sliding_aggregate.py, runtime/kafka_input.py, runtime/task.py, runtime/sink_writers.py,
+runtime/source_records.py, runtime/rows.py, state/overlay.py, registry/serdes.py with
+fastavro).
 
 The cores are expected: an install whose C build fails **fails**, with a message saying why and
 what to do, instead of going on without it. (A warning would not do: ``pip install --quiet``,

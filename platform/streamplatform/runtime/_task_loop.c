@@ -27,6 +27,10 @@
  *
  * `configure(undecoded, consumed_record, record, streams_error, deserialization, processing,
  * stream_time)`: the Python objects it needs, given once by task.py at import.
+ *
+ * `decode_slice(...)`: a slice of source records decoded by the built-in string, bytes and
+ * JSON serdes in one pass (source_records.decode_slice; below). `binary_buffers(...)` and
+ * `int64_buffer(...)`: a task's output columns as Arrow buffers (rows.binary_column; below).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
