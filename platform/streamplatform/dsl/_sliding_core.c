@@ -79,22 +79,12 @@ typedef struct {
     wide close; /* stream time - grace: a window ending before it has closed */
 } Step;
 
-/* A window found for the record: (result, timestamp), references borrowed from the windows
- * `seen_windows` gave, or held by the caller. `result` NULL: none. `latest` NULL: its
- * timestamp `latest_time` not made an object yet. */
+/* A window found for the record: (result, timestamp), references borrowed from the list
+ * `key_windows` gave, or held by the caller. `result` NULL: none. */
 typedef struct {
     PyObject *result, *latest;
     long long latest_time;
 } Found;
-
-/* A Found's timestamp as an object (a new reference). */
-static PyObject *
-found_latest(Found *found)
-{
-    return found->latest != NULL ? Py_NewRef(found->latest)
-                                 : PyLong_FromLongLong(found->latest_time);
-}
-
 
 static int
 count_dropped(Core *self)
@@ -545,9 +535,12 @@ drop_kept(Core *self)
     return 0;
 }
 
-/* The key's kept windows that start below `visible` (the store no longer sees them) dropped. */
-static void
-kept_prune(Core *self, KeyWindows *windows, wide visible)
+/* The kept windows of a key whose start is in [low, high), as stored_windows gives them
+ * (a new list of (store key, result, timestamp), in time order); those no longer seen
+ * (starting before `visible`) leave. */
+static PyObject *
+kept_windows(Core *self, KeyWindows *windows, PyObject *prefix, wide low, wide high,
+             wide visible)
 {
     Py_ssize_t gone = window_at(windows, visible);
     if (gone > 0) {
@@ -558,16 +551,6 @@ kept_prune(Core *self, KeyWindows *windows, wide visible)
         windows->size -= gone;
         self->kept.count -= gone;
     }
-}
-
-/* The kept windows of a key whose start is in [low, high), as stored_windows gives them
- * (a new list of (store key, result, timestamp), in time order); those no longer seen
- * (starting before `visible`) leave. */
-static PyObject *
-kept_windows(Core *self, KeyWindows *windows, PyObject *prefix, wide low, wide high,
-             wide visible)
-{
-    kept_prune(self, windows, visible);
     PyObject *out = PyList_New(0);
     if (out == NULL)
         return NULL;
@@ -1007,9 +990,9 @@ put(Core *self, Step *step, long long start, PyObject *result, PyObject *timesta
 }
 
 /* SlidingWindowAggregate._update: the record into the window starting at `start` (whose
- * result is `aggregate`, timestamp `old`'s), unless the window has closed. */
+ * result is `aggregate`, timestamp `old_timestamp`), unless the window has closed. */
 static int
-update(Core *self, Step *step, long long start, PyObject *aggregate, Found *old)
+update(Core *self, Step *step, long long start, PyObject *aggregate, PyObject *old_timestamp)
 {
     if ((wide)start + self->difference < step->close)
         return count_dropped(self);
@@ -1026,12 +1009,18 @@ update(Core *self, Step *step, long long start, PyObject *aggregate, Found *old)
     }
     if (result == NULL)
         return -1;
-    /* max(record.timestamp, old[1]): the first of equal ones (both int64) */
-    PyObject *timestamp = aggregate != Py_None && old->latest_time > step->timestamp
-                              ? found_latest(old) : Py_NewRef(step->timestamp_object);
-    int failed = timestamp == NULL ? -1 : put(self, step, start, result, timestamp);
+    PyObject *timestamp = step->timestamp_object;
+    if (aggregate != Py_None) { /* max(record.timestamp, old[1]): the first of equal ones */
+        int later = PyObject_RichCompareBool(old_timestamp, timestamp, Py_GT);
+        if (later < 0) {
+            Py_DECREF(result);
+            return -1;
+        }
+        if (later)
+            timestamp = old_timestamp;
+    }
+    int failed = put(self, step, start, result, timestamp);
     Py_DECREF(result);
-    Py_XDECREF(timestamp);
     return failed;
 }
 
@@ -1042,8 +1031,7 @@ update_new(Core *self, Step *step, long long start)
     PyObject *made = initial(self);
     if (made == NULL)
         return -1;
-    Found current = {made, step->timestamp_object, step->timestamp};
-    int failed = update(self, step, start, made, &current);
+    int failed = update(self, step, start, made, step->timestamp_object);
     Py_DECREF(made);
     return failed;
 }
@@ -1053,12 +1041,7 @@ update_new(Core *self, Step *step, long long start)
 static int
 create_right_window(Core *self, Step *step, Found *right)
 {
-    PyObject *latest = found_latest(right);
-    if (latest == NULL)
-        return -1;
-    int failed = put(self, step, step->timestamp + 1, right->result, latest);
-    Py_DECREF(latest);
-    return failed;
+    return put(self, step, step->timestamp + 1, right->result, right->latest);
 }
 
 /* One of the list `key_windows` gave: its start (from its store key) and its timestamp. */
@@ -1072,105 +1055,6 @@ window_item(PyObject *windows, Py_ssize_t i, Py_ssize_t at, long long *start, Fo
         return -1;
     return as_int64(found->latest, &found->latest_time);
 }
-
-/* A key's windows as process_early and process_late read them, in start order: each start and
- * Found (its result and, when made, its timestamp object: references of the array's own). A
- * kept key's come from its kept windows without a Python object per window. */
-typedef struct {
-    long long start;
-    Found found;
-} SeenWindow;
-
-typedef struct {
-    Py_ssize_t size;
-    SeenWindow *items;
-    SeenWindow local[16];
-} Seen;
-
-static void
-seen_clear(Seen *seen)
-{
-    for (Py_ssize_t i = 0; i < seen->size; i++) {
-        Py_DECREF(seen->items[i].found.result);
-        Py_XDECREF(seen->items[i].found.latest);
-    }
-    if (seen->items != seen->local)
-        PyMem_Free(seen->items);
-    seen->items = seen->local;
-    seen->size = 0;
-}
-
-/* Room for `count` windows (seen empty): 0, or -1 with MemoryError. */
-static int
-seen_room(Seen *seen, Py_ssize_t count)
-{
-    if (count <= (Py_ssize_t)(sizeof(seen->local) / sizeof(seen->local[0])))
-        return 0;
-    seen->items = PyMem_Malloc(count * sizeof(SeenWindow));
-    if (seen->items == NULL) {
-        seen->items = seen->local;
-        PyErr_NoMemory();
-        return -1;
-    }
-    return 0;
-}
-
-/* key_windows(prefix, low, high) into `seen` (emptied first, seen_clear after): 0, or -1. */
-static int
-seen_windows(Core *self, PyObject *prefix, wide low, wide high, Seen *seen)
-{
-    seen->size = 0;
-    seen->items = seen->local;
-    if (self->kept.by_key != NULL && high <= LLONG_MAX) {
-        PyObject *kept = PyDict_GetItemWithError(self->kept.by_key, prefix);
-        if (kept == NULL && PyErr_Occurred())
-            return -1;
-        if (kept != NULL) { /* key_windows' kept path, without its list */
-            long long store_time;
-            if (int_attr(self->store_time, str_time, &store_time) < 0)
-                return -1;
-            wide visible = (wide)store_time - self->retention + (self->time_first ? 0 : 1);
-            if (visible < 0)
-                visible = 0;
-            if (low < visible)
-                low = visible;
-            if (high <= low)
-                return 0;
-            KeyWindows *windows = PyCapsule_GetPointer(kept, KEY_WINDOWS_CAPSULE);
-            if (windows == NULL)
-                return -1;
-            kept_prune(self, windows, visible);
-            Py_ssize_t first = window_at(windows, low), last = window_at(windows, high);
-            if (seen_room(seen, last - first) < 0)
-                return -1;
-            for (Py_ssize_t i = first; i < last; i++) {
-                KeptWindow *window = &windows->items[i];
-                seen->items[seen->size++] = (SeenWindow){
-                    window->start, {Py_NewRef(window->result), NULL, window->latest}};
-            }
-            return 0;
-        }
-    }
-    PyObject *windows = key_windows(self, prefix, low, high);
-    if (windows == NULL)
-        return -1;
-    Py_ssize_t count = PyList_GET_SIZE(windows), at = PyBytes_GET_SIZE(prefix);
-    int failed = seen_room(seen, count);
-    for (Py_ssize_t i = 0; failed == 0 && i < count; i++) {
-        SeenWindow *window = &seen->items[i];
-        failed = window_item(windows, i, at, &window->start, &window->found);
-        if (failed == 0) {
-            Py_INCREF(window->found.result);
-            Py_INCREF(window->found.latest);
-            seen->size++;
-        }
-    }
-    Py_DECREF(windows);
-    if (failed)
-        seen_clear(seen);
-    return failed;
-}
-
 
 static int
 seen(const long long *starts, Py_ssize_t count, long long start)
@@ -1188,21 +1072,24 @@ process_late(Core *self, Step *step)
 {
     long long timestamp = step->timestamp;
     wide low = (wide)timestamp - 2 * (wide)self->difference;
-    Seen windows;
-    if (seen_windows(self, step->prefix, low > 0 ? low : 0, (wide)timestamp + 2, &windows) < 0)
+    PyObject *windows = key_windows(self, step->prefix, low > 0 ? low : 0, (wide)timestamp + 2);
+    if (windows == NULL)
         return -1;
-    Py_ssize_t count = windows.size, seen_count = 0;
+    Py_ssize_t count = PyList_GET_SIZE(windows), seen_count = 0;
     long long *starts = PyMem_Malloc((count > 0 ? count : 1) * sizeof(long long));
     Found left = {NULL}, right = {NULL};
     int left_exists = 0, right_exists = 0, has_previous = 0, failed = -1;
     long long previous = 0; /* the timestamp of the key's previous record */
+    Py_ssize_t at = PyBytes_GET_SIZE(step->prefix);
     if (starts == NULL) {
         PyErr_NoMemory();
         goto done;
     }
     for (Py_ssize_t i = count - 1; i >= 0; i--) { /* latest first */
-        long long start = windows.items[i].start;
-        Found window = windows.items[i].found;
+        long long start;
+        Found window;
+        if (window_item(windows, i, at, &start, &window) < 0)
+            goto done;
         starts[seen_count++] = start;
         wide end = (wide)start + self->difference;
         if ((wide)start == (wide)timestamp + 1)
@@ -1210,12 +1097,12 @@ process_late(Core *self, Step *step)
         else if (end > timestamp) {
             if (right.result == NULL)
                 right = window;
-            if (update(self, step, start, window.result, &window) < 0)
+            if (update(self, step, start, window.result, window.latest) < 0)
                 goto done;
         }
         else if (end == timestamp) {
             left_exists = 1;
-            if (update(self, step, start, window.result, &window) < 0)
+            if (update(self, step, start, window.result, window.latest) < 0)
                 goto done;
             if (window.latest_time >= timestamp) {
                 failed = 0; /* every window the record needs exists */
@@ -1243,8 +1130,7 @@ process_late(Core *self, Step *step)
         long long start = (long long)((wide)timestamp - self->difference); /* >= 0 here */
         if (left.result != NULL && has_previous
             && (wide)timestamp - self->difference <= previous) {
-            Found current = {left.result, step->timestamp_object, step->timestamp};
-            if (update(self, step, start, left.result, &current) < 0)
+            if (update(self, step, start, left.result, step->timestamp_object) < 0)
                 goto done;
         }
         else if (update_new(self, step, start) < 0)
@@ -1256,7 +1142,7 @@ process_late(Core *self, Step *step)
     failed = 0;
 done:
     PyMem_Free(starts);
-    seen_clear(&windows);
+    Py_DECREF(windows);
     return failed;
 }
 
@@ -1266,22 +1152,25 @@ static int
 process_early(Core *self, Step *step)
 {
     long long timestamp = step->timestamp;
-    Seen windows;
-    if (seen_windows(self, step->prefix, 0, (wide)timestamp + 2, &windows) < 0)
+    PyObject *windows = key_windows(self, step->prefix, 0, (wide)timestamp + 2);
+    if (windows == NULL)
         return -1;
-    Py_ssize_t count = windows.size, seen_count = 0;
+    Py_ssize_t count = PyList_GET_SIZE(windows), seen_count = 0;
     long long *starts = PyMem_Malloc((count > 0 ? count : 1) * sizeof(long long));
     PyObject *made = NULL; /* a new [0, d] window's initial result */
     Found combined = {NULL}, right = {NULL};
     int right_exists = 0, has_previous = 0, failed = -1;
     long long previous = 0;
+    Py_ssize_t at = PyBytes_GET_SIZE(step->prefix);
     if (starts == NULL) {
         PyErr_NoMemory();
         goto done;
     }
     for (Py_ssize_t i = 0; i < count; i++) { /* earliest first */
-        long long start = windows.items[i].start;
-        Found window = windows.items[i].found;
+        long long start;
+        Found window;
+        if (window_item(windows, i, at, &start, &window) < 0)
+            goto done;
         starts[seen_count++] = start;
         if (start == 0) {
             combined = window;
@@ -1292,7 +1181,7 @@ process_early(Core *self, Step *step)
         }
         else if (start <= timestamp) {
             right = window;
-            if (update(self, step, start, window.result, &window) < 0)
+            if (update(self, step, start, window.result, window.latest) < 0)
                 goto done;
         }
         else
@@ -1311,15 +1200,14 @@ process_early(Core *self, Step *step)
             goto done;
         combined.result = made;
         combined.latest = step->timestamp_object;
-        combined.latest_time = step->timestamp;
     }
-    if (update(self, step, 0, combined.result, &combined) < 0)
+    if (update(self, step, 0, combined.result, combined.latest) < 0)
         goto done;
     failed = 0;
 done:
     PyMem_Free(starts);
     Py_XDECREF(made);
-    seen_clear(&windows);
+    Py_DECREF(windows);
     return failed;
 }
 
