@@ -71,6 +71,22 @@ def _through_the_test_driver(topology, records, sink, value_serde, **config):
         return out.read_records_to_list()
 
 
+def _run_to_the_end(job) -> list:
+    """``job`` run until caught up, then closed, however the run ends: its batches' results."""
+    try:
+        return job.run_until_caught_up()
+    finally:
+        job.close()
+
+
+def _assert_counts_as_the_test_driver(kafka_settings, topic: str, want) -> None:
+    """The counts in ``topic`` (8-byte big-endian longs) are the test driver's ``want``."""
+    got = read_topic(kafka_settings, topic)
+    assert sorted((r.key, r.value) for r in got) == sorted(
+        (r.key, r.value.to_bytes(8, "big", signed=True)) for r in want
+    )
+
+
 @pytest.mark.parametrize(
     ("cap", "path"),
     [(100_000, "direct-stages-driver"), (1, "direct-stages-driver"), (100_000, "stages"),
@@ -104,14 +120,8 @@ def test_a_rekeyed_windowed_count_counts_what_the_test_driver_counts(
     if path == "stages":  # Spark's shuffle between the stages, not the driver's hand-off
         config["platform.sink.driver.max.records"] = 0
     job = StreamingJob(pages_per_minute(topics["clicks"], topics["out"]), config, spark=spark)
-    try:
-        results = job.run_until_caught_up()
-    finally:
-        job.close()
-    got = read_topic(kafka_settings, topics["out"])
-    assert sorted((r.key, r.value) for r in got) == sorted(
-        (r.key, r.value.to_bytes(8, "big", signed=True)) for r in want
-    )
+    results = _run_to_the_end(job)
+    _assert_counts_as_the_test_driver(kafka_settings, topics["out"], want)
     assert sum(r.metrics.get("dropped_records", 0) for r in results) == 0
     assert {r.path for r in results} == {path}
     if cap == 1:
@@ -148,14 +158,8 @@ def test_a_sliding_count_on_window_close_counts_what_the_test_driver_counts(
                         **{"platform.max.records.per.batch": cap})  # fmt: skip
     job = StreamingJob(views_per_sliding_window(topics["views"], topics["out"]), config,
                        spark=spark)  # fmt: skip
-    try:
-        results = job.run_until_caught_up()
-    finally:
-        job.close()
-    got = read_topic(kafka_settings, topics["out"])
-    assert sorted((r.key, r.value) for r in got) == sorted(
-        (r.key, r.value.to_bytes(8, "big", signed=True)) for r in want
-    )
+    results = _run_to_the_end(job)
+    _assert_counts_as_the_test_driver(kafka_settings, topics["out"], want)
     if cap == 7:
         assert len(results) >= 4  # windows committed open, batch after batch
 
@@ -189,10 +193,7 @@ def test_a_join_of_a_dense_and_a_sparse_topic_pairs_what_the_test_driver_pairs(
     config = job_config(kafka_settings, tmp_path, app, c,
                         **{"platform.max.records.per.batch": cap})  # fmt: skip
     job = StreamingJob(clicks_after_impressions(i, c, topics["out"]), config, spark=spark)
-    try:
-        results = job.run_until_caught_up()
-    finally:
-        job.close()
+    results = _run_to_the_end(job)
     got = sorted(
         (json.loads(r.value)["click"], json.loads(r.value)["impression"])
         for r in read_topic(kafka_settings, topics["out"])
@@ -230,10 +231,7 @@ def test_a_join_of_two_rekeyed_streams_pairs_what_the_test_driver_pairs(
     config = job_config(kafka_settings, tmp_path, app, topics["views"],
                         **{"platform.max.records.per.batch": cap})  # fmt: skip
     job = StreamingJob(make(), config, spark=spark)
-    try:
-        results = job.run_until_caught_up()
-    finally:
-        job.close()
+    results = _run_to_the_end(job)
     assert {r.path for r in results} == {"direct-stages-driver"}
     got = sorted((json.loads(r.value)["view"], json.loads(r.value)["buy"])
                  for r in read_topic(kafka_settings, topics["out"]))  # fmt: skip
@@ -315,10 +313,7 @@ def test_a_rekeyed_count_killed_mid_batch_with_records_in_its_buffer_replays_exa
     assert any(r.metrics.get("repartition_buffered", 0) for r in results), (
         "no record ever waited in a buffer: the test would prove nothing"
     )
-    got = read_topic(kafka_settings, topics["out"])
-    assert sorted((r.key, r.value) for r in got) == sorted(
-        (r.key, r.value.to_bytes(8, "big", signed=True)) for r in want
-    )
+    _assert_counts_as_the_test_driver(kafka_settings, topics["out"], want)
 
 
 @pytest.mark.child_process
@@ -505,10 +500,7 @@ def test_rate_limited_updates_are_the_test_drivers_at_any_batch_cap(
     config = job_config(kafka_settings, tmp_path, app, topics["views"],
                         **{"platform.max.records.per.batch": cap}, **no_cache)  # fmt: skip
     job = StreamingJob(rate_limited_views(topics["views"], topics["out"]), config, spark=spark)
-    try:
-        job.run_until_caught_up()
-    finally:
-        job.close()
+    _run_to_the_end(job)
     got = read_topic(kafka_settings, topics["out"])
     assert sorted((r.key, r.value, r.timestamp) for r in got) == sorted(
         (r.key, r.value.to_bytes(8, "big", signed=True), r.timestamp) for r in want
@@ -548,10 +540,7 @@ def test_a_stream_table_join_with_grace_sees_late_table_updates_as_the_test_driv
                         **{"platform.max.records.per.batch": cap})  # fmt: skip
     job = StreamingJob(orders_at_their_rate(topics["orders"], topics["rates"], topics["out"]),
                        config, spark=spark)  # fmt: skip
-    try:
-        job.run_until_caught_up()
-    finally:
-        job.close()
+    _run_to_the_end(job)
     got = [(json.loads(r.value)["order"], json.loads(r.value)["rate"])
            for r in read_topic(kafka_settings, topics["out"])]  # fmt: skip
     assert got == pairs
