@@ -1028,4 +1028,74 @@ done:
     return failed;
 }
 
+#ifdef CORES_WINDOW_NAMES
+/* The sink a windowed core writes its closed windows' counts to itself, as the sink's
+ * delivery function would (sink_writers.direct_sink): its only child is a sink of an external
+ * topic with the windowed serde of the core's key serde and the long serde. `append` None:
+ * there is none, the results are forwarded. References borrowed from the core. */
+typedef struct {
+    PyObject *task, *topic, *append, *sources_append, *producer_type, *no_source;
+} DirectSink;
+
+/* What the sink's delivery function does for Record(Windowed(key, window), count, timestamp,
+ * headers): the windowed key's bytes are the key's, then `window` (`window_length` bytes: a
+ * time window's start, a session's end and start, each 8 bytes big-endian, as the stores'
+ * keys hold them), the value is the count's 8 bytes big-endian. The sink's ProducerRecord
+ * (partition None) and the record's source (task.current, or NO_SOURCE) are appended. 1 when
+ * written, 0 when `result` is not an int64 (the caller forwards it), -1 on an error. */
+static CORES_UNUSED int
+direct_write_count(const DirectSink *sink, const char *key, Py_ssize_t key_length,
+                   const char *window, Py_ssize_t window_length, PyObject *result,
+                   PyObject *timestamp, PyObject *headers)
+{
+    if (sink->append == Py_None || !PyLong_CheckExact(result))
+        return 0;
+    int overflow;
+    long long count = PyLong_AsLongLongAndOverflow(result, &overflow);
+    if (count == -1 && PyErr_Occurred())
+        return -1;
+    if (overflow)
+        return 0;
+    PyObject *key_bytes = PyBytes_FromStringAndSize(NULL, key_length + window_length);
+    PyObject *value = PyBytes_FromStringAndSize(NULL, 8), *out = NULL, *current = NULL;
+    int written = -1;
+    if (key_bytes == NULL || value == NULL)
+        goto done;
+    memcpy(PyBytes_AS_STRING(key_bytes), key, key_length);
+    memcpy(PyBytes_AS_STRING(key_bytes) + key_length, window, window_length);
+    int64_into(PyBytes_AS_STRING(value), count);
+    /* ProducerRecord(topic, key, value, timestamp, headers, None) without its __new__: a
+     * NamedTuple is a tuple of its type */
+    PyTypeObject *type = (PyTypeObject *)sink->producer_type;
+    if ((out = type->tp_alloc(type, 6)) == NULL)
+        goto done;
+    PyTuple_SET_ITEM(out, 0, Py_NewRef(sink->topic));
+    PyTuple_SET_ITEM(out, 1, Py_NewRef(key_bytes));
+    PyTuple_SET_ITEM(out, 2, Py_NewRef(value));
+    PyTuple_SET_ITEM(out, 3, Py_NewRef(timestamp));
+    PyTuple_SET_ITEM(out, 4, Py_NewRef(headers));
+    PyTuple_SET_ITEM(out, 5, Py_NewRef(Py_None));
+    PyObject *appended = PyObject_CallOneArg(sink->append, out);
+    if (appended == NULL)
+        goto done;
+    Py_DECREF(appended);
+    if ((current = PyObject_GetAttr(sink->task, str_current)) == NULL)
+        goto done;
+    int present = PyObject_IsTrue(current);
+    if (present < 0)
+        goto done;
+    appended = PyObject_CallOneArg(sink->sources_append, present ? current : sink->no_source);
+    if (appended == NULL)
+        goto done;
+    Py_DECREF(appended);
+    written = 1;
+done:
+    Py_XDECREF(key_bytes);
+    Py_XDECREF(value);
+    Py_XDECREF(out);
+    Py_XDECREF(current);
+    return written;
+}
+#endif
+
 #endif

@@ -54,6 +54,8 @@ typedef struct {
         *emitted_to, *task;
     PyObject *key_serialize, *key_deserialize, *result_deserialize, *initializer, *aggregator;
     PyObject *forward, *record_type, *windowed_type, *window_type, *result_serialize;
+    /* Where a closed window's count is written directly (sink_append None: forwarded). */
+    PyObject *sink_topic, *sink_append, *sink_sources_append, *producer_type, *no_source;
     /* On window close, without a cache: the windows not emitted yet, by start (_cores.h). */
     PendingWindows pending;
     /* A key's windows as _key_windows sees them (the cache's over the store's), kept between
@@ -1252,6 +1254,18 @@ forward_final(Core *self, PyObject *record, PyObject *key, PyObject *window, PyO
     return 0;
 }
 
+/* A closed window's count written to the sink directly (direct_write_count): 1 when written,
+ * 0 when it goes on as a Record, -1 on an error. `window` is its start's 8 bytes. */
+static int
+write_final(Core *self, PyObject *record, const char *key_bytes, Py_ssize_t key_length,
+            const char *window, PyObject *result, PyObject *timestamp)
+{
+    DirectSink sink = {self->task, self->sink_topic, self->sink_append,
+                       self->sink_sources_append, self->producer_type, self->no_source};
+    return direct_write_count(&sink, key_bytes, key_length, window, 8, result, timestamp,
+                              PyTuple_GET_ITEM(record, 3));
+}
+
 /* One closed window of `_closed_windows`, (key bytes, suffix, result, timestamp): its final
  * result goes on keyed Windowed(key, Window(start, start + d)). */
 static int
@@ -1269,6 +1283,14 @@ forward_closed(Core *self, PyObject *record, PyObject *closed)
     }
     if (unpack_at(suffix, 0, &start) < 0)
         return -1;
+    PyObject *data = PyTuple_GET_ITEM(closed, 0);
+    if (PyBytes_Check(data)) {
+        int written = write_final(self, record, PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data),
+                                  PyBytes_AS_STRING(suffix), PyTuple_GET_ITEM(closed, 2),
+                                  PyTuple_GET_ITEM(closed, 3));
+        if (written != 0)
+            return written < 0 ? -1 : 0;
+    }
     PyObject *window = window_of(self, start);
     if (window == NULL)
         return -1;
@@ -1301,32 +1323,40 @@ forward_closed_window(void *owner, const char *key_bytes, Py_ssize_t key_length,
         PyErr_SetString(PyExc_ValueError, "a sliding window's suffix is not 8 bytes");
         return -1;
     }
-    PyObject *key = NULL;
+    PyObject *timestamp = PyLong_FromLongLong(time);
+    if (timestamp == NULL)
+        return -1;
+    int written = write_final(self, emitting->record, key_bytes, key_length, suffix, result,
+                              timestamp);
+    if (written != 0) {
+        Py_DECREF(timestamp);
+        return written < 0 ? -1 : 0;
+    }
+    PyObject *key = NULL, *window = NULL;
+    int failed = -1;
     if (self->string_keys) { /* decoded_key without the bytes object */
         key = PyUnicode_DecodeUTF8(key_bytes, key_length, NULL);
         if (key == NULL) {
             if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
-                return -1;
+                goto done;
             PyErr_Clear(); /* the serde says what is wrong with it, below */
         }
     }
     if (key == NULL) {
         PyObject *data = PyBytes_FromStringAndSize(key_bytes, key_length);
         if (data == NULL)
-            return -1;
+            goto done;
         key = decoded_key(self, data);
         Py_DECREF(data);
         if (key == NULL)
-            return -1;
+            goto done;
     }
-    PyObject *window = window_of(self, int64_at(suffix));
-    PyObject *timestamp = window == NULL ? NULL : PyLong_FromLongLong(time);
-    int failed = timestamp == NULL ? -1
-                                   : forward_final(self, emitting->record, key, window, result,
-                                                   timestamp);
-    Py_DECREF(key);
+    if ((window = window_of(self, int64_at(suffix))) != NULL)
+        failed = forward_final(self, emitting->record, key, window, result, timestamp);
+done:
+    Py_XDECREF(key);
     Py_XDECREF(window);
-    Py_XDECREF(timestamp);
+    Py_DECREF(timestamp);
     return failed;
 }
 
@@ -1467,7 +1497,8 @@ Core_process(Core *self, PyObject *record)
     X(aggregation) X(cache) X(entries) X(by_prefix) X(store) X(stream_time) X(store_time)     \
     X(emitted_to) X(task) X(key_serialize) X(key_deserialize) X(result_deserialize)            \
     X(initializer) X(aggregator) X(forward) X(record_type) X(windowed_type) X(window_type)     \
-    X(result_serialize)
+    X(result_serialize) X(sink_topic) X(sink_append) X(sink_sources_append) X(producer_type)   \
+    X(no_source)
 
 /* getattr(owner, name), which must be a dict (an OrderedDict is one): a new reference. */
 static PyObject *
@@ -1489,20 +1520,31 @@ Core_init(Core *self, PyObject *args, PyObject *kwargs)
         "key_serialize", "key_deserialize", "string_keys", "result_deserialize", "initializer",
         "aggregator", "count", "difference", "grace", "retention", "time_first", "emit_final",
         "forward", "record_type", "windowed_type", "window_type", "result_serialize",
-        "long_results", "memory_bytes", NULL};
+        "long_results", "memory_bytes", "sink_topic", "sink_append", "sink_sources_append",
+        "producer_type", "no_source", NULL};
     PyObject *aggregation, *cache, *store, *stream_time, *store_time, *emitted_to, *task,
         *key_serialize, *key_deserialize, *result_deserialize, *initializer, *aggregator,
-        *forward, *record_type, *windowed_type, *window_type, *result_serialize;
+        *forward, *record_type, *windowed_type, *window_type, *result_serialize, *sink_topic,
+        *sink_append, *sink_sources_append, *producer_type, *no_source;
     long long difference, grace, retention, memory_bytes;
     int string_keys, count, time_first, emit_final, long_results;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwargs, "$OOOOOOOOOpOOOpLLLppOO!O!O!OpL", names, &aggregation, &cache, &store,
+            args, kwargs, "$OOOOOOOOOpOOOpLLLppOO!O!O!OpLOOOO!O", names, &aggregation, &cache, &store,
             &stream_time, &store_time, &emitted_to, &task, &key_serialize, &key_deserialize,
             &string_keys, &result_deserialize, &initializer, &aggregator, &count, &difference,
             &grace, &retention, &time_first, &emit_final, &forward, &PyType_Type, &record_type,
             &PyType_Type, &windowed_type, &PyType_Type, &window_type, &result_serialize,
-            &long_results, &memory_bytes))
+            &long_results, &memory_bytes, &sink_topic, &sink_append, &sink_sources_append,
+            &PyType_Type, &producer_type, &no_source))
         return -1;
+    if (sink_append != Py_None && (task == Py_None || sink_sources_append == Py_None)) {
+        PyErr_SetString(PyExc_ValueError, "a direct sink needs the task and its sources list");
+        return -1;
+    }
+    if (!PyType_IsSubtype((PyTypeObject *)producer_type, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "producer_type must be a tuple type");
+        return -1;
+    }
     if (difference < 0 || grace < 0 || retention < 0) {
         PyErr_SetString(PyExc_ValueError, "sliding windows need difference, grace >= 0");
         return -1;

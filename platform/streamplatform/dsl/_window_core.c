@@ -405,70 +405,19 @@ forward_final(Core *self, PyObject *record, PyObject *key, PyObject *result,
     return 0;
 }
 
-/* What the sink's delivery function does for Record(Windowed(key, window), count, timestamp,
- * record's headers), with the time-windowed serde of the key's serde (the key's bytes, then
- * the window start, 8 bytes big-endian, as the store key holds them) and the long serde:
- * 1 when written, 0 when this result is not a count that fits (the caller forwards it), -1
- * on an error. */
+/* The sink's delivery function for a closed window's final result (direct_write_count): 1
+ * when written, 0 when this result is not a count that fits (the caller forwards it), -1 on
+ * an error. */
 static int
 write_final(Core *self, PyObject *record, PyObject *store_key, PyObject *result,
             PyObject *timestamp)
 {
-    if (self->sink_append == Py_None || !PyLong_CheckExact(result))
-        return 0;
-    int overflow;
-    long long count = PyLong_AsLongLongAndOverflow(result, &overflow);
-    if (count == -1 && PyErr_Occurred())
-        return -1;
-    if (overflow)
-        return 0;
-    Py_ssize_t length = PyBytes_GET_SIZE(store_key) - STORE_KEY_HEAD;
-    const char *bytes = PyBytes_AS_STRING(store_key);
-    PyObject *key = PyBytes_FromStringAndSize(NULL, length + 8);
-    PyObject *value = PyBytes_FromStringAndSize(NULL, 8);
-    PyObject *out = NULL, *args = NULL, *items = NULL, *current = NULL;
-    int written = -1;
-    if (key == NULL || value == NULL)
-        goto done;
-    memcpy(PyBytes_AS_STRING(key), bytes + STORE_KEY_HEAD, length);
-    memcpy(PyBytes_AS_STRING(key) + length, bytes + 1, 8);
-    unsigned char *data = (unsigned char *)PyBytes_AS_STRING(value);
-    unsigned long long number = (unsigned long long)count;
-    for (int i = 7; i >= 0; i--) {
-        data[i] = (unsigned char)(number & 0xff);
-        number >>= 8;
-    }
-    items = PyTuple_Pack(6, self->sink_topic, key, value, timestamp,
-                         PyTuple_GET_ITEM(record, 3), Py_None);
-    args = items == NULL ? NULL : PyTuple_Pack(1, items);
-    out = args == NULL ? NULL
-                       : PyTuple_Type.tp_new((PyTypeObject *)self->producer_type, args, NULL);
-    if (out == NULL)
-        goto done;
-    PyObject *done_append = PyObject_CallOneArg(self->sink_append, out);
-    if (done_append == NULL)
-        goto done;
-    Py_DECREF(done_append);
-    current = PyObject_GetAttr(self->task, str_current); /* current or NO_SOURCE */
-    if (current == NULL)
-        goto done;
-    int present = PyObject_IsTrue(current);
-    if (present < 0)
-        goto done;
-    done_append = PyObject_CallOneArg(self->sink_sources_append,
-                                      present ? current : self->no_source);
-    if (done_append == NULL)
-        goto done;
-    Py_DECREF(done_append);
-    written = 1;
-done:
-    Py_XDECREF(key);
-    Py_XDECREF(value);
-    Py_XDECREF(items);
-    Py_XDECREF(args);
-    Py_XDECREF(out);
-    Py_XDECREF(current);
-    return written;
+    DirectSink sink = {self->task, self->sink_topic, self->sink_append,
+                       self->sink_sources_append, self->producer_type, self->no_source};
+    const char *bytes = PyBytes_AS_STRING(store_key); /* b"w" + start + key */
+    return direct_write_count(&sink, bytes + STORE_KEY_HEAD,
+                              PyBytes_GET_SIZE(store_key) - STORE_KEY_HEAD, bytes + 1, 8,
+                              result, timestamp, PyTuple_GET_ITEM(record, 3));
 }
 
 /* The cached windows starting before `high_key` leave the cache into `closed`; an update not

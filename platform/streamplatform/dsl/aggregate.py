@@ -33,7 +33,7 @@ from typing import Any
 from streamplatform.dsl.processor import Processor, ProcessorContext, engine, engine_store
 from streamplatform.dsl.windows import Window, Windowed
 from streamplatform.records import Record
-from streamplatform.serdes import Serde
+from streamplatform.serdes import Serde, Serdes
 
 _TIMESTAMP = struct.Struct(">q")
 _STREAM_TIME_KEY = b"m:stream-time"  # the processor's own stream time, kept with the store
@@ -262,6 +262,29 @@ class _Aggregation(Processor):
 
     def _window(self, start: int) -> Window:
         raise NotImplementedError  # windowed aggregations only
+
+    def _direct_sink(self, context: ProcessorContext) -> tuple[str, list, list] | None:
+        """Where a windowed C core writes the final results of closed windows itself, as the
+        sink's delivery function would (the same bytes: the store keys hold the windowed
+        key's, and a count is 8 bytes big-endian): when this aggregation's only child is a
+        sink of an external topic (``Task.direct_sink``) whose key serde writes this
+        aggregation's windowed keys as its store keys hold them (``_writes_windowed_key``)
+        and whose value serde is the long serde. Then (its topic, the task's output list,
+        their sources), else None. Anything the core cannot write so goes the usual way
+        (forwarded as a Record)."""
+        runtime = engine(context)
+        found = None if runtime is None else runtime.task.direct_sink(runtime.node)
+        if found is None:
+            return None
+        sink, topic, output, sources = found
+        if not self._writes_windowed_key(sink.key_serde) or sink.value_serde is not Serdes.long():
+            return None
+        return topic, output, sources
+
+    def _writes_windowed_key(self, serde: Any) -> bool:
+        """Whether ``serde`` writes this aggregation's windowed keys as its store keys hold
+        them (none by default: only windowed aggregations' cores write to a sink)."""
+        return False
 
 
 class StreamAggregate(_Aggregation):

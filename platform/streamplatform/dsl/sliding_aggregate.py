@@ -42,8 +42,14 @@ from streamplatform.dsl.aggregate import (
     keyed_prefix,
 )
 from streamplatform.dsl.processor import ProcessorContext, single_forward
-from streamplatform.dsl.windows import EmitStrategy, SlidingWindows, Window, Windowed
-from streamplatform.records import Record
+from streamplatform.dsl.windows import (
+    EmitStrategy,
+    SlidingWindows,
+    TimeWindowedSerde,
+    Window,
+    Windowed,
+)
+from streamplatform.records import NO_SOURCE, ProducerRecord, Record
 from streamplatform.serdes import Serdes
 
 try:  # the C per-record path, built with the package where a C compiler is available
@@ -83,6 +89,7 @@ class SlidingWindowAggregate(KeyedWindowAggregation):
         test)."""
         if _native is None or not NATIVE_CORE:
             return None
+        sink = self._direct_sink(context) if self.emit_final else None  # final results only
         return _native.Core(
             aggregation=self, cache=self.cache, store=self.store, stream_time=self.stream_time,
             store_time=self.store_time, emitted_to=self.emitted_to, task=self.cache.task,
@@ -98,7 +105,17 @@ class SlidingWindowAggregate(KeyedWindowAggregation):
             long_results=self.result_serde is Serdes.long(),
             # on window close: the windows not emitted yet held within the task's cache share
             memory_bytes=_cache_bytes(context),
+            sink_topic=None if sink is None else sink[0],
+            sink_append=None if sink is None else sink[1].append,
+            sink_sources_append=None if sink is None else sink[2].append,
+            producer_type=ProducerRecord, no_source=NO_SOURCE,
         )  # fmt: skip
+
+    def _writes_windowed_key(self, serde: Any) -> bool:
+        """Kafka Streams' time-windowed serde of the key serde, for a window of the time
+        difference (``grouped.py``): the key's bytes, then the window's start."""
+        return (isinstance(serde, TimeWindowedSerde) and serde.inner is self.key_serde
+                and serde.size_ms == self.difference)  # fmt: skip
 
     def process(self, record: Record) -> None:
         if record.key is None or record.value is None:

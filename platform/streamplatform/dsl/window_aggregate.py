@@ -97,30 +97,14 @@ class WindowedAggregate(_Aggregation):
             producer_type=ProducerRecord, no_source=NO_SOURCE,
         )  # fmt: skip
 
-    def _direct_sink(self, context: ProcessorContext) -> tuple[str, list, list] | None:
-        """Where the C core writes the final results of closed windows itself, as the sink's
-        delivery function would (the same bytes: the store key holds the windowed key's, and
-        a count is 8 bytes big-endian): when this aggregation's only child is a sink of an
-        external topic whose key serde is the time-windowed serde of this aggregation's key
-        serde and whose value serde is the long serde (``Task.direct_sink``). Anything the
-        core cannot write so goes the usual way (forwarded as a Record)."""
-        runtime = engine(context)
-        found = None if runtime is None else runtime.task.direct_sink(runtime.node)
-        if found is None:
-            return None
-        sink, topic, output, sources = found
-        key_serde = sink.key_serde
-        if not (
-            isinstance(key_serde, TimeWindowedSerde)
-            and key_serde.inner is self.key_serde
-            and key_serde.size_ms == self.windows.size_ms
-            and sink.value_serde is Serdes.long()
-        ):
-            return None
-        return topic, output, sources
-
     def _window(self, start: int) -> Window:
         return Window(start, start + self.windows.size_ms)
+
+    def _writes_windowed_key(self, serde: Any) -> bool:
+        """Whether ``serde`` writes this aggregation's windowed keys as its store keys hold
+        them: Kafka Streams' time-windowed serde of its key serde, for its window size."""
+        return (isinstance(serde, TimeWindowedSerde) and serde.inner is self.key_serde
+                and serde.size_ms == self.windows.size_ms)  # fmt: skip
 
     def _next_end(self) -> int:
         """The earliest window end after ``closed_to``: closing is looked at only once stream
