@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from streamplatform.dsl.aggregate import _TIMESTAMP, KeptStreamTime, _Aggregation, is_count
-from streamplatform.dsl.processor import ProcessorContext, engine, single_forward
+from streamplatform.dsl.processor import ProcessorContext, single_forward
 from streamplatform.dsl.windows import (
     EmitStrategy,
     TimeWindowedSerde,
