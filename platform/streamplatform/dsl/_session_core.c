@@ -43,6 +43,8 @@ typedef struct {
     PyObject *emitted_to, *task, *key_serialize, *key_deserialize, *result_deserialize;
     PyObject *initializer, *aggregator, *merger, *forward, *record_type, *windowed_type;
     PyObject *window_type, *result_serialize;
+    /* Where a closed session's count is written directly (sink_append None: forwarded). */
+    PyObject *sink_topic, *sink_append, *sink_sources_append, *producer_type, *no_source;
     /* A key's sessions as _key_windows sees them (the cache's over the store's), kept between
      * records so that the store is read once per key: prefix -> {store key: result}. Every
      * write of a session goes through `put`, which keeps it up to date. Only immutable results
@@ -657,6 +659,19 @@ windowed_key(Core *self, PyObject *key_data, long long start, long long end)
     return windowed;
 }
 
+/* A closed session's count written to the sink directly (direct_write_count): 1 when
+ * written, 0 when it goes on as a Record, -1 on an error. `suffix` holds its end and start. */
+static int
+write_final(Core *self, PyObject *record, PyObject *key_data, PyObject *suffix,
+            PyObject *result, PyObject *timestamp)
+{
+    DirectSink sink = {self->task, self->sink_topic, self->sink_append,
+                       self->sink_sources_append, self->producer_type, self->no_source};
+    return direct_write_count(&sink, PyBytes_AS_STRING(key_data), PyBytes_GET_SIZE(key_data),
+                              PyBytes_AS_STRING(suffix), SUFFIX, result, timestamp,
+                              PyTuple_GET_ITEM(record, 3));
+}
+
 /* SessionWindowAggregate._emit_final(record, close): the sessions that ended before `close`
  * since the last time go on, each with its end as its timestamp. */
 static int
@@ -700,17 +715,31 @@ emit_final(Core *self, PyObject *record, wide close)
             goto done;
         }
         long long end, start;
-        if (session_at(PyTuple_GET_ITEM(item, 1), 0, &start, &end) < 0)
-            goto done;
-        PyObject *windowed = windowed_key(self, PyTuple_GET_ITEM(item, 0), start, end);
-        if (windowed == NULL)
+        PyObject *key_data = PyTuple_GET_ITEM(item, 0), *suffix = PyTuple_GET_ITEM(item, 1);
+        if (session_at(suffix, 0, &start, &end) < 0)
             goto done;
         PyObject *timestamp = PyLong_FromLongLong(end);
-        PyObject *fields = timestamp == NULL ? NULL
-                                             : PyTuple_Pack(4, windowed, PyTuple_GET_ITEM(item, 2),
-                                                            timestamp, PyTuple_GET_ITEM(record, 3));
-        Py_DECREF(windowed);
-        Py_XDECREF(timestamp);
+        if (timestamp == NULL)
+            goto done;
+        if (PyBytes_Check(key_data)) {
+            /* the session-windowed key: the key's bytes, then the end and the start, as the
+             * suffix holds them */
+            int written = write_final(self, record, key_data, suffix,
+                                      PyTuple_GET_ITEM(item, 2), timestamp);
+            if (written != 0) {
+                Py_DECREF(timestamp);
+                if (written < 0)
+                    goto done;
+                Py_CLEAR(item);
+                continue;
+            }
+        }
+        PyObject *windowed = windowed_key(self, key_data, start, end);
+        PyObject *fields = windowed == NULL ? NULL
+                                            : PyTuple_Pack(4, windowed, PyTuple_GET_ITEM(item, 2),
+                                                           timestamp, PyTuple_GET_ITEM(record, 3));
+        Py_XDECREF(windowed);
+        Py_DECREF(timestamp);
         PyObject *fields_args = fields == NULL ? NULL : PyTuple_Pack(1, fields);
         Py_XDECREF(fields);
         /* record._replace(key=..., value=result, timestamp=end): a Record (a tuple type) */
@@ -891,7 +920,8 @@ done:
     X(aggregation) X(cache) X(entries) X(by_prefix) X(store) X(stream_time) X(store_time)      \
     X(emitted_to) X(task) X(key_serialize) X(key_deserialize) X(result_deserialize)           \
     X(initializer) X(aggregator) X(merger) X(forward) X(record_type) X(windowed_type)         \
-    X(window_type) X(result_serialize)
+    X(window_type) X(result_serialize) X(sink_topic) X(sink_append) X(sink_sources_append)    \
+    X(producer_type) X(no_source)
 
 static int
 Core_init(Core *self, PyObject *args, PyObject *kwargs)
@@ -901,20 +931,31 @@ Core_init(Core *self, PyObject *args, PyObject *kwargs)
         "key_serialize", "key_deserialize", "string_keys", "result_deserialize", "initializer",
         "aggregator", "merger", "count", "gap", "grace", "retention", "emit_final", "forward",
         "record_type", "windowed_type", "window_type", "result_serialize", "long_results",
-        "memory_bytes", NULL};
+        "memory_bytes", "sink_topic", "sink_append", "sink_sources_append", "producer_type",
+        "no_source", NULL};
     PyObject *aggregation, *cache, *store, *stream_time, *store_time, *emitted_to, *task,
         *key_serialize, *key_deserialize, *result_deserialize, *initializer, *aggregator,
-        *merger, *forward, *record_type, *windowed_type, *window_type, *result_serialize;
+        *merger, *forward, *record_type, *windowed_type, *window_type, *result_serialize,
+        *sink_topic, *sink_append, *sink_sources_append, *producer_type, *no_source;
     long long gap, grace, retention, memory_bytes;
     int string_keys, count, emit_final, long_results;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwargs, "$OOOOOOOOOpOOOOpLLLpOO!O!O!OpL", names, &aggregation, &cache,
+            args, kwargs, "$OOOOOOOOOpOOOOpLLLpOO!O!O!OpLOOOO!O", names, &aggregation, &cache,
             &store, &stream_time, &store_time, &emitted_to, &task, &key_serialize,
             &key_deserialize, &string_keys, &result_deserialize, &initializer, &aggregator,
             &merger, &count, &gap, &grace, &retention, &emit_final, &forward, &PyType_Type,
             &record_type, &PyType_Type, &windowed_type, &PyType_Type, &window_type,
-            &result_serialize, &long_results, &memory_bytes))
+            &result_serialize, &long_results, &memory_bytes, &sink_topic, &sink_append,
+            &sink_sources_append, &PyType_Type, &producer_type, &no_source))
         return -1;
+    if (sink_append != Py_None && (task == Py_None || sink_sources_append == Py_None)) {
+        PyErr_SetString(PyExc_ValueError, "a direct sink needs the task and its sources list");
+        return -1;
+    }
+    if (!PyType_IsSubtype((PyTypeObject *)producer_type, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "producer_type must be a tuple type");
+        return -1;
+    }
     if (gap <= 0 || grace < 0 || retention < 0) {
         PyErr_SetString(PyExc_ValueError, "sessions need gap > 0, grace >= 0, retention >= 0");
         return -1;

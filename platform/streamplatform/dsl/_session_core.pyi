@@ -35,6 +35,11 @@ class Core:
         result_serialize: Callable[[Any], bytes | None],
         long_results: bool,
         memory_bytes: int,
+        sink_topic: str | None,
+        sink_append: Callable[[Any], None] | None,
+        sink_sources_append: Callable[[Any], None] | None,
+        producer_type: type,
+        no_source: tuple[Any, ...],
     ) -> None: ...
     def process(self, record: Record) -> None: ...
     def write_held(self, below: int) -> None: ...

@@ -42,8 +42,14 @@ from streamplatform.dsl.aggregate import (
     keyed_prefix,
 )
 from streamplatform.dsl.processor import ProcessorContext, single_forward
-from streamplatform.dsl.windows import EmitStrategy, SessionWindows, Window, Windowed
-from streamplatform.records import Record
+from streamplatform.dsl.windows import (
+    EmitStrategy,
+    SessionWindowedSerde,
+    SessionWindows,
+    Window,
+    Windowed,
+)
+from streamplatform.records import NO_SOURCE, ProducerRecord, Record
 from streamplatform.serdes import Serdes
 
 try:  # the C per-record path, built with the package where a C compiler is available
@@ -88,6 +94,7 @@ class SessionWindowAggregate(KeyedWindowAggregation):
             return None
         from streamplatform.dsl.grouped import _add  # grouped.py imports this module
 
+        sink = self._direct_sink(context) if self.emit_final else None  # final results only
         return _native.Core(
             aggregation=self, cache=self.cache, store=self.store, stream_time=self.stream_time,
             store_time=self.store_time, emitted_to=self.emitted_to, task=self.cache.task,
@@ -104,7 +111,16 @@ class SessionWindowAggregate(KeyedWindowAggregation):
             long_results=self.result_serde is Serdes.long(),
             # a key's sessions kept between records, within the task's cache share
             memory_bytes=_cache_bytes(context),
+            sink_topic=None if sink is None else sink[0],
+            sink_append=None if sink is None else sink[1].append,
+            sink_sources_append=None if sink is None else sink[2].append,
+            producer_type=ProducerRecord, no_source=NO_SOURCE,
         )  # fmt: skip
+
+    def _writes_windowed_key(self, serde: Any) -> bool:
+        """Kafka Streams' session-windowed serde of the key serde: the key's bytes, then the
+        session's end and start, as the store keys' suffix holds them."""
+        return isinstance(serde, SessionWindowedSerde) and serde.inner is self.key_serde
 
     def process(self, record: Record) -> None:
         if record.key is None:
