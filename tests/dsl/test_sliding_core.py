@@ -24,7 +24,7 @@ from streamplatform import EmitStrategy, StreamsBuilder
 from streamplatform.dsl import SlidingWindows, sliding_aggregate
 from streamplatform.records import ConsumedRecord
 from streamplatform.serdes import Serdes
-from tests.dsl.cores import core_task, only_processor
+from tests.dsl.cores import DIRECT_SINK_CASES, core_task, final_counts_written, only_processor
 
 NO_C_CORE = os.environ.get("STREAMPLATFORM_NO_C_CORE", "").strip().lower() in {"1", "true", "yes"}
 needs_c_core = pytest.mark.skipif(
@@ -252,29 +252,18 @@ def test_the_c_core_gives_the_windowed_keys_the_reference_gives(tmp_path, final)
 
 
 @needs_c_core
-@pytest.mark.parametrize(
-    ("kind", "final", "string_keys", "direct"),
-    [("count", True, True, True), ("count", True, False, True), ("count", False, True, False),
-     ("reduce", True, True, False), ("aggregate", True, False, False)],
-)  # fmt: skip
+@pytest.mark.parametrize(("kind", "final", "string_keys", "direct"), DIRECT_SINK_CASES)
 def test_closed_counts_are_written_by_the_core_where_the_sink_allows(
     tmp_path, kind, final, string_keys, direct
 ):
     """Final counts into a sink with the windowed key serde and the long serde are written by
     the core itself, as the sink would write them; other results are forwarded to the sink.
     The differential tests above hold the bytes written so to the reference's."""
-    windows = SlidingWindows.of_time_difference_with_no_grace(10)
-    task = core_task(tmp_path, _topology(kind, windows, final, string_keys), 0)
-    try:
-        processor = only_processor(task)
-        found = processor._direct_sink(processor.context)
-        assert (processor.emit_final and found is not None) is direct
-        for offset, timestamp in enumerate([3, 12, 15, 40]):
-            task.process(ConsumedRecord("in", 0, offset, timestamp, b"k", b"x", []))
-        task.commit()
-        written = [(r.key, r.value, r.timestamp) for r in task.take_output()]
-    finally:
-        task.close()
+    topology = _topology(
+        kind, SlidingWindows.of_time_difference_with_no_grace(10), final, string_keys
+    )
+    written_directly, written = final_counts_written(tmp_path, topology, [3, 12, 15, 40])
+    assert written_directly is direct
     if direct:  # the second window closed, [2, 12], holds the records at 3 and 12
         assert written[1] == (b"k" + (2).to_bytes(8, "big"), (2).to_bytes(8, "big"), 12)
 
