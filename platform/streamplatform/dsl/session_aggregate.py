@@ -26,6 +26,9 @@ the task's cache share (docs/memory.md), read again from the store when dropped.
 close it also holds the writes of kept keys' sessions back from the store's transaction until
 the flush (``KeyedWindowAggregation.flush`` calls ``write_held``): a session merged away, or
 created and expired within one commit, is never staged, as it would be put and deleted again.
+A count's final results into a sink that takes them as they come (``_writes_windowed_key``,
+the long serde) are written into the sink's rows by the core itself
+(``_Aggregation._direct_sink``).
 """
 
 from __future__ import annotations

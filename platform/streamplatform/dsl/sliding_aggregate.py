@@ -27,7 +27,9 @@ no scan of the store's time index; both within the task's cache share (docs/memo
 again from the store when dropped. On window close with int64 results (a count's), a kept
 key's updates stay in its kept windows until the commit's flush (``write_held``), where each
 window still seen goes to the store once, and the windows the commit's expiry would delete
-do not go at all; before its kept windows leave memory, a key's go to the store.
+do not go at all; before its kept windows leave memory, a key's go to the store. A count's
+final results into a sink that takes them as they come (``_writes_windowed_key``, the long
+serde) are written into the sink's rows by the core itself (``_Aggregation._direct_sink``).
 """
 
 from __future__ import annotations
