@@ -1037,6 +1037,22 @@ typedef struct {
     PyObject *task, *topic, *append, *sources_append, *producer_type, *no_source;
 } DirectSink;
 
+/* A core's __init__ check of its direct-sink arguments: 0, or -1 with the error set. */
+static CORES_UNUSED int
+direct_sink_check(PyObject *task, PyObject *append, PyObject *sources_append,
+                  PyObject *producer_type)
+{
+    if (append != Py_None && (task == Py_None || sources_append == Py_None)) {
+        PyErr_SetString(PyExc_ValueError, "a direct sink needs the task and its sources list");
+        return -1;
+    }
+    if (!PyType_IsSubtype((PyTypeObject *)producer_type, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "producer_type must be a tuple type");
+        return -1;
+    }
+    return 0;
+}
+
 /* What the sink's delivery function does for Record(Windowed(key, window), count, timestamp,
  * headers): the windowed key's bytes are the key's, then `window` (`window_length` bytes: a
  * time window's start, a session's end and start, each 8 bytes big-endian, as the stores'

@@ -948,14 +948,8 @@ Core_init(Core *self, PyObject *args, PyObject *kwargs)
             &result_serialize, &long_results, &memory_bytes, &sink_topic, &sink_append,
             &sink_sources_append, &PyType_Type, &producer_type, &no_source))
         return -1;
-    if (sink_append != Py_None && (task == Py_None || sink_sources_append == Py_None)) {
-        PyErr_SetString(PyExc_ValueError, "a direct sink needs the task and its sources list");
+    if (direct_sink_check(task, sink_append, sink_sources_append, producer_type) < 0)
         return -1;
-    }
-    if (!PyType_IsSubtype((PyTypeObject *)producer_type, &PyTuple_Type)) {
-        PyErr_SetString(PyExc_TypeError, "producer_type must be a tuple type");
-        return -1;
-    }
     if (gap <= 0 || grace < 0 || retention < 0) {
         PyErr_SetString(PyExc_ValueError, "sessions need gap > 0, grace >= 0, retention >= 0");
         return -1;

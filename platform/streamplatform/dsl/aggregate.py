@@ -32,7 +32,7 @@ from typing import Any
 
 from streamplatform.dsl.processor import Processor, ProcessorContext, engine, engine_store
 from streamplatform.dsl.windows import Window, Windowed
-from streamplatform.records import Record
+from streamplatform.records import NO_SOURCE, ProducerRecord, Record
 from streamplatform.serdes import Serde, Serdes
 
 _TIMESTAMP = struct.Struct(">q")
@@ -280,6 +280,17 @@ class _Aggregation(Processor):
         if not self._writes_windowed_key(sink.key_serde) or sink.value_serde is not Serdes.long():
             return None
         return topic, output, sources
+
+    def _sink_arguments(self, context: ProcessorContext | None) -> dict[str, Any]:
+        """A windowed C core's direct-sink arguments: the sink ``_direct_sink(context)``
+        finds, or none (``context`` None: every result is forwarded)."""
+        sink = None if context is None else self._direct_sink(context)
+        return {
+            "sink_topic": None if sink is None else sink[0],
+            "sink_append": None if sink is None else sink[1].append,
+            "sink_sources_append": None if sink is None else sink[2].append,
+            "producer_type": ProducerRecord, "no_source": NO_SOURCE,
+        }  # fmt: skip
 
     def _writes_windowed_key(self, serde: Any) -> bool:
         """Whether ``serde`` writes this aggregation's windowed keys as its store keys hold

@@ -52,7 +52,7 @@ from streamplatform.dsl.windows import (
     Window,
     Windowed,
 )
-from streamplatform.records import NO_SOURCE, ProducerRecord, Record
+from streamplatform.records import Record
 from streamplatform.serdes import Serdes
 
 try:  # the C per-record path, built with the package where a C compiler is available
@@ -97,7 +97,6 @@ class SessionWindowAggregate(KeyedWindowAggregation):
             return None
         from streamplatform.dsl.grouped import _add  # grouped.py imports this module
 
-        sink = self._direct_sink(context) if self.emit_final else None  # final results only
         return _native.Core(
             aggregation=self, cache=self.cache, store=self.store, stream_time=self.stream_time,
             store_time=self.store_time, emitted_to=self.emitted_to, task=self.cache.task,
@@ -114,10 +113,7 @@ class SessionWindowAggregate(KeyedWindowAggregation):
             long_results=self.result_serde is Serdes.long(),
             # a key's sessions kept between records, within the task's cache share
             memory_bytes=_cache_bytes(context),
-            sink_topic=None if sink is None else sink[0],
-            sink_append=None if sink is None else sink[1].append,
-            sink_sources_append=None if sink is None else sink[2].append,
-            producer_type=ProducerRecord, no_source=NO_SOURCE,
+            **self._sink_arguments(context if self.emit_final else None),  # final results only
         )  # fmt: skip
 
     def _writes_windowed_key(self, serde: Any) -> bool:

@@ -51,7 +51,7 @@ from streamplatform.dsl.windows import (
     Window,
     Windowed,
 )
-from streamplatform.records import NO_SOURCE, ProducerRecord, Record
+from streamplatform.records import Record
 from streamplatform.serdes import Serdes
 
 try:  # the C per-record path, built with the package where a C compiler is available
@@ -91,7 +91,6 @@ class SlidingWindowAggregate(KeyedWindowAggregation):
         test)."""
         if _native is None or not NATIVE_CORE:
             return None
-        sink = self._direct_sink(context) if self.emit_final else None  # final results only
         return _native.Core(
             aggregation=self, cache=self.cache, store=self.store, stream_time=self.stream_time,
             store_time=self.store_time, emitted_to=self.emitted_to, task=self.cache.task,
@@ -107,10 +106,7 @@ class SlidingWindowAggregate(KeyedWindowAggregation):
             long_results=self.result_serde is Serdes.long(),
             # on window close: the windows not emitted yet held within the task's cache share
             memory_bytes=_cache_bytes(context),
-            sink_topic=None if sink is None else sink[0],
-            sink_append=None if sink is None else sink[1].append,
-            sink_sources_append=None if sink is None else sink[2].append,
-            producer_type=ProducerRecord, no_source=NO_SOURCE,
+            **self._sink_arguments(context if self.emit_final else None),  # final results only
         )  # fmt: skip
 
     def _writes_windowed_key(self, serde: Any) -> bool:

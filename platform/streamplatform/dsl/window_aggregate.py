@@ -33,7 +33,7 @@ from streamplatform.dsl.windows import (
     Window,
     Windowed,
 )
-from streamplatform.records import NO_SOURCE, ProducerRecord, Record
+from streamplatform.records import Record
 from streamplatform.serdes import Serdes
 
 try:  # the C per-record path, built with the package where a C compiler is available
@@ -80,7 +80,6 @@ class WindowedAggregate(_Aggregation):
         or switched off by a test)."""
         if _native is None or not NATIVE_CORE:
             return None
-        sink = self._direct_sink(context)
         return _native.Core(
             aggregation=self, cache=self.cache, stream_time=self.stream_time,
             stored_to=self.stored_to, task=self.cache.task,
@@ -91,10 +90,7 @@ class WindowedAggregate(_Aggregation):
             grace=self.windows.grace_ms, emit_final=self.emit_final,
             forward=single_forward(context),
             record_type=Record, windowed_type=Windowed, window_type=Window,
-            sink_topic=None if sink is None else sink[0],
-            sink_append=None if sink is None else sink[1].append,
-            sink_sources_append=None if sink is None else sink[2].append,
-            producer_type=ProducerRecord, no_source=NO_SOURCE,
+            **self._sink_arguments(context),
         )  # fmt: skip
 
     def _window(self, start: int) -> Window:
