@@ -37,6 +37,10 @@ typedef struct {
     PyObject *sink_topic, *sink_append, *sink_sources_append, *producer_type, *no_source;
     long long size, advance, grace, max_bytes, entry_bytes;
     int string_keys, count, emit_final;
+    /* The int of the last window start given to the cache: consecutive records mostly fall
+     * in the same windows, so one object serves them (NULL: none yet). */
+    PyObject *last_start;
+    long long last_start_value;
 } Core;
 
 /* Python's a // b for b > 0. */
@@ -79,11 +83,10 @@ key_bytes(Core *self, PyObject *key)
     return data;
 }
 
-/* b"w" + start (8 bytes, big-endian) + key. */
+/* b"w" + start (8 bytes, big-endian) + the key's `length` bytes at `key`. */
 static PyObject *
-store_key_of(long long start, PyObject *key)
+store_key_at(long long start, const char *key, Py_ssize_t length)
 {
-    Py_ssize_t length = PyBytes_GET_SIZE(key);
     PyObject *out = PyBytes_FromStringAndSize(NULL, STORE_KEY_HEAD + length);
     if (out == NULL)
         return NULL;
@@ -94,8 +97,15 @@ store_key_of(long long start, PyObject *key)
         bytes[i] = (unsigned char)(value & 0xff);
         value >>= 8;
     }
-    memcpy(bytes + STORE_KEY_HEAD, PyBytes_AS_STRING(key), length);
+    memcpy(bytes + STORE_KEY_HEAD, key, length);
     return out;
+}
+
+/* b"w" + start (8 bytes, big-endian) + key (bytes). */
+static PyObject *
+store_key_of(long long start, PyObject *key)
+{
+    return store_key_at(start, PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key));
 }
 
 static long long
@@ -177,6 +187,8 @@ cache_put(Core *self, PyObject *store_key, PyObject *result, PyObject *timestamp
         Py_XDECREF(moved);
         if (!failed) {
             for (int i = 0; i < 6; i++) {
+                if (PyList_GET_ITEM(entry, i) == items[i])
+                    continue; /* the same object (the window's start, None, True) */
                 Py_INCREF(items[i]);
                 PyList_SetItem(entry, i, items[i]); /* steals; drops the old item */
             }
@@ -198,13 +210,14 @@ cache_put(Core *self, PyObject *store_key, PyObject *result, PyObject *timestamp
 /* One window of the record: the loop body of WindowedAggregate.process. */
 static int
 aggregate_into(Core *self, PyObject *key, PyObject *value, PyObject *timestamp,
-               PyObject *key_data, long long start, PyObject *forwarded)
+               const char *key_data, Py_ssize_t key_length, long long start, PyObject *forwarded)
 {
-    PyObject *store_key = store_key_of(start, key_data);
+    PyObject *store_key = store_key_at(start, key_data, key_length);
     if (store_key == NULL)
         return -1;
     PyObject *old = NULL, *old_result = NULL, *old_timestamp = NULL;
     PyObject *result = NULL, *result_timestamp = NULL, *start_object = NULL;
+    PyObject *held_result = NULL, *held_timestamp = NULL;
     int failed = -1;
     PyObject *entry = PyDict_GetItemWithError(self->entries, store_key);
     if (entry != NULL) {
@@ -214,12 +227,19 @@ aggregate_into(Core *self, PyObject *key, PyObject *value, PyObject *timestamp,
         }
         old_result = PyList_GET_ITEM(entry, 0);
         old_timestamp = PyList_GET_ITEM(entry, 1);
-        /* held: the aggregator may run Python code that changes or drops the entry */
-        old = PyTuple_Pack(2, old_result, old_timestamp);
-        if (old == NULL)
-            goto done;
-        old_result = PyTuple_GET_ITEM(old, 0);
-        old_timestamp = PyTuple_GET_ITEM(old, 1);
+        /* held: the aggregator may run Python code that changes or drops the entry (a count
+         * runs none, and holds the two without a tuple) */
+        if (self->count) {
+            held_result = Py_NewRef(old_result);
+            held_timestamp = Py_NewRef(old_timestamp);
+        }
+        else {
+            old = PyTuple_Pack(2, old_result, old_timestamp);
+            if (old == NULL)
+                goto done;
+            old_result = PyTuple_GET_ITEM(old, 0);
+            old_timestamp = PyTuple_GET_ITEM(old, 1);
+        }
     }
     else if (PyErr_Occurred())
         goto done;
@@ -246,9 +266,14 @@ aggregate_into(Core *self, PyObject *key, PyObject *value, PyObject *timestamp,
     if (updated(self, key, value, timestamp, old_result, old_timestamp, &result,
                 &result_timestamp) < 0)
         goto done;
-    start_object = PyLong_FromLongLong(start);
-    if (start_object == NULL)
-        goto done;
+    if (self->last_start == NULL || self->last_start_value != start) {
+        PyObject *made = PyLong_FromLongLong(start);
+        if (made == NULL)
+            goto done;
+        Py_XSETREF(self->last_start, made);
+        self->last_start_value = start;
+    }
+    start_object = Py_NewRef(self->last_start);
     if (self->max_bytes > 0)
         failed = cache_put(self, store_key, result, result_timestamp, forwarded, start_object);
     else {
@@ -265,6 +290,8 @@ done:
     Py_XDECREF(result);
     Py_XDECREF(result_timestamp);
     Py_XDECREF(start_object);
+    Py_XDECREF(held_result);
+    Py_XDECREF(held_timestamp);
     return failed;
 }
 
@@ -296,9 +323,21 @@ Core_process(Core *self, PyObject *record)
         stream_time = timestamp;
     }
     wide close = (wide)stream_time - self->grace;
-    PyObject *key_data = key_bytes(self, key);
-    if (key_data == NULL)
+    /* A str key's UTF-8 bytes are read where the str keeps them (an ASCII str's are its
+     * data): no bytes object per record. Any other key goes through its serde. */
+    PyObject *key_data = NULL;
+    const char *key_chars;
+    Py_ssize_t key_length;
+    if (self->string_keys && PyUnicode_CheckExact(key)) {
+        if ((key_chars = PyUnicode_AsUTF8AndSize(key, &key_length)) == NULL)
+            return NULL;
+    }
+    else if ((key_data = key_bytes(self, key)) == NULL)
         return NULL;
+    else {
+        key_chars = PyBytes_AS_STRING(key_data);
+        key_length = PyBytes_GET_SIZE(key_data);
+    }
     PyObject *forwarded = self->emit_final ? Py_None : record; /* on close: nothing on update */
     wide first = (wide)timestamp - self->size + self->advance;
     first = (first > 0 ? first : 0) / self->advance * self->advance;
@@ -308,11 +347,11 @@ Core_process(Core *self, PyObject *record)
                 goto failed;
             continue;
         }
-        if (aggregate_into(self, key, value, timestamp_object, key_data, (long long)start,
-                           forwarded) < 0)
+        if (aggregate_into(self, key, value, timestamp_object, key_chars, key_length,
+                           (long long)start, forwarded) < 0)
             goto failed;
     }
-    Py_DECREF(key_data);
+    Py_XDECREF(key_data);
     if (wide_attr(self->aggregation, str_next_end, &next_end) < 0)
         return NULL;
     if (close >= next_end) {
@@ -324,7 +363,7 @@ Core_process(Core *self, PyObject *record)
     }
     Py_RETURN_NONE;
 failed:
-    Py_DECREF(key_data);
+    Py_XDECREF(key_data);
     return NULL;
 }
 
@@ -711,6 +750,7 @@ Core_clear(Core *self)
 #define CLEAR(name) Py_CLEAR(self->name);
     REFERENCES(CLEAR)
 #undef CLEAR
+    Py_CLEAR(self->last_start); /* an int: nothing for the collector to visit */
     return 0;
 }
 
