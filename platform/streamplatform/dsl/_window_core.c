@@ -64,11 +64,7 @@ count_dropped(Core *self)
 static PyObject *
 key_bytes(Core *self, PyObject *key)
 {
-    PyObject *data;
-    if (self->string_keys && PyUnicode_CheckExact(key))
-        data = PyUnicode_AsUTF8String(key);
-    else
-        data = PyObject_CallOneArg(self->key_serialize, key);
+    PyObject *data = PyObject_CallOneArg(self->key_serialize, key);
     if (data == NULL)
         return NULL;
     if (data == Py_None || (PyBytes_Check(data) && PyBytes_GET_SIZE(data) == 0)) {
